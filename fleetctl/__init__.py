@@ -1,0 +1,3 @@
+"""fleetctl: reliability toolkit for Slurm GPU clusters."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,100 @@
+"""The fleetctl command line: a lazy click group and the one exit point, `main()`.
+
+Subcommand modules are imported only when their command runs, so `fleetctl --help` stays fast.
+A command is listed in COMMANDS only once it works: no placeholders.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from fleetctl import __version__
+from fleetctl.cli.app import Application, common_options
+from fleetctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FleetctlError
+
+# name -> (module, attribute, one-line help shown by `fleetctl --help` without importing the module)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "config": ("fleetctl.cli.config", "config", "Validate and show the site configuration."),
+    "exec": ("fleetctl.cli.exec", "exec_command", "Run a command on nodes (ssh, srun or local), outputs folded."),
+    "inventory": ("fleetctl.cli.inventory", "inventory", "Nodes, NICs, GPUs, switches and links, with Slurm state."),
+    "lab": ("fleetctl.cli.lab", "lab", "An emulated GPU cluster on this machine, with fault injection."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        entry = COMMANDS.get(name)
+        if entry is None:
+            return None
+        module, attr, _ = entry
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+@click.version_option(__version__, prog_name="fleetctl")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """fleetctl: reliability toolkit for Slurm GPU clusters.
+
+    Exit codes: 0 ok, 1 warnings only, 2 failures found (or a host failed),
+    3 fleetctl could not do the job (bad input, config, transport, Slurm), 130 interrupted.
+    """
+    ctx.ensure_object(Application)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The one exit point: runs the CLI and turns every outcome into an exit code."""
+    sys.exit(run(argv))
+
+
+def run(argv: list[str] | None = None) -> int:
+    app = Application()
+    try:
+        result = cli.main(args=argv, prog_name="fleetctl", standalone_mode=False, obj=app)
+    except FleetctlError as exc:
+        return _report(app, exc)
+    except click.exceptions.Abort:
+        click.echo("fleetctl: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("fleetctl: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        # Usage errors: click's own message, but our exit code (2 means "failures found" here).
+        exc.show()
+        return EXIT_ERROR
+    except BrokenPipeError:
+        return EXIT_OK
+    if isinstance(result, int):
+        return result
+    return EXIT_OK
+
+
+def _report(app: Application, exc: FleetctlError) -> int:
+    if app.verbose >= 2:
+        import traceback
+
+        traceback.print_exc()
+    if app.json:
+        import json
+
+        click.echo(json.dumps({"error": exc.to_dict()}, indent=2))
+    message = f"fleetctl: error: {exc.message}"
+    if exc.hint:
+        message += f"\n  hint: {exc.hint}"
+    click.echo(message, err=True)
+    return exc.exit_code

@@ -1,0 +1,135 @@
+"""The Application object on click's ctx.obj: output format, console, verbosity, site file.
+
+Every command gets it with `@pass_app`. It is the only place that knows about rich.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any
+
+import click
+
+from fleetctl.errors import ConfigError
+
+FORMATS = ("human", "json")
+
+
+class Application:
+    def __init__(self) -> None:
+        self.format = "human"
+        self.verbose = 0
+        self.no_color = bool(os.environ.get("NO_COLOR"))
+        self.site_path: str | None = None
+
+    # ---- output
+    @cached_property
+    def console(self):
+        from rich.console import Console
+
+        return Console(no_color=self.no_color, highlight=False, soft_wrap=False)
+
+    @cached_property
+    def err_console(self):
+        from rich.console import Console
+
+        return Console(stderr=True, no_color=self.no_color, highlight=False)
+
+    @property
+    def json(self) -> bool:
+        return self.format == "json"
+
+    def emit(self, data: Any, render: Callable[[Any], None] | None = None) -> None:
+        """Print `data` as JSON, or call `render(console)` for the human view."""
+        if self.json or render is None:
+            click.echo(json.dumps(data, indent=2, sort_keys=False, default=_json_default))
+        else:
+            render(self.console)
+
+    def info(self, message: str) -> None:
+        """Progress and notes go to stderr so that stdout stays machine-readable."""
+        if not self.json or self.verbose:
+            self.err_console.print(message)
+
+    def debug(self, message: str) -> None:
+        if self.verbose:
+            self.err_console.print(f"[dim]{message}[/dim]")
+
+    # ---- site
+    def site_file(self) -> str:
+        """--site > FLEETCTL_SITE > the running lab's site file."""
+        if self.site_path:
+            return self.site_path
+        env = os.environ.get("FLEETCTL_SITE")
+        if env:
+            return env
+        from fleetctl.lab.paths import active_site
+
+        lab = active_site()
+        if lab is not None:
+            return str(lab)
+        raise ConfigError("no site file: pass --site PATH or set FLEETCTL_SITE "
+                          "(or bring up the emulated cluster with `fleetctl lab up`)")
+
+    @cached_property
+    def site(self):
+        from fleetctl.config import load_site
+
+        return load_site(self.site_file())
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return str(value)
+
+
+pass_app = click.make_pass_decorator(Application, ensure=True)
+
+
+def _set_format(ctx: click.Context, _param, value):
+    if value is not None:
+        ctx.ensure_object(Application).format = value
+    return value
+
+
+def _set_verbose(ctx: click.Context, _param, value):
+    if value:
+        ctx.ensure_object(Application).verbose += value
+    return value
+
+
+def _set_no_color(ctx: click.Context, _param, value):
+    if value:
+        ctx.ensure_object(Application).no_color = True
+    return value
+
+
+def _set_site(ctx: click.Context, _param, value):
+    if value:
+        ctx.ensure_object(Application).site_path = value
+    return value
+
+
+def common_options(func):
+    """Options accepted both before and after the subcommand (`fleetctl --format json exec ...` and
+    `fleetctl exec --format json ...`). They only set fields of the Application."""
+    options = [
+        click.option("--site", metavar="PATH", expose_value=False, callback=_set_site,
+                     help="Site file (env FLEETCTL_SITE; default: the running lab's)."),
+        click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
+                     expose_value=False, callback=_set_format, help="Output format."),
+        click.option("-v", "--verbose", count=True, expose_value=False, callback=_set_verbose,
+                     help="More detail; -vv shows tracebacks."),
+        click.option("--no-color", is_flag=True, expose_value=False, callback=_set_no_color,
+                     help="No colours (also NO_COLOR=1)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

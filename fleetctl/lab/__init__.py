@@ -1,0 +1,1 @@
+"""fleetctl lab: an emulated GPU cluster on one Linux machine (namespaces, routed fabric, Slurm, sshd)."""
