@@ -1,0 +1,113 @@
+"""Build the inventory: the site file's view of the cluster, merged with live Slurm state.
+
+Slurm is optional: when it is not given or not reachable, the site view is still returned, with a
+warning saying why Slurm state is missing. Disagreements between the two (a node Slurm knows that the
+site file does not, and the reverse) are flagged, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from ClusterShell.NodeSet import NodeSet
+
+from fleetctl.errors import SlurmError
+from fleetctl.inventory.model import GpuInfo, Inventory, Link, NicInfo, Node, SlurmInfo, Switch
+from fleetctl.nodeset import fold, parse_nodeset
+from fleetctl.slurm.reasons import is_ours
+
+
+def build_inventory(site, nodeset=None, slurm=None) -> Inventory:
+    """Inventory of `site` (a config.Site), limited to `nodeset` (text or NodeSet) when given.
+
+    `slurm` is a SlurmBackend or None (site view only).
+    """
+    wanted = None if nodeset is None else (
+        nodeset if isinstance(nodeset, NodeSet) else parse_nodeset(nodeset))
+    inv = Inventory(cluster=site.name, site_file=site.source)
+    addresses = site.access["ssh"]["addresses"]
+
+    for name in site.nodes:
+        if wanted is not None and name not in wanted:
+            continue
+        cls = site.node_class(name)
+        node = Node(name=name, node_class=cls.name, address=addresses.get(name, ""),
+                    gpus=GpuInfo(cls.gpus.count, cls.gpus.model, cls.gpus.driver_version),
+                    nics=[NicInfo(n.name, n.kind, n.netdev, n.rate_gbps, n.mtu, n.firmware)
+                          for n in cls.nics])
+        inv.nodes[name] = node
+
+    _add_fabric(site, inv, wanted)
+    if slurm is not None:
+        _merge_slurm(inv, slurm, wanted)
+    if wanted is not None:
+        unknown = wanted - NodeSet.fromlist(list(inv.nodes))
+        if unknown:
+            where = "the site file or Slurm" if inv.slurm_queried and not inv.slurm_error else "the site file"
+            inv.warnings.append(f"nodes {unknown} are not in {where}")
+    return inv
+
+
+def _add_fabric(site, inv: Inventory, wanted) -> None:
+    for link in site.links.values():
+        if wanted is not None and link.a.device not in wanted and link.b.device not in wanted:
+            continue
+        inv.links[link.id] = Link(link.id, str(link.a), str(link.b), link.a.kind, link.b.kind,
+                                  link.a.address, link.b.address, link.rate_gbps)
+        for end, other in ((link.a, link.b), (link.b, link.a)):
+            if end.kind == "switch":
+                sw = site.switches[end.device]
+                entry = inv.switches.setdefault(sw.id, Switch(sw.id, sw.tier, sw.model, sw.address))
+                entry.links.append(link.id)
+                if other.device not in entry.neighbours:
+                    entry.neighbours.append(other.device)
+                continue
+            node = inv.nodes.get(end.device)
+            if node is None:  # the far end of a link of a selected node
+                continue
+            node.links.append(link.id)
+            nic = node.nic(end.port) if end.kind == "nic" else None
+            if nic is not None:
+                nic.links.append(link.id)
+                if other.kind == "switch" and other.device not in nic.switches:
+                    nic.switches.append(other.device)
+                if end.address:
+                    nic.addresses.append(end.address)
+    if wanted is None:  # switches without any link still belong to the full view
+        for sw in site.switches.values():
+            inv.switches.setdefault(sw.id, Switch(sw.id, sw.tier, sw.model, sw.address))
+    inv.switches = dict(sorted(inv.switches.items(), key=lambda kv: (kv[1].tier, kv[0])))
+
+
+def _merge_slurm(inv: Inventory, slurm, wanted) -> None:
+    inv.slurm_queried = True
+    try:
+        snodes = slurm.nodes()
+        jobs = slurm.jobs(states=["RUNNING", "COMPLETING"])
+    except SlurmError as exc:
+        inv.slurm_error = exc.message
+        inv.warnings.append(f"Slurm state unavailable, showing the site file only: {exc.message}")
+        return
+    running: dict[str, list[str]] = {}
+    for job in jobs:
+        for name in job.nodes:
+            running.setdefault(name, []).append(job.job_id)
+    seen = set()
+    for sn in snodes:
+        if wanted is not None and sn.name not in wanted:
+            continue
+        seen.add(sn.name)
+        node = inv.nodes.get(sn.name)
+        if node is None:
+            node = inv.nodes[sn.name] = Node(name=sn.name, node_class=None, in_site=False)
+        node.in_slurm = True
+        node.slurm = SlurmInfo(
+            state=sn.state_text, drained=sn.drained, available=sn.available, reason=sn.reason,
+            reason_user=sn.reason_user, reason_time=sn.reason_time,
+            ours=is_ours(sn.reason, slurm.drain_prefix), partitions=sn.partitions,
+            features=sn.features, jobs=running.get(sn.name, []))
+    for node in inv.nodes.values():
+        if node.in_site and node.name not in seen:
+            node.in_slurm = False
+    if inv.only_in_slurm:
+        inv.warnings.append(f"nodes {fold(inv.only_in_slurm)} are in Slurm but not in the site file")
+    if inv.only_in_site:
+        inv.warnings.append(f"nodes {fold(inv.only_in_site)} are in the site file but not in Slurm")

@@ -1,0 +1,46 @@
+"""Slurm access behind one interface (SlurmBackend) and one registry of backends.
+
+    backend = backend_for_site(site)      # the one named by slurm.backend, configured from the site
+    backend.drain(["gpu007"], "xid79", "gpu3 fell off the bus")
+
+A new backend is one module with a SlurmBackend subclass and one line in BACKENDS.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from fleetctl.errors import ConfigError
+from fleetctl.slurm.base import Reservation, ResumeResult, SlurmBackend, SlurmJob, SlurmNode
+
+__all__ = ["BACKENDS", "Reservation", "ResumeResult", "SlurmBackend", "SlurmJob", "SlurmNode",
+           "backend_for_site", "get_backend"]
+
+# name -> "module:class"; imported only when chosen.
+BACKENDS: dict[str, str] = {
+    "cli": "fleetctl.slurm.cli_backend:CliBackend",
+}
+
+
+def get_backend(name: str = "cli", **options) -> SlurmBackend:
+    target = BACKENDS.get(name)
+    if target is None:
+        raise ConfigError(f"unknown Slurm backend {name!r}; known: {', '.join(sorted(BACKENDS))}",
+                          key="slurm.backend")
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)(**options)
+
+
+def backend_for_site(site, **options) -> SlurmBackend:
+    """The site's backend with its drain prefix and slurm.conf (relative to the site file)."""
+    conf = site.slurm["conf"]
+    if conf:
+        path = Path(conf).expanduser()
+        if not path.is_absolute() and not site.source.startswith("<"):
+            path = Path(site.source).parent / path
+        conf = str(path)
+    options.setdefault("drain_prefix", site.slurm["drain_prefix"])
+    if site.slurm["backend"] == "cli":
+        options.setdefault("slurm_conf", conf)
+    return get_backend(site.slurm["backend"], **options)
