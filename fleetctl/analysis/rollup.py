@@ -1,0 +1,168 @@
+"""Roll blamed link directions up to the smallest common element, with evidence and confidence.
+
+Order matters, largest element first:
+1. switch: at least `switch_min_links` blamed link directions touch it and either most paths
+   through it are bad (`switch_bad_share`) or half of its link directions are blamed;
+2. NIC: both directions of the NIC's cable are blamed (every path from and to it is bad while its
+   neighbours are fine): the NIC, or its switch port or cable, which probes cannot tell apart;
+3. host: every NIC of a host with two or more NICs is a NIC finding;
+4. what remains is a link: one direction, or `both` when both directions are blamed.
+
+Confidence (0..1) = sqrt(consistency) * support * (0.5 + 0.5 * share), where consistency is the
+share of the element's paths that are bad, support = 1 - 0.5^(bad paths), and share is the part of
+all bad paths of the window that the element explains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import csc_matrix
+from scipy.stats import binom
+
+from fleetctl.analysis.signals import PathSignals, Thresholds
+from fleetctl.mesh.topology import Element, Topology
+
+SEVERITY_RANK = {"critical": 3, "major": 2, "minor": 1}
+
+
+def severity(metric: str, loss: float, excess_us: float) -> str:
+    if metric == "down" or loss >= 0.05 or excess_us >= 1000:
+        return "critical"
+    if loss >= 0.01 or excess_us >= 100:
+        return "major"
+    return "minor"
+
+
+class Rollup:
+    """Roll-up over one path table; reused across windows and metrics."""
+
+    def __init__(self, topo: Topology, incidence: csc_matrix, th: Thresholds):
+        self.topo = topo
+        self.inc = incidence  # all paths x all elements
+        self.th = th
+        self.nic_links: dict[int, tuple[int, int]] = {}  # nic elem -> (up, down) link dirs
+        for lid, (a, b) in topo.links.items():
+            if a in topo.switch_tier and b in topo.switch_tier:
+                continue
+            nic, sw = (a, b) if b in topo.switch_tier else (b, a)
+            self.nic_links[topo.index("nic", nic)] = (topo.link_dir(lid, nic, sw),
+                                                      topo.link_dir(lid, sw, nic))
+        self.host_nics: dict[str, list[int]] = {}
+        for nic, host in zip(topo.nics, topo.nic_host):
+            self.host_nics.setdefault(host, []).append(topo.index("nic", nic))
+        self.switch_links = {s: set(topo.links_of_switch(s)) for s in topo.switch_tier}
+
+    def paths_through(self, elems: list[int]) -> np.ndarray:
+        mask = np.zeros(self.inc.shape[0], dtype=bool)
+        for e in elems:
+            col = self.inc.getcol(e)
+            mask[col.indices[col.data > 0]] = True
+        return mask
+
+    def findings(self, blamed: dict[int, float], metric: str, sig: PathSignals,
+                 window: int) -> list[dict]:
+        bad = (sig.lossy if metric == "loss" else sig.delayed) & sig.valid
+        left = set(blamed)
+        groups: list[tuple[Element, list[int], list[int]]] = []  # element, path elems, links
+        for sw, links in self.switch_links.items():
+            mine = sorted(left & links)
+            if len(mine) < self.th.switch_min_links:
+                continue
+            through = self.paths_through([self.topo.index("switch", sw)]) & sig.valid
+            share = bad[through].mean() if through.any() else 0.0
+            if share >= self.th.switch_bad_share or len(mine) >= 0.5 * len(links):
+                groups.append((Element("switch", sw), [self.topo.index("switch", sw)], mine))
+                left -= set(mine)
+        nic_groups = {}
+        for nic_el, (up, down) in self.nic_links.items():
+            if up in left and down in left:
+                nic_groups[nic_el] = [up, down]
+                left -= {up, down}
+        for host, nic_els in self.host_nics.items():
+            if len(nic_els) >= 2 and all(n in nic_groups for n in nic_els):
+                links = [l for n in nic_els for l in nic_groups.pop(n)]
+                groups.append((Element("host", host), nic_els, links))
+        for nic_el, links in nic_groups.items():
+            groups.append((self.topo.elements[nic_el], [nic_el], links))
+        by_link: dict[str, list[int]] = {}
+        for e in sorted(left):
+            by_link.setdefault(self.topo.elements[e].id, []).append(e)
+        for lid, dirs in by_link.items():
+            direction = self.topo.elements[dirs[0]].direction if len(dirs) == 1 else "both"
+            groups.append((Element("link", lid, direction), dirs, dirs))
+        total_bad = max(1, int(bad.sum()))
+        out = []
+        for el, path_elems, links in groups:
+            f = self._finding(el, path_elems, links, blamed, metric, sig, bad, total_bad, window)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def _finding(self, el: Element, path_elems: list[int], links: list[int],
+                 blamed: dict[int, float], metric: str, sig: PathSignals, bad: np.ndarray,
+                 total_bad: int, window: int) -> dict | None:
+        through = self.paths_through(path_elems) & sig.valid
+        hit = through & bad
+        n_bad, n_through = int(hit.sum()), int(through.sum())
+        if n_bad < self.th.min_bad_paths:
+            return None
+        clean = through & ~bad
+        if metric == "loss":
+            # pooled over the bad paths: rare single drops on a few paths are not a fault
+            lost, sent = int(sig.lost[hit].sum()), int(sig.sent[hit].sum())
+            if binom.sf(lost - 1, sent, self.th.background_loss) >= self.th.loss_alpha:
+                return None
+        loss_bad = float(np.median(sig.loss_rate[hit]))
+        excess_bad = float(np.nanmedian(sig.excess_us[hit])) if np.isfinite(
+            sig.excess_us[hit]).any() else float("nan")
+        kind = metric
+        if metric == "loss" and float(np.median(sig.down[hit])) >= 0.5 and loss_bad >= 0.99:
+            kind = "down"
+        consistency = n_bad / max(1, n_through)
+        support = 1.0 - 0.5 ** n_bad
+        share = min(1.0, n_bad / total_bad)
+        confidence = round(float(np.sqrt(consistency) * support * (0.5 + 0.5 * share)), 3)
+        evidence = {
+            "window": window,
+            "paths_through": n_through,
+            "paths_bad": n_bad,
+            "paths_clean": int(clean.sum()),
+            "share_of_bad_paths": round(share, 3),
+            "loss_pct_bad_median": round(100 * loss_bad, 3),
+            "loss_pct_clean_median": round(100 * float(np.median(sig.loss_rate[clean])), 3)
+            if clean.any() else None,
+            "excess_delay_us_bad_median": _round(excess_bad),
+            "excess_delay_us_clean_median": _round(float(np.nanmedian(sig.excess_us[clean])))
+            if clean.any() and np.isfinite(sig.excess_us[clean]).any() else None,
+            "blamed": [self.topo.elements[l].label for l in links],
+        }
+        if metric == "loss":
+            est = max(blamed.get(l, 0.0) for l in links)
+            evidence["estimate_loss_pct"] = round(100 * (1 - np.exp(-est)), 3)
+        else:
+            evidence["estimate_delay_us"] = round(max(blamed.get(l, 0.0) for l in links), 1)
+        if el.type == "nic":
+            evidence["alternatives"] = self._nic_alternatives(el.id)
+        return {
+            "element": el.to_dict(),
+            "metric": kind,
+            "severity": severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
+            "confidence": confidence,
+            "evidence": evidence,
+        }
+
+    def _nic_alternatives(self, nic: str) -> list[dict]:
+        out = []
+        for lid, (a, b) in self.topo.links.items():
+            if nic in (a, b):
+                out.append({"type": "link", "id": lid})
+                ports = self.topo.link_ports.get(lid)
+                if ports:
+                    sw_end = ports[1] if a == nic else ports[0]
+                    if ":" in sw_end:
+                        out.append({"type": "port", "id": sw_end})
+        return out
+
+
+def _round(v: float) -> float | None:
+    return None if not np.isfinite(v) else round(v, 1)

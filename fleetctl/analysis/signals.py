@@ -1,0 +1,119 @@
+"""From per-path window figures to per-path signals: which paths are bad, and by how much.
+
+Thresholds are robust on purpose: a real fabric has microseconds of jitter and rare single losses,
+and a run without a fault must give no finding. A path is
+- down when it sent enough probes and none came back,
+- lossy when it lost at least `min_lost` probes; single background drops are filtered later, at
+  the element: a finding needs the pooled loss of its bad paths to be improbable under the
+  background rate (binomial tail below `loss_alpha`),
+- delayed when its excess delay over the baseline exceeds both an absolute floor and a robust
+  z-score of all paths' excess delays in the window (centre and scale from the lower quantiles).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetctl.errors import DataError
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_probes: int = 5  # a path with fewer probes in a window says nothing
+    background_loss: float = 1e-3  # loss rate assumed healthy (rare single drops)
+    loss_alpha: float = 1e-6  # binomial tail of an element's pooled loss, below = significant
+    min_lost: int = 1  # a path with at least this many lost probes is lossy
+    delay_floor_us: float = 20.0  # excess delay below this is never a fault
+    delay_z: float = 6.0  # robust z-score of excess delay
+    min_bad_paths: int = 2  # a finding needs at least this many bad paths
+    candidate_share: float = 0.3  # element kept as a suspect when this share of its paths is bad
+    switch_bad_share: float = 0.8  # switch blamed when this share of its paths is bad ...
+    switch_min_links: int = 3  # ... and at least this many of its link directions are blamed
+
+
+@dataclass
+class WindowStats:
+    """Per-window, per-path figures. Shapes (W, P); delays in microseconds, NaN where none."""
+
+    sent: np.ndarray
+    lost: np.ndarray
+    delay: np.ndarray  # per-window delay statistic (p50 or p99), one-way or half round trip
+    baseline: np.ndarray | None = None  # (P,) healthy delay per path, e.g. from a look-back
+
+    def __post_init__(self) -> None:
+        self.sent = np.atleast_2d(np.asarray(self.sent))
+        self.lost = np.atleast_2d(np.asarray(self.lost))
+        self.delay = np.atleast_2d(np.asarray(self.delay, dtype=np.float64))
+        if not (self.sent.shape == self.lost.shape == self.delay.shape):
+            raise DataError(f"window stats shapes differ: sent {self.sent.shape}, lost "
+                            f"{self.lost.shape}, delay {self.delay.shape}")
+        if np.any(self.lost > self.sent) or np.any(self.lost < 0):
+            raise DataError("window stats: lost probes outside 0..sent")
+
+    @property
+    def n_windows(self) -> int:
+        return self.sent.shape[0]
+
+
+@dataclass
+class PathSignals:
+    """One window's verdict per path. y_* are the additive magnitudes tomography fits."""
+
+    valid: np.ndarray  # bool: enough probes
+    down: np.ndarray
+    lossy: np.ndarray  # includes down
+    delayed: np.ndarray
+    loss_rate: np.ndarray
+    y_loss: np.ndarray  # -log(1 - loss) on lossy paths, 0 elsewhere
+    excess_us: np.ndarray  # excess delay, NaN where unknown
+    y_delay: np.ndarray  # excess on delayed paths, 0 elsewhere
+    sent: np.ndarray
+    lost: np.ndarray
+
+
+def path_baseline(stats: WindowStats, hop_class: np.ndarray) -> np.ndarray:
+    """Healthy delay per path: the lower of its own low quantile over windows and the median of
+    paths of the same hop class, so a fault that lasts the whole run still stands out."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # paths down in every window: NaN
+        own = np.nanquantile(stats.delay, 0.1, axis=0) if stats.n_windows > 1 \
+            else stats.delay[0].copy()
+    peer = np.full_like(own, np.nan)
+    for cls in np.unique(hop_class):
+        members = hop_class == cls
+        vals = own[members]
+        if np.any(np.isfinite(vals)):
+            peer[members] = np.nanmedian(vals)
+    base = np.fmin(own, peer)
+    if stats.baseline is not None:
+        base = np.fmin(base, np.asarray(stats.baseline, dtype=np.float64))
+    return base
+
+
+def window_signals(sent: np.ndarray, lost: np.ndarray, delay: np.ndarray, baseline: np.ndarray,
+                   th: Thresholds) -> PathSignals:
+    sent = np.asarray(sent, dtype=np.int64)
+    lost = np.asarray(lost, dtype=np.int64)
+    valid = sent >= th.min_probes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(sent > 0, lost / np.maximum(sent, 1), 0.0)
+    down = valid & (lost == sent)
+    lossy = valid & (lost >= th.min_lost) | down
+    y_loss = np.where(lossy, -np.log1p(-np.minimum(rate, 0.999)), 0.0)
+
+    excess = delay - baseline
+    ok = valid & np.isfinite(excess) & ~down
+    delayed = np.zeros_like(valid)
+    if np.any(ok):
+        # Noise scale from the lower quantiles only: a fault may delay over half of the paths
+        # (a spine of a 2-spine fabric), which would inflate a plain median/MAD.
+        q05, q25 = np.quantile(excess[ok], [0.05, 0.25])
+        sigma = (q25 - q05) / 0.971  # Gaussian: q25 - q05 = 0.971 sigma
+        centre = q25 + 0.674 * sigma
+        limit = max(th.delay_floor_us, centre + th.delay_z * sigma)
+        delayed[ok] = excess[ok] > limit
+    y_delay = np.where(delayed, np.nan_to_num(excess), 0.0)
+    return PathSignals(valid, down, lossy, delayed, rate, y_loss, excess, y_delay, sent, lost)

@@ -1,0 +1,64 @@
+"""Synthetic fabrics for tests and benchmarks: k-ary 3-tier fat-trees and 2-tier leaf-spines.
+
+A k-ary fat-tree (Al-Fares et al.) has k pods of k/2 leaves and k/2 aggregation switches,
+(k/2)^2 cores and k^3/4 hosts; it has 3 k^3/4 links (k=24: 10,368 links, 3,456 hosts).
+Ids mimic a site file: `p3-l1` (pod 3 leaf 1), `p3-a0`, `c17`, `n00042:eth0`.
+"""
+
+from __future__ import annotations
+
+from fleetctl.errors import UsageError
+from fleetctl.mesh.topology import Topology
+
+
+def fat_tree(k: int, nics_per_host: int = 1) -> Topology:
+    """A k-ary 3-tier fat-tree; each host has `nics_per_host` NICs on its leaf."""
+    if k < 2 or k % 2:
+        raise UsageError(f"fat-tree arity k must be an even number >= 2, not {k}")
+    half = k // 2
+    switches: dict[str, int] = {}
+    links: list[tuple[str, str, str]] = []
+    nics: list[tuple[str, str]] = []
+    cores = [f"c{i}" for i in range(half * half)]
+    for c in cores:
+        switches[c] = 3
+    host = 0
+    for p in range(k):
+        for a in range(half):
+            switches[f"p{p}-a{a}"] = 2
+            for j in range(half):  # agg a of each pod reaches cores a*half .. a*half+half-1
+                core = cores[a * half + j]
+                links.append((f"p{p}-a{a}--{core}", f"p{p}-a{a}", core))
+        for l in range(half):
+            leaf = f"p{p}-l{l}"
+            switches[leaf] = 1
+            for a in range(half):
+                links.append((f"{leaf}--p{p}-a{a}", leaf, f"p{p}-a{a}"))
+            for _ in range(half):
+                name = f"n{host:05d}"
+                host += 1
+                for e in range(nics_per_host):
+                    nic = f"{name}:eth{e}"
+                    nics.append((nic, name))
+                    links.append((f"{nic}--{leaf}", nic, leaf))
+    return Topology.build(f"fat-tree-k{k}", nics, switches, links)
+
+
+def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, nics_per_host: int = 2) -> Topology:
+    """A 2-tier leaf-spine like the emulated lab: every leaf has one uplink per spine."""
+    switches = {f"spine{s}": 2 for s in range(1, spines + 1)}
+    links: list[tuple[str, str, str]] = []
+    nics: list[tuple[str, str]] = []
+    node = 1
+    for l in range(1, leaves + 1):
+        leaf = f"leaf{l}"
+        switches[leaf] = 1
+        for s in range(1, spines + 1):
+            links.append((f"{leaf}--spine{s}", leaf, f"spine{s}"))
+        for _ in range(hosts_per_leaf):
+            for e in range(nics_per_host):
+                nic = f"node{node}:eth{e}"
+                nics.append((nic, f"node{node}"))
+                links.append((f"{nic}--{leaf}", nic, leaf))
+            node += 1
+    return Topology.build(f"leaf-spine-{leaves}x{spines}", nics, switches, links)

@@ -1,0 +1,298 @@
+"""The fabric as analysis sees it: elements, NICs, ECMP routing and path tables.
+
+Elements are what a finding can blame: each link direction (`leaf1->spine2`), each switch, each NIC
+(`node3:eth1`) and each host. A path is the ordered list of elements a probe crosses:
+NIC, link direction, switch, link direction, ..., link direction, NIC.
+
+Where a flow's path was not traced, routing follows the ECMP rule of a routed fabric: every switch
+forwards over all neighbours one hop closer to the destination switch (shortest paths), so the
+candidate path set of a pair is the shortest-path DAG between its two switches.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from fleetctl.errors import ConfigError
+
+ELEMENT_TYPES = ("link", "switch", "nic", "host")
+
+
+@dataclass(frozen=True)
+class Element:
+    type: str  # link | switch | nic | host
+    id: str  # the site file's id: link id, switch id, `node:nic`, node
+    direction: str = ""  # links only: `a->b` with a, b the link's end ids
+
+    @property
+    def label(self) -> str:
+        return self.direction if self.type == "link" else self.id
+
+    def to_dict(self) -> dict:
+        out = {"type": self.type, "id": self.id}
+        if self.type == "link":
+            out["direction"] = self.direction
+        return out
+
+
+@dataclass
+class PathTable:
+    """Paths as CSR rows of element indices (in order), with the weight of each entry.
+
+    Traced paths have weight 1 on every element. An untraced flow's expected row has, per element,
+    the probability that the flow crosses it under uniform ECMP splitting; it is unordered.
+    """
+
+    indptr: np.ndarray
+    elements: np.ndarray
+    weights: np.ndarray
+    src_nic: np.ndarray
+    dst_nic: np.ndarray
+    traced: np.ndarray  # bool per path
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def row(self, i: int) -> np.ndarray:
+        return self.elements[self.indptr[i]:self.indptr[i + 1]]
+
+    def matrix(self, n_elements: int) -> csr_matrix:
+        """paths x elements incidence (weighted), the A of tomography."""
+        return csr_matrix((self.weights, self.elements, self.indptr),
+                          shape=(len(self), n_elements))
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[np.ndarray, np.ndarray]], src: list[int], dst: list[int],
+                  traced: list[bool]) -> PathTable:
+        lengths = np.array([len(r[0]) for r in rows], dtype=np.int64)
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        elems = np.concatenate([r[0] for r in rows]) if rows else np.zeros(0, np.int64)
+        weights = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0)
+        return cls(indptr, elems.astype(np.int64), weights.astype(np.float64),
+                   np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                   np.asarray(traced, dtype=bool))
+
+
+@dataclass
+class Topology:
+    """Elements and ECMP routing of one fabric. Build with `from_site` or `fattree.generate`."""
+
+    name: str
+    elements: list[Element] = field(default_factory=list)
+    nics: list[str] = field(default_factory=list)  # NIC ids `node:nic`, index = NIC index
+    nic_host: list[str] = field(default_factory=list)
+    switch_tier: dict[str, int] = field(default_factory=dict)
+    # links: link id -> (end a, end b); ends are switch ids or NIC ids
+    links: dict[str, tuple[str, str]] = field(default_factory=dict)
+    link_ports: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._index: dict[tuple[str, str, str], int] = {}
+        self._routing_ready = False
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, name: str, nics: list[tuple[str, str]], switches: dict[str, int],
+              links: list[tuple[str, str, str]],
+              ports: dict[str, tuple[str, str]] | None = None) -> Topology:
+        """nics: (nic id, host); switches: id -> tier; links: (link id, end a, end b)."""
+        topo = cls(name=name, switch_tier=dict(switches), link_ports=dict(ports or {}))
+        for sw in switches:
+            topo._add(Element("switch", sw))
+        for nic, host in nics:
+            topo.nics.append(nic)
+            topo.nic_host.append(host)
+            topo._add(Element("nic", nic))
+        for host in dict.fromkeys(topo.nic_host):
+            topo._add(Element("host", host))
+        known = set(switches) | set(topo.nics)
+        for lid, a, b in links:
+            for end in (a, b):
+                if end not in known:
+                    raise ConfigError(f"link {lid!r} end {end!r} is neither a switch nor a NIC")
+            topo.links[lid] = (a, b)
+            topo._add(Element("link", lid, f"{a}->{b}"))
+            topo._add(Element("link", lid, f"{b}->{a}"))
+        return topo
+
+    @classmethod
+    def from_site(cls, site) -> Topology:
+        """From a fleetctl Site: its node classes' NICs, fabric switches and links."""
+        nics: list[tuple[str, str]] = []
+        for cls_ in site.node_classes:
+            for node in cls_.nodes:
+                nics.extend((f"{node}:{nic.name}", node) for nic in cls_.nics)
+        links, ports = [], {}
+        nic_ids = {n for n, _ in nics}
+        for link in site.links.values():
+            ends = []
+            for ep in (link.a, link.b):
+                end = ep.element_id
+                if ep.kind == "host":  # a node without a named NIC: one pseudo-NIC per node
+                    end = f"{ep.device}:"
+                    if end not in nic_ids:
+                        nics.append((end, ep.device))
+                        nic_ids.add(end)
+                ends.append(end)
+            links.append((link.id, ends[0], ends[1]))
+            ports[link.id] = (str(link.a), str(link.b))
+        return cls.build(site.name, nics, {s.id: s.tier for s in site.switches.values()}, links,
+                         ports)
+
+    def _add(self, el: Element) -> int:
+        key = (el.type, el.id, el.direction)
+        if key in self._index:
+            raise ConfigError(f"duplicate {el.type} {el.label!r} in topology {self.name!r}")
+        self._index[key] = len(self.elements)
+        self.elements.append(el)
+        return self._index[key]
+
+    # ------------------------------------------------------------------ lookups
+    def index(self, type_: str, id_: str, direction: str = "") -> int:
+        return self._index[(type_, id_, direction)]
+
+    def link_dir(self, link_id: str, src: str, dst: str) -> int:
+        return self._index[("link", link_id, f"{src}->{dst}")]
+
+    def nic_index(self, nic: str) -> int:
+        try:
+            return self._nic_pos[nic]
+        except AttributeError:
+            self._nic_pos = {n: i for i, n in enumerate(self.nics)}
+            return self.nic_index(nic)
+
+    def find(self, label: str) -> int:
+        """Element index by label: `leaf1->spine2` (link direction), a switch, NIC or host id."""
+        try:
+            return self._by_label[label]
+        except AttributeError:
+            self._by_label = {e.label: i for i, e in enumerate(self.elements)}
+            return self.find(label)
+        except KeyError:
+            raise ConfigError(f"no element {label!r} in topology {self.name!r}") from None
+
+    @property
+    def n_elements(self) -> int:
+        return len(self.elements)
+
+    def element_types(self) -> np.ndarray:
+        return np.array([ELEMENT_TYPES.index(e.type) for e in self.elements], dtype=np.int8)
+
+    def links_of_switch(self, switch: str) -> list[int]:
+        """Element indices of every link direction entering or leaving a switch."""
+        out = []
+        for lid, (a, b) in self.links.items():
+            if switch in (a, b):
+                out += [self.link_dir(lid, a, b), self.link_dir(lid, b, a)]
+        return out
+
+    # ------------------------------------------------------------------ routing
+    def _prepare_routing(self) -> None:
+        if self._routing_ready:
+            return
+        sws = list(self.switch_tier)
+        self._sw_pos = {s: i for i, s in enumerate(sws)}
+        self._switches = sws
+        self._nbrs: list[list[tuple[int, int]]] = [[] for _ in sws]  # (neighbour, link elem)
+        self._nic_attach: dict[str, tuple[int, int, int]] = {}  # nic -> (switch, up elem, down elem)
+        rows, cols = [], []
+        for lid, (a, b) in self.links.items():
+            if a in self._sw_pos and b in self._sw_pos:
+                ia, ib = self._sw_pos[a], self._sw_pos[b]
+                self._nbrs[ia].append((ib, self.link_dir(lid, a, b)))
+                self._nbrs[ib].append((ia, self.link_dir(lid, b, a)))
+                rows += [ia, ib]
+                cols += [ib, ia]
+            else:
+                nic, sw = (a, b) if b in self._sw_pos else (b, a)
+                if nic not in self._nic_attach and sw in self._sw_pos:
+                    self._nic_attach[nic] = (self._sw_pos[sw], self.link_dir(lid, nic, sw),
+                                             self.link_dir(lid, sw, nic))
+        graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(sws), len(sws)))
+        self._dist = shortest_path(graph, unweighted=True, directed=False)
+        self._routing_ready = True
+
+    def attached(self, nic: str) -> bool:
+        self._prepare_routing()
+        return nic in self._nic_attach
+
+    def switch_distance(self, src_nic: str, dst_nic: str) -> float:
+        self._prepare_routing()
+        return self._dist[self._nic_attach[src_nic][0], self._nic_attach[dst_nic][0]]
+
+    def _endpoints(self, src_nic: str, dst_nic: str):
+        self._prepare_routing()
+        try:
+            s = self._nic_attach[src_nic]
+            d = self._nic_attach[dst_nic]
+        except KeyError as exc:
+            raise ConfigError(f"NIC {exc.args[0]!r} has no link to a switch in topology "
+                              f"{self.name!r}") from None
+        if not np.isfinite(self._dist[s[0], d[0]]):
+            raise ConfigError(f"no route from {src_nic} to {dst_nic} in topology {self.name!r}")
+        return s, d
+
+    def _next_hops(self, u: int, dsw: int) -> list[tuple[int, int]]:
+        du = self._dist[u, dsw]
+        return [(v, e) for v, e in self._nbrs[u] if self._dist[v, dsw] == du - 1]
+
+    def ecmp_path(self, src_nic: str, dst_nic: str, flow: int) -> list[int]:
+        """The path one flow takes: each switch hashes (pair, flow, switch) over its next hops."""
+        (ssw, up, _), (dsw, _, down) = self._endpoints(src_nic, dst_nic)
+        path = [self.index("nic", src_nic), up]
+        u = ssw
+        while True:
+            path.append(self.index("switch", self._switches[u]))
+            if u == dsw:
+                break
+            hops = self._next_hops(u, dsw)
+            h = zlib.crc32(f"{src_nic}|{dst_nic}|{flow}|{u}".encode())
+            u, e = hops[h % len(hops)]
+            path.append(e)
+        path += [down, self.index("nic", dst_nic)]
+        return path
+
+    def expected_row(self, src_nic: str, dst_nic: str) -> tuple[np.ndarray, np.ndarray]:
+        """Elements of all candidate ECMP paths with the probability that a flow crosses each."""
+        (ssw, up, _), (dsw, _, down) = self._endpoints(src_nic, dst_nic)
+        prob = {ssw: 1.0}
+        weights: dict[int, float] = {}
+        frontier = [ssw]
+        while frontier:  # breadth-first down the DAG: each layer is one hop closer to dsw
+            nxt: dict[int, None] = {}
+            for u in frontier:
+                weights[self.index("switch", self._switches[u])] = prob[u]
+                if u == dsw:
+                    continue
+                hops = self._next_hops(u, dsw)
+                share = prob[u] / len(hops)
+                for v, e in hops:
+                    weights[e] = weights.get(e, 0.0) + share
+                    prob[v] = prob.get(v, 0.0) + share
+                    nxt[v] = None
+            frontier = list(nxt)
+        weights[self.index("nic", src_nic)] = 1.0
+        weights[up] = 1.0
+        weights[down] = 1.0
+        weights[self.index("nic", dst_nic)] = 1.0
+        elems = np.fromiter(weights, dtype=np.int64)
+        return elems, np.array([weights[e] for e in elems])
+
+    def path_table(self, flows: list[tuple[str, str, int]], traced: bool = True) -> PathTable:
+        """Path table for flows (src nic, dst nic, flow number): ECMP-hashed or expected rows."""
+        rows, src, dst = [], [], []
+        for s, d, f in flows:
+            if traced:
+                p = np.array(self.ecmp_path(s, d, f), dtype=np.int64)
+                rows.append((p, np.ones(len(p))))
+            else:
+                rows.append(self.expected_row(s, d))
+            src.append(self.nic_index(s))
+            dst.append(self.nic_index(d))
+        return PathTable.from_rows(rows, src, dst, [traced] * len(rows))
