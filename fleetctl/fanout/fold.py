@@ -1,0 +1,60 @@
+"""Folding like clubak: hosts with identical results are shown once, under their folded node set."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fleetctl.fanout.result import OK, HostResult
+from fleetctl.nodeset import fold
+
+
+@dataclass(frozen=True)
+class Group:
+    """Nodes whose status, exit code, stdout, stderr and error are all identical."""
+
+    nodes: tuple[str, ...]
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    error: str
+
+    @property
+    def nodeset(self) -> str:
+        return fold(self.nodes)
+
+    def to_dict(self) -> dict:
+        return {"nodes": self.nodeset, "count": len(self.nodes), "status": self.status,
+                "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+                "error": self.error}
+
+
+def group_results(results: Iterable[HostResult]) -> list[Group]:
+    """Groups of identical results: ok first, failures last (nearest the summary), then by size
+    (largest first), then node set.
+
+    Duration is left out of the key: two hosts that printed the same thing agree however long
+    each took."""
+    buckets: dict[tuple, list[str]] = {}
+    for r in results:
+        key = (r.status, r.exit_code, r.stdout, r.stderr, r.error)
+        buckets.setdefault(key, []).append(r.node)
+    groups = [Group(tuple(nodes), *key) for key, nodes in buckets.items()]
+    groups.sort(key=lambda g: (g.status != OK, -len(g.nodes), g.nodeset))
+    return groups
+
+
+def status_counts(results: Iterable[HostResult]) -> dict[str, int]:
+    """How many hosts ended in each status, ok first then by count."""
+    counts = Counter(r.status for r in results)
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0] != OK, -kv[1], kv[0])))
+
+
+def nodes_by_status(results: Iterable[HostResult]) -> dict[str, str]:
+    """Folded node set of each status: {"ok": "node[1-3]", "timeout": "node4"}."""
+    names: dict[str, list[str]] = {}
+    for r in results:
+        names.setdefault(r.status, []).append(r.node)
+    return {status: fold(nodes) for status, nodes in names.items()}

@@ -1,0 +1,160 @@
+"""The srun transport: one Slurm job step, one task per node, output split per node.
+
+    srun -w NODES -N n --ntasks-per-node=1 --label --kill-on-bad-exit=0 ... /bin/sh -c WRAPPER - CMD...
+
+Each task runs a small wrapper that prints a marker line with its node name first (so the task
+number of `--label` maps to a node) and a marker with the command's exit status last, on stderr.
+The command itself comes to the wrapper as positional arguments ("$@"), never pasted into the text.
+
+Limits (docs/exec.md): srun allocates all nodes or none, so a down, drained or busy node fails the
+whole run (every node gets srun's error); the nodes must be free for a new job (or the run happens
+inside a job that holds them); a last output line without a newline gets one; a node's stdout and
+stderr are kept apart but their relative order is not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import time
+
+from fleetctl.fanout.base import OnResult, Transport
+from fleetctl.fanout.result import ERROR, FAILED, OK, TIMEOUT, Command, HostResult
+
+MARK = "\x1ffleetctl-"  # unit separator: never starts a line of ordinary output
+WRAPPER = (
+    'n="${SLURMD_NODENAME:-$(hostname -s)}"; '
+    f"printf '{MARK}node:%s\\n' \"$n\"; "
+    'FLEETCTL_NODE="$n"; export FLEETCTL_NODE; '
+    '"$@"; rc=$?; '
+    f"printf '{MARK}rc:%s\\n' \"$rc\" >&2; "
+    "exit 0"  # per-node status travels in the marker; srun's own status then means srun trouble
+)
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
+_RC = re.compile(re.escape(MARK) + r"rc:(\d+)$")
+_NODE = re.compile(re.escape(MARK) + r"node:(\S+)$")
+
+
+class SrunTransport(Transport):
+    name = "srun"
+
+    def build_argv(self, nodes: list[str], command: Command, timeout: float, stdin: bool) -> list[str]:
+        o = self.options
+        from fleetctl.nodeset import fold
+
+        minutes = math.ceil((timeout + o.connect_timeout) / 60) + 1  # Slurm's own backstop
+        argv = ["srun", f"--nodelist={fold(nodes)}", f"--nodes={len(nodes)}", "--ntasks-per-node=1",
+                "--label", "--kill-on-bad-exit=0", "--wait=0", "--quiet", "--job-name=fleetctl",
+                f"--time={minutes}", f"--immediate={max(1, math.ceil(o.connect_timeout))}",
+                f"--input={'all' if stdin else 'none'}"]
+        if o.srun_partition:
+            argv.append(f"--partition={o.srun_partition}")
+        argv += list(o.srun_extra_args)
+        return argv + ["/bin/sh", "-c", WRAPPER, "fleetctl-srun", *command.as_argv()]
+
+    def _run(self, nodes: list[str], command: Command, timeout: float, stdin: bytes | None,
+             on_result: OnResult) -> list[HostResult]:
+        argv = self.build_argv(nodes, command, timeout, stdin is not None)
+        env = dict(os.environ)
+        if self.options.slurm_conf:
+            env["SLURM_CONF"] = self.options.slurm_conf
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        except OSError as exc:
+            return _all(nodes, ERROR, f"cannot run srun: {exc.strerror or exc}", 0.0, on_result)
+        timed_out = False
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout + self.options.connect_timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            out, err = _stop(proc)
+        duration = time.monotonic() - start
+        tasks = parse_labelled(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        srun_msgs = [line for line in err.decode("utf-8", "replace").splitlines()
+                     if line and not _LABEL.match(line)]
+        results = []
+        by_node = {t.node: t for t in tasks.values() if t.node}
+        for node in nodes:
+            task = by_node.get(node)
+            if task is not None and task.rc is not None:
+                r = HostResult(node, OK if task.rc == 0 else FAILED, task.rc, task.stdout(), task.stderr(),
+                               duration)
+            elif timed_out:
+                r = HostResult(node, TIMEOUT, None, task.stdout() if task else "",
+                               task.stderr() if task else "", duration,
+                               f"command timed out after {timeout:g} s"
+                               + ("" if task else " (the task never started)"))
+            else:
+                why = _srun_error(srun_msgs) or f"srun exited with status {proc.returncode}"
+                r = HostResult(node, ERROR, None, task.stdout() if task else "",
+                               task.stderr() if task else "", duration,
+                               f"no exit status from srun for this node: {why}")
+            on_result(r)
+            results.append(r)
+        return results
+
+
+class _Task:
+    def __init__(self) -> None:
+        self.node = ""
+        self.rc: int | None = None
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.partial = ""  # the command's last stderr line when it had no newline
+
+    def stdout(self) -> str:
+        return "".join(line + "\n" for line in self.out)
+
+    def stderr(self) -> str:
+        return "".join(line + "\n" for line in self.err) + self.partial
+
+
+def parse_labelled(stdout: str, stderr: str) -> dict[int, _Task]:
+    """Split `--label` output into tasks, reading the wrapper's node and exit-status markers."""
+    tasks: dict[int, _Task] = {}
+    for stream, text in (("out", stdout), ("err", stderr)):
+        for line in text.splitlines():
+            m = _LABEL.match(line)
+            if not m:
+                continue
+            task = tasks.setdefault(int(m.group(1)), _Task())
+            content = m.group(2)
+            head, sep, tail = content.partition(MARK)
+            if sep:
+                marker = MARK + tail
+                if (node := _NODE.match(marker)) and stream == "out" and not head:
+                    task.node = node.group(1)
+                    continue
+                if (rc := _RC.match(marker)) and stream == "err":
+                    task.rc = int(rc.group(1))
+                    task.partial = head
+                    continue
+            (task.out if stream == "out" else task.err).append(content)
+    return tasks
+
+
+def _stop(proc: subprocess.Popen) -> tuple[bytes, bytes]:
+    """Stop srun after the timeout: SIGTERM is forwarded to the tasks; SIGKILL if srun lingers."""
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def _srun_error(lines: list[str]) -> str:
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [""])[-1].strip()
+
+
+def _all(nodes: list[str], status: str, message: str, duration: float,
+         on_result: OnResult) -> list[HostResult]:
+    results = [HostResult(node, status, duration_s=duration, error=message) for node in nodes]
+    for r in results:
+        on_result(r)
+    return results
