@@ -1,0 +1,294 @@
+"""GPU state from NVML (nvidia-ml-py), else `nvidia-smi --query-gpu`, else the lab's simulated JSON.
+
+All three produce one record (docs/simulated-gpus.md): {"source", "driver_version", "cuda_version",
+"gpus": [...]}. A value the source cannot read is None, never a made-up one.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fleetctl.checks.payload.common import run_cmd, to_int  # payload-local
+
+# nvmlClocksEventReasons bits (nvml.h), names as in docs/simulated-gpus.md.
+THROTTLE_BITS = (
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"),
+)
+NVML_FI_DEV_MEMORY_TEMP = 82  # nvml.h field id: HBM temperature
+NVML_NVLINK_MAX_LINKS = 18
+
+
+class GpuSourceError(Exception):
+    """No GPU source could be read (the message says what was tried)."""
+
+
+def throttle_names(mask):
+    if mask is None:
+        return None
+    return [name for bit, name in THROTTLE_BITS if mask & bit]
+
+
+def collect_gpus(args, deadline):
+    """Pick the source: simulated file (lab) > NVML > nvidia-smi."""
+    path = args.get("simulated_gpus")
+    if path:
+        return load_simulated(path)
+    tried = []
+    try:
+        import pynvml  # nvidia-ml-py, when the node has it
+    except ImportError:
+        tried.append("pynvml not importable")
+    else:
+        try:
+            return collect_nvml(pynvml)
+        except pynvml.NVMLError as exc:
+            tried.append("NVML: %s" % exc)
+    try:
+        return collect_nvidia_smi(deadline, args.get("nvidia_smi") or "nvidia-smi")
+    except GpuSourceError as exc:
+        tried.append(str(exc))
+    raise GpuSourceError("; ".join(tried))
+
+
+def load_simulated(path):
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except OSError as exc:
+        raise GpuSourceError("simulated GPU file %s: %s" % (path, exc.strerror or exc))
+    except ValueError as exc:
+        raise GpuSourceError("simulated GPU file %s: not valid JSON (%s)" % (path, exc))
+    if not isinstance(record, dict) or not isinstance(record.get("gpus"), list):
+        raise GpuSourceError("simulated GPU file %s: no \"gpus\" list" % path)
+    record["simulated"] = True
+    return record
+
+
+def _nvml_value(nvml, fn, *args):
+    """Call one NVML getter; a query the GPU or driver does not support reads as None."""
+    try:
+        value = fn(*args)
+    except nvml.NVMLError:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def collect_nvml(nvml):
+    nvml.nvmlInit()
+    try:
+        cuda = _nvml_value(nvml, nvml.nvmlSystemGetCudaDriverVersion)
+        record = {
+            "source": "nvml",
+            "driver_version": _nvml_value(nvml, nvml.nvmlSystemGetDriverVersion),
+            "cuda_version": "%d.%d" % (cuda // 1000, cuda % 1000 // 10) if cuda else None,
+            "gpus": [],
+        }
+        for index in range(nvml.nvmlDeviceGetCount()):
+            record["gpus"].append(_nvml_gpu(nvml, index))
+        return record
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
+def _nvml_gpu(nvml, index):
+    h = nvml.nvmlDeviceGetHandleByIndex(index)
+    v = lambda fn, *a: _nvml_value(nvml, fn, h, *a)  # noqa: E731 - one getter per line below
+    pci = v(nvml.nvmlDeviceGetPciInfo)
+    persistence = v(nvml.nvmlDeviceGetPersistenceMode)
+    ecc_mode = v(nvml.nvmlDeviceGetEccMode)  # (current, pending)
+    remap = v(nvml.nvmlDeviceGetRemappedRows)  # (correctable, uncorrectable, pending, failure)
+    power = v(nvml.nvmlDeviceGetPowerUsage)
+    limit = v(nvml.nvmlDeviceGetEnforcedPowerLimit)
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    gpu = {
+        "index": index,
+        "name": v(nvml.nvmlDeviceGetName),
+        "uuid": v(nvml.nvmlDeviceGetUUID),
+        "serial": v(nvml.nvmlDeviceGetSerial),
+        "pci_bus_id": _decode(pci.busId) if pci is not None else None,
+        "vbios_version": v(nvml.nvmlDeviceGetVbiosVersion),
+        "persistence_mode": None if persistence is None else persistence == 1,
+        "temperature_c": v(nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU),
+        "memory_temperature_c": _nvml_field(nvml, h, NVML_FI_DEV_MEMORY_TEMP),
+        "slowdown_temp_c": v(nvml.nvmlDeviceGetTemperatureThreshold,
+                             nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        "shutdown_temp_c": v(nvml.nvmlDeviceGetTemperatureThreshold,
+                             nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+        "power_w": None if power is None else power / 1000.0,
+        "power_limit_w": None if limit is None else limit / 1000.0,
+        "ecc_mode": None if ecc_mode is None else ecc_mode[0] == 1,
+        "ecc": {
+            "volatile_sbe": v(nvml.nvmlDeviceGetTotalEccErrors, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                              nvml.NVML_VOLATILE_ECC),
+            "volatile_dbe": v(nvml.nvmlDeviceGetTotalEccErrors, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                              nvml.NVML_VOLATILE_ECC),
+            "aggregate_sbe": v(nvml.nvmlDeviceGetTotalEccErrors, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                               nvml.NVML_AGGREGATE_ECC),
+            "aggregate_dbe": v(nvml.nvmlDeviceGetTotalEccErrors,
+                               nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC),
+        },
+        "remapped_rows": None if remap is None else {
+            "correctable": remap[0], "uncorrectable": remap[1],
+            "pending": bool(remap[2]), "failure": bool(remap[3])},
+        "retired_pages": _nvml_retired(nvml, h),
+        "throttle_reasons": throttle_names(_nvml_value(nvml, reasons, h)),
+        "pcie": {"gen": v(nvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                 "max_gen": v(nvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                 "width": v(nvml.nvmlDeviceGetCurrPcieLinkWidth),
+                 "max_width": v(nvml.nvmlDeviceGetMaxPcieLinkWidth)},
+        "nvlink": _nvml_nvlinks(nvml, h),
+    }
+    return gpu
+
+
+def _decode(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _nvml_field(nvml, handle, field_id):
+    try:
+        values = nvml.nvmlDeviceGetFieldValues(handle, [field_id])
+    except (nvml.NVMLError, AttributeError):
+        return None
+    fv = values[0]
+    if getattr(fv, "nvmlReturn", 0) != 0:
+        return None
+    return fv.value.uiVal  # the memory temperature field is an unsigned int
+
+
+def _nvml_retired(nvml, h):
+    """Page retirement exists on pre-Ampere GPUs; Ampere and later use row remapping (None here)."""
+    sbe = _nvml_value(nvml, nvml.nvmlDeviceGetRetiredPages, h,
+                      nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    dbe = _nvml_value(nvml, nvml.nvmlDeviceGetRetiredPages, h,
+                      nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    if sbe is None and dbe is None:
+        return None
+    pending = _nvml_value(nvml, nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+    return {"sbe": len(sbe or ()), "dbe": len(dbe or ()),
+            "pending": None if pending is None else pending == 1}
+
+
+def _nvml_nvlinks(nvml, h):
+    links = []
+    for link in range(NVML_NVLINK_MAX_LINKS):
+        state = _nvml_value(nvml, nvml.nvmlDeviceGetNvLinkState, h, link)
+        if state is None:  # link not present on this GPU
+            continue
+        err = lambda counter: _nvml_value(nvml, nvml.nvmlDeviceGetNvLinkErrorCounter, h, link,  # noqa
+                                          counter)
+        crc = [err(nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT), err(nvml.NVML_NVLINK_ERROR_DL_CRC_DATA)]
+        links.append({"link": link, "active": state == 1,
+                      "crc_errors": None if None in crc else sum(crc),
+                      "replay_errors": err(nvml.NVML_NVLINK_ERROR_DL_REPLAY),
+                      "recovery_errors": err(nvml.NVML_NVLINK_ERROR_DL_RECOVERY)})
+    return links
+
+
+# ---------------------------------------------------------------- nvidia-smi
+SMI_FIELDS = (
+    "index", "name", "uuid", "serial", "pci.bus_id", "vbios_version", "driver_version",
+    "persistence_mode", "temperature.gpu", "temperature.memory", "power.draw", "power.limit",
+    "ecc.mode.current", "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count", "retired_pages.pending",
+    "clocks_throttle_reasons.active", "pcie.link.gen.current", "pcie.link.gen.max",
+    "pcie.link.width.current", "pcie.link.width.max",
+)
+REMAP_FIELDS = ("gpu_bus_id", "remapped_rows.correctable", "remapped_rows.uncorrectable",
+                "remapped_rows.pending", "remapped_rows.failure")
+
+
+def collect_nvidia_smi(deadline, exe="nvidia-smi"):
+    rc, out, err = run_cmd([exe, "--query-gpu=" + ",".join(SMI_FIELDS),
+                            "--format=csv,noheader,nounits"], deadline, timeout=15)
+    if rc != 0:
+        raise GpuSourceError("nvidia-smi: %s" % (err.strip() or out.strip() or "exit %s" % rc))
+    record = parse_smi_csv(out)
+    rc, out, _ = run_cmd([exe, "--query-remapped-rows=" + ",".join(REMAP_FIELDS),
+                          "--format=csv,noheader,nounits"], deadline, timeout=10)
+    if rc == 0:  # older drivers and pre-Ampere GPUs have no row remapping: stays None
+        merge_smi_remap(record, out)
+    return record
+
+
+def _smi_cell(text):
+    text = text.strip()
+    if not text or text.startswith("[") or text in ("N/A", "Unknown Error"):  # [N/A], [Not Supported]
+        return None
+    return text
+
+
+def _smi_num(text, kind=int):
+    text = _smi_cell(text)
+    try:
+        return None if text is None else kind(text)
+    except ValueError:
+        return None
+
+
+def _smi_bool(text, yes=("Enabled", "Yes")):
+    text = _smi_cell(text)
+    return None if text is None else text in yes
+
+
+def parse_smi_csv(text):
+    """Parse `--query-gpu` CSV (noheader, nounits) in SMI_FIELDS order into the GPU record."""
+    record = {"source": "nvidia-smi", "driver_version": None, "cuda_version": None, "gpus": []}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(SMI_FIELDS):
+            raise GpuSourceError("nvidia-smi CSV line %d: %d fields, expected %d"
+                                 % (lineno, len(cells), len(SMI_FIELDS)))
+        c = dict(zip(SMI_FIELDS, cells))
+        record["driver_version"] = record["driver_version"] or _smi_cell(c["driver_version"])
+        mask = _smi_cell(c["clocks_throttle_reasons.active"])
+        sbe_pages = _smi_num(c["retired_pages.single_bit_ecc.count"])
+        dbe_pages = _smi_num(c["retired_pages.double_bit.count"])
+        record["gpus"].append({
+            "index": _smi_num(c["index"]), "name": _smi_cell(c["name"]), "uuid": _smi_cell(c["uuid"]),
+            "serial": _smi_cell(c["serial"]), "pci_bus_id": _smi_cell(c["pci.bus_id"]),
+            "vbios_version": _smi_cell(c["vbios_version"]),
+            "persistence_mode": _smi_bool(c["persistence_mode"]),
+            "temperature_c": _smi_num(c["temperature.gpu"]),
+            "memory_temperature_c": _smi_num(c["temperature.memory"]),
+            "slowdown_temp_c": None, "shutdown_temp_c": None,  # not in --query-gpu
+            "power_w": _smi_num(c["power.draw"], float), "power_limit_w": _smi_num(c["power.limit"], float),
+            "ecc_mode": _smi_bool(c["ecc.mode.current"]),
+            "ecc": {"volatile_sbe": _smi_num(c["ecc.errors.corrected.volatile.total"]),
+                    "volatile_dbe": _smi_num(c["ecc.errors.uncorrected.volatile.total"]),
+                    "aggregate_sbe": _smi_num(c["ecc.errors.corrected.aggregate.total"]),
+                    "aggregate_dbe": _smi_num(c["ecc.errors.uncorrected.aggregate.total"])},
+            "remapped_rows": None,
+            "retired_pages": None if sbe_pages is None and dbe_pages is None else {
+                "sbe": sbe_pages or 0, "dbe": dbe_pages or 0,
+                "pending": _smi_bool(c["retired_pages.pending"])},
+            "throttle_reasons": throttle_names(to_int(mask)) if mask else None,
+            "pcie": {"gen": _smi_num(c["pcie.link.gen.current"]), "max_gen": _smi_num(c["pcie.link.gen.max"]),
+                     "width": _smi_num(c["pcie.link.width.current"]),
+                     "max_width": _smi_num(c["pcie.link.width.max"])},
+            "nvlink": None,  # not in --query-gpu; NVML reports it
+        })
+    return record
+
+
+def merge_smi_remap(record, text):
+    by_bus = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == len(REMAP_FIELDS):
+            by_bus[cells[0].lower()] = cells
+    for gpu in record["gpus"]:
+        cells = by_bus.get((gpu.get("pci_bus_id") or "").lower())
+        if cells:
+            gpu["remapped_rows"] = {"correctable": _smi_num(cells[1]), "uncorrectable": _smi_num(cells[2]),
+                                    "pending": _smi_bool(cells[3], ("Yes", "yes", "1")),
+                                    "failure": _smi_bool(cells[4], ("Yes", "yes", "1"))}

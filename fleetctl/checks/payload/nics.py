@@ -1,0 +1,326 @@
+"""NIC checks from sysfs: InfiniBand/RoCE ports and Ethernet netdevs.
+
+The sysfs root is a parameter (tests build trees in a temporary directory). An unreadable file makes
+that one item an `error`, never a crash. Error counters are judged as rates: between two samples of
+this run, and against the snapshot the previous run left in the node's state file (long window).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from fleetctl.checks.payload.common import read_text, read_or_none, result, run_cmd  # payload-local
+
+# DOMAIN.md section 3. Any increase of these is fatal.
+IB_FATAL_COUNTERS = ("link_downed", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+IB_RATE_LIMITS = {"symbol_error": 10.0, "port_rcv_errors": 10.0, "port_xmit_discards": 100.0}  # per s
+IB_SYMBOL_ERRORS_PER_HOUR_FAIL = 120.0
+ETH_RATE_LIMITS = {"rx_errors": 10.0, "tx_errors": 10.0, "rx_crc_errors": 10.0}  # per s
+FLAPS_PER_DAY_WARN = 2
+LONG_WINDOW_MAX_S = 86400.0
+
+
+class NicItemError(Exception):
+    """One sysfs item could not be read: the owning check reports `error`."""
+
+
+def _read(path):
+    try:
+        return read_text(path)
+    except OSError as exc:
+        raise NicItemError("cannot read %s: %s" % (path, exc.strerror or exc))
+
+
+def ib_rate_gbps(text):
+    m = re.match(r"\s*([\d.]+)\s*Gb/sec", text or "")
+    return float(m.group(1)) if m else None
+
+
+def pcie_speed_gts(text):
+    m = re.match(r"\s*([\d.]+)\s*GT/s", text or "")
+    return float(m.group(1)) if m else None
+
+
+def nic_targets(args, sysfs):
+    """The NICs to check: the node class's list, else every IB device and every netdev but lo."""
+    want = args.get("nics") or []
+    if want:
+        return want
+    found = []
+    for dev in sorted(_listdir(os.path.join(sysfs, "class/infiniband"))):
+        found.append({"name": dev, "kind": "infiniband", "discovered": True})
+    for dev in sorted(_listdir(os.path.join(sysfs, "class/net"))):
+        if dev != "lo":
+            found.append({"name": dev, "kind": "ethernet", "discovered": True})
+    return found
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def sample_counters(targets, sysfs):
+    """{key: {counter: value}} for every counter file of every target (IB ports and netdevs)."""
+    out = {}
+    for nic in targets:
+        if nic.get("kind") in ("infiniband", "roce"):
+            base = os.path.join(sysfs, "class/infiniband", nic["name"], "ports")
+            for port in sorted(_listdir(base)):
+                cdir = os.path.join(base, port, "counters")
+                out["%s/%s" % (nic["name"], port)] = _counter_dir(cdir, None)
+        netdev = nic["name"] if nic.get("kind", "ethernet") == "ethernet" else nic.get("netdev")
+        if netdev:
+            out[netdev] = _counter_dir(os.path.join(sysfs, "class/net", netdev, "statistics"),
+                                       ETH_RATE_LIMITS)
+            out[netdev]["carrier_changes"] = _int_or_none(
+                read_or_none(os.path.join(sysfs, "class/net", netdev, "carrier_changes")))
+    return out
+
+
+def _counter_dir(path, only):
+    values = {}
+    for name in _listdir(path):
+        if only is None or name in only:
+            values[name] = _int_or_none(read_or_none(os.path.join(path, name)))
+    return values
+
+
+def _int_or_none(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def counter_rates(before, after, seconds):
+    """{counter: (delta, per_second)} for counters read in both samples; a wrap or reset reads as 0."""
+    out = {}
+    for name, v1 in after.items():
+        v0 = before.get(name)
+        if v0 is None or v1 is None or seconds <= 0:
+            continue
+        delta = max(0, v1 - v0)
+        out[name] = (delta, delta / seconds)
+    return out
+
+
+def judge_counter_rates(key, rates, window_s, long_window):
+    """-> [(status, text)] for one port or netdev's counter deltas over window_s."""
+    bad = []
+    for name in IB_FATAL_COUNTERS:
+        if rates.get(name, (0, 0))[0] > 0:
+            bad.append(("fail", "%s rose by %d" % (name, rates[name][0])))
+    for name, limit in list(IB_RATE_LIMITS.items()) + list(ETH_RATE_LIMITS.items()):
+        if name in rates and rates[name][1] > limit:
+            bad.append(("warn", "%s at %.1f/s (limit %g/s)" % (name, rates[name][1], limit)))
+    sym = rates.get("symbol_error")
+    if long_window and sym and window_s >= 60 and sym[1] * 3600 > IB_SYMBOL_ERRORS_PER_HOUR_FAIL:
+        bad.append(("fail", "symbol_error at %.0f/h (limit %g/h)" % (sym[1] * 3600,
+                                                                      IB_SYMBOL_ERRORS_PER_HOUR_FAIL)))
+    flaps = rates.get("carrier_changes")
+    if flaps and flaps[0] > 0:
+        if not long_window:
+            bad.append(("warn", "carrier changed %d times during the check" % flaps[0]))
+        elif flaps[0] * 86400.0 / max(window_s, 86400.0) > FLAPS_PER_DAY_WARN:
+            bad.append(("warn", "flapping: carrier changed %d times in %.1f h" % (flaps[0], window_s / 3600)))
+    return bad
+
+
+def check_nics(args, deadline, state):
+    """Link state, rate, MTU, firmware, PCIe per NIC; then counters sampled twice (standard level)."""
+    sysfs = args.get("sysfs_root") or "/sys"
+    targets = nic_targets(args, sysfs)
+    out = []
+    facts = {}
+    for nic in targets:
+        facts[nic["name"]] = {}
+        if nic.get("kind") in ("infiniband", "roce"):
+            out.extend(_check_ib(nic, sysfs, facts[nic["name"]], deadline))
+        if nic.get("kind", "ethernet") == "ethernet" or nic.get("netdev"):
+            out.extend(_check_netdev(nic, sysfs, facts[nic["name"]], deadline))
+    out.extend(_check_counters(args, targets, sysfs, deadline, state))
+    return out, facts
+
+
+def _item(code, nic, fn):
+    """Run one item; an unreadable sysfs file makes it an error result for that NIC only."""
+    try:
+        return fn()
+    except NicItemError as exc:
+        return [result(code, "error", str(exc), subject=nic["name"])]
+
+
+def _check_ib(nic, sysfs, facts, deadline):
+    name = nic["name"]
+    dev = os.path.join(sysfs, "class/infiniband", name)
+    if not os.path.isdir(dev):
+        return [result("nic.present", "fail", "InfiniBand device %s not found" % name, "inspect-hardware",
+                       subject=name)]
+    out = []
+    ports = sorted(_listdir(os.path.join(dev, "ports")))
+
+    def link():
+        res = []
+        for port in ports:
+            p = os.path.join(dev, "ports", port)
+            state, phys, rate = _read(p + "/state"), _read(p + "/phys_state"), _read(p + "/rate")
+            layer = read_or_none(p + "/link_layer")
+            gbps = ib_rate_gbps(rate)
+            ev = {"state": state, "phys_state": phys, "rate": rate, "link_layer": layer,
+                  "expected_gbps": nic.get("rate_gbps") or None}
+            facts.setdefault("ports", {})[port] = {"rate_gbps": gbps, "link_layer": layer}
+            subject = "%s/%s" % (name, port)
+            if ("ACTIVE" not in state or "LinkUp" not in phys) and nic.get("discovered"):
+                res.append(result("nic.link", "skipped", "%s is %s (not listed in the site file)"
+                                  % (subject, state), evidence=ev, subject=subject))
+            elif "ACTIVE" not in state or "LinkUp" not in phys:
+                res.append(result("nic.link", "fail", "%s is %s (%s)" % (subject, state, phys),
+                                  "inspect-hardware", ev, subject))
+            elif nic.get("rate_gbps") and gbps is not None and gbps < nic["rate_gbps"]:
+                res.append(result("nic.link", "fail", "%s at %g Gb/s, expected %g" % (
+                    subject, gbps, nic["rate_gbps"]), "inspect-hardware", ev, subject))
+            else:
+                res.append(result("nic.link", "ok", "%s %s at %s" % (subject, state, rate), evidence=ev,
+                                  subject=subject))
+        return res or [result("nic.link", "fail", "%s has no ports" % name, "inspect-hardware",
+                              subject=name)]
+
+    def firmware():
+        fw = _read(dev + "/fw_ver")
+        facts["firmware"] = fw
+        return [_firmware_result(nic, fw)]
+
+    out.extend(_item("nic.link", nic, link))
+    out.extend(_item("nic.firmware", nic, firmware))
+    out.extend(_item("nic.pcie", nic, lambda: [_pcie_result(nic, dev + "/device", facts)]))
+    return out
+
+
+def _firmware_result(nic, fw):
+    want = nic.get("firmware") or ""
+    ev = {"firmware": fw, "expected": want or None}
+    if want and fw != want:
+        return result("nic.firmware", "warn", "firmware %s, expected %s" % (fw, want), "drain", ev,
+                      nic["name"])
+    return result("nic.firmware", "ok", "firmware %s" % fw, evidence=ev, subject=nic["name"])
+
+
+def _pcie_result(nic, devdir, facts):
+    if not os.path.exists(devdir + "/current_link_width"):
+        return result("nic.pcie", "skipped", "no PCIe device behind %s (virtual NIC)" % nic["name"],
+                      subject=nic["name"])
+    width, max_width = _int_or_none(_read(devdir + "/current_link_width")), \
+        _int_or_none(_read(devdir + "/max_link_width"))
+    speed = pcie_speed_gts(_read(devdir + "/current_link_speed"))
+    max_speed = pcie_speed_gts(_read(devdir + "/max_link_speed"))
+    ev = {"width": width, "max_width": max_width, "speed_gts": speed, "max_speed_gts": max_speed}
+    facts["pcie"] = ev
+    if width is not None and max_width and width < max_width:
+        return result("nic.pcie", "fail", "PCIe x%s of x%s" % (width, max_width), "inspect-hardware", ev,
+                      nic["name"])
+    if speed is not None and max_speed and speed < max_speed:
+        return result("nic.pcie", "warn", "PCIe %g GT/s of %g GT/s" % (speed, max_speed),
+                      "inspect-hardware", ev, nic["name"])
+    return result("nic.pcie", "ok", "PCIe x%s at %s GT/s" % (width, speed), evidence=ev, subject=nic["name"])
+
+
+def _check_netdev(nic, sysfs, facts, deadline):
+    netdev = nic["name"] if nic.get("kind", "ethernet") == "ethernet" else nic["netdev"]
+    dev = os.path.join(sysfs, "class/net", netdev)
+    if not os.path.isdir(dev):
+        return [result("nic.present", "fail", "network interface %s not found" % netdev,
+                       "inspect-hardware", subject=nic["name"])]
+
+    def link():
+        oper = _read(dev + "/operstate")
+        speed = _int_or_none(read_or_none(dev + "/speed"))  # EINVAL when down, -1 when unknown (veth)
+        gbps = speed / 1000.0 if speed and speed > 0 else None
+        ev = {"operstate": oper, "speed_mbps": speed if gbps else None,
+              "expected_gbps": nic.get("rate_gbps") or None}
+        facts["rate_gbps"] = gbps
+        if oper != "up" and nic.get("discovered"):  # not in the site file: a down port may be unused
+            return [result("nic.link", "skipped", "%s is %s (not listed in the site file)" % (netdev, oper),
+                           evidence=ev, subject=nic["name"])]
+        if oper != "up":
+            return [result("nic.link", "fail", "%s is %s" % (netdev, oper), "inspect-hardware", ev,
+                           nic["name"])]
+        if nic.get("rate_gbps") and gbps is not None and gbps < nic["rate_gbps"]:
+            return [result("nic.link", "fail", "%s at %g Gb/s, expected %g" % (netdev, gbps, nic["rate_gbps"]),
+                           "inspect-hardware", ev, nic["name"])]
+        note = "" if gbps else ", speed unknown (virtual NIC): rate not judged"
+        return [result("nic.link", "ok", "%s up%s" % (netdev, " at %g Gb/s" % gbps if gbps else note),
+                       evidence=ev, subject=nic["name"])]
+
+    def mtu():
+        value = _int_or_none(_read(dev + "/mtu"))
+        facts["mtu"] = value
+        want = nic.get("mtu") or 0
+        ev = {"mtu": value, "expected": want or None}
+        if want and value != want:
+            return [result("nic.mtu", "fail", "%s MTU %s, expected %s" % (netdev, value, want), "drain", ev,
+                           nic["name"])]
+        return [result("nic.mtu", "ok", "%s MTU %s" % (netdev, value), evidence=ev, subject=nic["name"])]
+
+    out = _item("nic.link", nic, link) + _item("nic.mtu", nic, mtu)
+    if nic.get("kind", "ethernet") == "ethernet":
+        out += _item("nic.pcie", nic, lambda: [_pcie_result(nic, dev + "/device", facts)])
+        fw = _ethtool_firmware(netdev, deadline)
+        if fw is not None:
+            facts["firmware"] = fw
+            out.append(_firmware_result(nic, fw))
+    return out
+
+
+def _ethtool_firmware(netdev, deadline):
+    rc, out, _ = run_cmd(["ethtool", "-i", netdev], deadline, timeout=2)
+    if rc != 0:
+        return None
+    for line in out.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "firmware-version":
+            value = value.strip()
+            return value if value and value != "N/A" else None
+    return None
+
+
+def _check_counters(args, targets, sysfs, deadline, state):
+    interval = float(args.get("counter_interval_s") or 0)
+    first = sample_counters(targets, sysfs)
+    now = time.time()
+    snap = state.get("counters") or {}
+    short = None
+    if interval > 0 and deadline.left() > interval + 0.5:
+        time.sleep(interval)
+        second = sample_counters(targets, sysfs)
+        short = (first, second, interval)
+        first, now = second, time.time()
+    same_boot = snap.get("boot_id") == args.get("boot_id")
+    age = now - snap.get("time", 0)
+    state["counters"] = {"boot_id": args.get("boot_id"), "time": now, "values": first}
+    out = []
+    for key in sorted(first):
+        bad, ev = [], {"values": first[key]}
+        if short:
+            rates = counter_rates(short[0][key], short[1][key], short[2])
+            ev["short_window_s"] = short[2]
+            bad += judge_counter_rates(key, rates, short[2], False)
+        if same_boot and 0 < age <= LONG_WINDOW_MAX_S and key in snap.get("values", {}):
+            rates = counter_rates(snap["values"][key], first[key], age)
+            ev["long_window_s"] = round(age, 1)
+            bad += judge_counter_rates(key, rates, age, True)
+        if not short and "long_window_s" not in ev:
+            out.append(result("nic.counters", "skipped", "%s: one sample, no earlier snapshot: rates judged "
+                              "at the standard level or the next run" % key, evidence=ev, subject=key))
+        elif bad:
+            status = "fail" if any(s == "fail" for s, _ in bad) else "warn"
+            out.append(result("nic.counters", status, "%s: %s" % (key, "; ".join(t for _, t in bad)),
+                              "inspect-hardware", ev, key))
+        else:
+            out.append(result("nic.counters", "ok", "%s: error counters steady" % key, evidence=ev,
+                              subject=key))
+    return out

@@ -1,0 +1,159 @@
+"""Run the checks of a level inside a hard time budget and print one JSON document.
+
+Entry points: `run_checks(args)` (in-process, `fleetctl audit --local` and tests) and `main()` (the
+shipped script: `python3 - '<args json>'`). Checks run in a worker thread; when the budget runs out,
+every check group that has not finished is reported as `error` "budget exceeded" and the document is
+printed anyway: a hung NFS mount or a wedged driver never holds up a Slurm prolog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+
+from fleetctl.checks.payload.common import (SCHEMA, Deadline, boot_id, load_state,  # payload-local
+                                            result, save_state, strongest_action,  # payload-local
+                                            worst_status)  # payload-local
+from fleetctl.checks.payload.gpu_collect import GpuSourceError, collect_gpus  # payload-local
+from fleetctl.checks.payload.gpu_judge import judge_gpus  # payload-local
+from fleetctl.checks.payload.xid import check_xids  # payload-local
+from fleetctl.checks.payload.nics import check_nics  # payload-local
+from fleetctl.checks.payload.host import (check_clock, check_cpus_memory, check_mounts,  # payload-local
+                                          check_versions)  # payload-local
+from fleetctl.checks.payload.deep import check_dcgm, check_ib_write_bw, check_nccl  # payload-local
+
+LEVELS = ("quick", "standard", "deep")
+OUTPUT_RESERVE_S = 0.05  # kept back from the budget to write the document
+
+
+def _gpu_group(ctx):
+    args, facts = ctx["args"], ctx["facts"]
+    expect = args.get("gpus") or {}
+    try:
+        record = collect_gpus(args, ctx["deadline"])
+    except GpuSourceError as exc:
+        if expect.get("count"):
+            return [result("gpu.source", "fail", "cannot read GPUs: %s" % exc, "reboot",
+                           simulated=bool(args.get("simulated_gpus")))]
+        return [result("gpu.source", "skipped", "no GPUs expected and none readable (%s)" % exc)]
+    gpus = record.get("gpus") or []
+    facts["gpu"] = {"source": record.get("source"), "count": len(gpus),
+                    "models": sorted({g.get("name") for g in gpus if g.get("name")}),
+                    "driver_version": record.get("driver_version"), "cuda_version": record.get("cuda_version"),
+                    "vbios_versions": sorted({g.get("vbios_version") for g in gpus if g.get("vbios_version")})}
+    ctx["gpu_count"] = len(gpus)
+    return judge_gpus(record, expect, args.get("thresholds") or {})
+
+
+def _nic_group(ctx):
+    results, facts = check_nics(ctx["args"], ctx["deadline"], ctx["state"])
+    ctx["facts"]["nics"] = facts
+    return results
+
+
+def _host_group(ctx):
+    args, facts = ctx["args"], ctx["facts"].setdefault("host", {})
+    out = check_cpus_memory(args.get("host") or {}, facts)
+    out += check_versions(args.get("host") or {}, facts)
+    out += check_mounts(args.get("mounts") or [], args.get("thresholds") or {})
+    return out
+
+
+def _nccl_group(ctx):
+    out = check_nccl(ctx["args"], ctx["deadline"], ctx.get("gpu_count", 0))
+    ctx["facts"]["deep"] = {"nccl_busbw_gbs": out[0]["evidence"].get("avg_busbw_gbs")}
+    return out
+
+
+# (group name, first level that runs it, function). Cheap, decisive groups first.
+GROUPS = (
+    ("gpu", "quick", _gpu_group),
+    ("xid", "quick", lambda ctx: check_xids(ctx["args"], ctx["deadline"], ctx["state"])),
+    ("host", "quick", _host_group),
+    ("nic", "quick", _nic_group),
+    ("clock", "standard", lambda ctx: check_clock(ctx["args"].get("thresholds") or {}, ctx["deadline"])),
+    ("deep.dcgm", "deep", lambda ctx: check_dcgm(ctx["args"], ctx["deadline"])),
+    ("deep.nccl", "deep", _nccl_group),
+    ("deep.ib_write_bw", "deep", lambda ctx: check_ib_write_bw(ctx["args"], ctx["deadline"])),
+)
+
+
+def run_checks(args, deadline=None):
+    """Run the level's checks; return the result document (docs/checks.md)."""
+    level = args.get("level") or "quick"
+    if level not in LEVELS:
+        raise ValueError("unknown level %r (quick, standard, deep)" % level)
+    if deadline is None:
+        deadline = Deadline(float(args.get("budget_s") or 0), count_process_age=False)
+    started = time.time()
+    args = dict(args, boot_id=boot_id(args.get("boot_id")))
+    if level == "quick":
+        args["counter_interval_s"] = 0  # one sample only: rates come from the previous run's snapshot
+    elif args.get("counter_interval_s") is None:
+        args["counter_interval_s"] = 1.0
+    ctx = {"args": args, "deadline": deadline, "facts": {}, "state": load_state(args.get("state_file"))}
+    groups = [(name, fn) for name, first, fn in GROUPS if LEVELS.index(first) <= LEVELS.index(level)]
+    done, results = [], []
+    worker = threading.Thread(target=_work, args=(groups, ctx, done, results), daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline.left() - OUTPUT_RESERVE_S) if deadline.at is not None else None)
+    complete = not worker.is_alive()
+    results = list(results)
+    for name, _ in groups:
+        if name not in done:
+            results.append(result(name, "error", "budget exceeded (%.1f s) before the %s checks finished"
+                                  % (deadline.budget_s, name), evidence={"budget_s": deadline.budget_s}))
+    if complete:
+        err = save_state(args.get("state_file"), ctx["state"])
+        if err:
+            ctx["facts"]["state_file_error"] = err
+    return _document(args, level, started, deadline, complete, results, ctx["facts"])
+
+
+def _work(groups, ctx, done, results):
+    for name, fn in groups:
+        try:
+            out = fn(ctx)
+        except Exception as exc:  # one broken check must never sink the others
+            out = [result(name, "error", "%s check could not run: %s: %s" % (name, type(exc).__name__, exc))]
+        results.extend(out)
+        done.append(name)
+
+
+def _document(args, level, started, deadline, complete, results, facts):
+    failing = [r["action"] for r in results if r["status"] == "fail"]
+    return {
+        "schema": SCHEMA, "node": args.get("node") or socket.gethostname(),
+        "hostname": socket.gethostname(), "level": level, "started": started,
+        "elapsed_s": round(time.monotonic() - deadline.started, 4), "budget_s": deadline.budget_s,
+        "complete": complete, "python": platform.python_version(),
+        "simulated": any(r.get("simulated") for r in results),
+        "status": worst_status(r["status"] for r in results),
+        "action": strongest_action(failing), "results": results, "facts": facts,
+    }
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = json.loads(argv[0]) if argv else {}
+        if not isinstance(args, dict):
+            raise ValueError("expected a JSON object")
+        deadline = Deadline(float(args.get("budget_s") or 0), count_process_age=True)
+        doc = run_checks(args, deadline)
+    except ValueError as exc:
+        sys.stdout.write(json.dumps({"schema": SCHEMA, "error": "bad payload arguments: %s" % exc}) + "\n")
+        sys.stdout.flush()
+        os._exit(3)
+    sys.stdout.write(json.dumps(doc, default=str) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # do not wait for a check thread stuck in the kernel
+
+
+if __name__ == "__main__":
+    main()
