@@ -1,0 +1,138 @@
+"""`fleetctl lab up|down|status|env|fault`: the emulated cluster on this machine."""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.errors import LabError
+
+
+@click.group("lab")
+def lab() -> None:
+    """An emulated GPU cluster on this machine (namespaces, routed fabric, Slurm, sshd), with faults."""
+
+
+def _refuse_if_session_busy() -> None:
+    from fleetctl.lab.state import SESSION_LOCK, session_busy
+
+    if session_busy():
+        raise LabError(f"a test session holds the lab ({SESSION_LOCK})",
+                       hint="wait for that pytest run to finish")
+
+
+@lab.command("up")
+@common_options
+@click.option("--hosts", default=4, show_default=True, help="Emulated hosts node1..nodeN.")
+@click.option("--nics-per-host", default=2, show_default=True, help="Fabric NICs eth0.. per host.")
+@click.option("--leaves", default=2, show_default=True, help="Leaf switches (hosts spread over them).")
+@click.option("--spines", default=2, show_default=True, help="Spine switches (every leaf to every spine).")
+@click.option("--gpus-per-host", default=0, show_default=True, help="Simulated GPUs per host (0: none).")
+@click.option("--clock-skew", is_flag=True, help="Give each host a known clock offset and drift.")
+@click.option("--no-slurm", is_flag=True, help="No munge, slurmctld, slurmd.")
+@click.option("--no-ssh", is_flag=True, help="No sshd (site file then uses the local transport).")
+@pass_app
+def up(app: Application, hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew, no_slurm,
+       no_ssh) -> int:
+    """Build the lab (idempotent: a healthy lab of the same size is kept)."""
+    from fleetctl.lab import lifecycle
+    from fleetctl.lab.topology import LabParams
+
+    _refuse_if_session_busy()
+    params = LabParams(hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew,
+                       not no_slurm, not no_ssh)
+    st = lifecycle.up(params, progress=lambda m: app.debug(m))
+    out = {"status": st["status"], "params": st["params"], "site_file": str(_site()),
+           "up_seconds": st.get("up_seconds")}
+
+    def render(console):
+        took = f" in {st['up_seconds']:.1f} s" if st.get("up_seconds") else " (already up)"
+        console.print(f"[green]lab up[/green]{took}: {lifecycle.describe(st['params'])}")
+        console.print(f"site file: {_site()}")
+        console.print("use it from a shell: [bold]eval \"$(fleetctl lab env)\"[/bold]")
+
+    app.emit(out, render)
+    return 0
+
+
+def _site():
+    from fleetctl.lab.paths import site_file
+
+    return site_file()
+
+
+@lab.command("down")
+@common_options
+@pass_app
+def down(app: Application) -> int:
+    """Remove every namespace, link, rule, file and process the lab created."""
+    from fleetctl.lab import lifecycle
+
+    _refuse_if_session_busy()
+    removed = lifecycle.down(progress=lambda m: app.debug(m))
+    app.emit({"status": "down", "removed": removed},
+             lambda c: c.print(f"lab down: removed {removed['processes']} processes, "
+                               f"{removed['netns']} namespaces, {removed['root_links']} links"))
+    return 0
+
+
+@lab.command("status")
+@common_options
+@pass_app
+def status(app: Application) -> int:
+    """What runs, addresses, faults in force. Exit 2 when a lab that should be up is broken."""
+    from fleetctl.lab import lifecycle
+
+    st = lifecycle.status()
+    app.emit(st, lambda c: _render_status(c, st))
+    return 2 if st.get("problems") else 0
+
+
+def _render_status(console, st: dict) -> None:
+    from rich.table import Table
+
+    from fleetctl.lab.lifecycle import describe
+
+    if st["status"] == "down":
+        console.print("lab: [dim]down[/dim]")
+        return
+    colour = "green" if st["status"] == "up" and not st["problems"] else "red"
+    console.print(f"lab: [{colour}]{st['status']}[/{colour}] ({describe(st['params'])}), dir {st['lab_dir']}")
+    console.print(f"site file: {st['site_file']}")
+    if st.get("slurm"):
+        console.print(f"slurm {st['slurm']['version']}: {st['slurm']['conf']}, partition "
+                      f"{st['slurm']['partition']}")
+    table = Table("host", "netns", "mgmt", "NICs", box=None)
+    addrs = st["addresses"]
+    for host, mgmt in addrs.get("mgmt", {}).items():
+        nics = " ".join(f"{k.split(':')[1]}={v}" for k, v in addrs["nics"].items()
+                        if k.startswith(host + ":"))
+        table.add_row(host, addrs["netns"][host], mgmt, nics)
+    console.print(table)
+    running = sum(p["running"] for p in st["processes"])
+    console.print(f"processes: {running}/{len(st['processes'])} running")
+    for problem in st["problems"]:
+        console.print(f"[red]problem:[/red] {problem}")
+    if st["faults"]:
+        for f in st["faults"]:
+            console.print(f"fault: {f['id']} {f['kind']} {f.get('value', '')}")
+    else:
+        console.print("faults: none")
+
+
+@lab.command("env")
+@common_options
+@pass_app
+def env(app: Application) -> int:
+    """Shell exports for the running lab: eval "$(fleetctl lab env)"."""
+    from fleetctl.lab import lifecycle
+
+    values = lifecycle.env()
+    if app.json:
+        app.emit(values)
+    else:
+        for key, value in values.items():
+            click.echo(f"export {key}={shlex.quote(value)}")
+    return 0

@@ -1,0 +1,279 @@
+"""`lab up`, `lab down` and `lab status`: build the emulated cluster step by step, record what was
+created, and remove exactly that again.
+
+`up` is idempotent: a lab of the same size that is healthy is kept; one that is not is rebuilt; a lab of
+another size is an error (run `lab down` first). A failing step tears down everything created so far and
+raises LabError naming the step. Leftovers of a killed session (recorded in the state file, or carrying
+the lab's `fl-` prefix) are removed first. Set FLEETCTL_LAB_FAIL_AT=<step> to make a step fail (tests).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fleetctl.errors import LabError
+from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, state, system
+from fleetctl.lab.topology import BRIDGE, LabParams, build_plan
+
+STEPS = ("preflight", "namespaces", "links", "addresses", "hostnames", "munge", "slurm", "ssh",
+         "gpus", "site")
+# What `up` writes into the lab dir; `down` removes these names only (the dir may be shared).
+_OWN_ENTRIES = ("site.toml", "slurm.conf", "cgroup.conf", "hooks", "munge", "slurm", "logs", "ssh", "uts",
+                "hosts", "faults")
+
+
+def up(params: LabParams, progress: Callable[[str], None] = lambda _m: None) -> dict:
+    params.validate()
+    with state.locked():
+        current = state.load()
+        if current and current.get("status") == "up":
+            if current["params"] == params.to_dict():
+                if not unhealthy(current):
+                    return current
+                progress("lab is up but unhealthy: rebuilding")
+            else:
+                raise LabError(f"a lab of another size is up ({describe(current['params'])})",
+                               hint="run `fleetctl lab down` first")
+        _teardown(current, progress)
+        return _build(params, progress)
+
+
+def down(progress: Callable[[str], None] = lambda _m: None) -> dict:
+    with state.locked():
+        current = state.load()
+        summary = _teardown(current, progress)
+        return summary
+
+
+def describe(p: dict) -> str:
+    text = f"{p['hosts']} hosts x {p['nics_per_host']} NICs, {p['leaves']} leaves, {p['spines']} spines"
+    return text + (f", {p['gpus_per_host']} GPUs per host" if p.get("gpus_per_host") else "")
+
+
+def unhealthy(st: dict) -> list[str]:
+    """What is wrong with a lab that says it is up: dead processes, missing namespaces."""
+    problems = [f"{p['name']} (pid {p['pid']}) is not running"
+                for p in st.get("processes", []) if not system.alive(p["pid"], p.get("start"))]
+    present = set(system.netns_list())
+    problems += [f"namespace {ns} is missing" for ns in st.get("netns", []) if ns not in present]
+    return problems
+
+
+# ---------------------------------------------------------------- build
+def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
+    lab = paths.lab_dir()
+    plan = build_plan(params)
+    st = {"status": "building", "params": params.to_dict(), "lab_dir": str(lab), "started": time.time(),
+          "netns": [], "root_links": [], "uts": {}, "processes": [], "faults": [],
+          "created_run_sshd": False}
+    context: dict = {}
+    fail_at = os.environ.get("FLEETCTL_LAB_FAIL_AT", "")
+    t0 = time.monotonic()
+
+    def step_preflight():
+        needed = ["ip", "nft", "tc", "nsenter", "unshare", "sysctl"]
+        if params.slurm:
+            needed += ["munged", "slurmctld", "slurmd", "sinfo"]
+        if params.ssh:
+            needed += ["ssh-keygen", "/usr/sbin/sshd"]
+        system.require_commands(needed)
+        if os.geteuid() != 0:
+            raise LabError("preflight: the lab needs root (network namespaces, veths, daemons)")
+        fabric.check_mgmt_range_free()
+        lab.mkdir(parents=True, exist_ok=True)
+        st["created_run_sshd"] = params.ssh and not Path("/run/sshd").exists()
+
+    def step_namespaces():
+        st["netns"] = plan.netns_names()
+        state.save(st)  # recorded before creation: a crash in between still gets cleaned up
+        fabric.create_namespaces(plan)
+
+    def step_links():
+        st["root_links"] = [BRIDGE] + [h.mgmt_root_dev for h in plan.hosts]
+        state.save(st)
+        fabric.create_links(plan)
+
+    def step_hostnames():
+        st["uts"] = {h.name: str(lab / "uts" / h.name) for h in plan.hosts}
+        state.save(st)
+        services.create_uts(lab, plan)
+
+    def step_munge():
+        if not params.slurm:
+            return
+        (lab / "logs").mkdir(exist_ok=True)
+        rec, context["munge_socket"] = services.start_munge(lab)
+        _track(st, [rec])
+
+    def step_slurm():
+        if not params.slurm:
+            return
+        version = slurmconf.slurm_version()
+        conf = slurmconf.write_conf(lab, plan, socket.gethostname().split(".")[0],
+                                    context["munge_socket"], version)
+        st["slurm"] = {"conf": str(conf), "version": f"{version[0]}.{version[1]:02d}",
+                       "partition": slurmconf.PARTITION}
+        _track(st, [services.start_slurmctld(lab, conf)])
+        records = services.start_slurmds(lab, conf, plan, st["uts"])
+        _track(st, records)
+        services.wait_nodes_idle(conf, plan, records, lab)
+
+    def step_ssh():
+        if not params.ssh:
+            return
+        context["ssh"] = services.write_ssh_keys(lab, plan)
+        st["ssh"] = context["ssh"]
+        records = services.start_sshds(lab, plan, st["uts"])
+        _track(st, records)
+        services.wait_sshds(plan, records, lab)
+
+    def step_gpus():
+        for i, host in enumerate(plan.hosts, start=1):
+            (gpusim.host_dir(lab, host.name)).mkdir(parents=True, exist_ok=True)
+            if params.gpus_per_host:
+                gpusim.write_host(lab, host.name, i, params.gpus_per_host)
+            else:
+                (gpusim.host_dir(lab, host.name) / "kern.log").touch()
+        if params.clock_skew:
+            st["clock"] = clock_truth(plan, seed=int(os.environ.get("FLEETCTL_LAB_SEED", "1")))
+
+    def step_site():
+        doc = sitefile.site_document(plan, lab, slurm_conf=st.get("slurm", {}).get("conf", ""),
+                                     ssh=context.get("ssh", {}), cpus=os.cpu_count() or 1)
+        paths.site_file().write_text(sitefile.to_toml(doc))
+        from fleetctl.config import load_site
+
+        load_site(paths.site_file())  # the lab's own site file must pass the schema
+
+    actions = {"preflight": step_preflight, "namespaces": step_namespaces, "links": step_links,
+               "addresses": lambda: fabric.configure(plan), "hostnames": step_hostnames,
+               "munge": step_munge, "slurm": step_slurm, "ssh": step_ssh, "gpus": step_gpus,
+               "site": step_site}
+    for name in STEPS:
+        progress(f"{name}")
+        try:
+            if fail_at == name:
+                raise LabError("failure injected by FLEETCTL_LAB_FAIL_AT")
+            actions[name]()
+        except (LabError, OSError, ValueError) as exc:
+            message = exc.message if isinstance(exc, LabError) else str(exc)
+            _teardown(st, progress)
+            raise LabError(f"lab up failed at step {name!r}: {message}") from None
+        if name != "preflight":
+            state.save(st)
+    st["status"] = "up"
+    st["addresses"] = _addresses(plan)
+    st["up_seconds"] = round(time.monotonic() - t0, 3)
+    state.save(st)
+    return st
+
+
+def _track(st: dict, records: list[dict]) -> None:
+    st["processes"].extend(records)
+    state.save(st)
+
+
+def _addresses(plan) -> dict:
+    return {
+        "mgmt": {h.name: h.mgmt_address for h in plan.hosts},
+        "nics": {f"{h.name}:{n.name}": n.address for h in plan.hosts for n in h.nics},
+        "switches": {r.id: r.loopback for r in plan.routers},
+        "netns": {**{h.name: h.netns for h in plan.hosts}, **{r.id: r.netns for r in plan.routers}},
+    }
+
+
+def clock_truth(plan, seed: int) -> dict:
+    """Known clock offset (+-0.5..5 ms) and drift (+-1..50 ppm) per host, for the probe agent to apply
+    and for clock-sync estimates to be checked against. offset(t) = offset_ms + drift_ppm * (t - t0)."""
+    rng = random.Random(seed)
+    hosts = {}
+    for h in plan.hosts:
+        hosts[h.name] = {"offset_ms": round(rng.choice((-1, 1)) * rng.uniform(0.5, 5.0), 4),
+                         "drift_ppm": round(rng.choice((-1, 1)) * rng.uniform(1.0, 50.0), 3)}
+    return {"t0": time.time(), "seed": seed, "hosts": hosts}
+
+
+# ---------------------------------------------------------------- teardown
+def _teardown(st: dict | None, progress: Callable[[str], None]) -> dict:
+    """Remove what `st` records, then anything else carrying the lab's names. Never raises for
+    things already gone."""
+    lab = paths.lab_dir()
+    removed = {"processes": 0, "netns": 0, "root_links": 0}
+    records = list((st or {}).get("processes", []))
+    for fault in (st or {}).get("faults", []):
+        records += fault.get("processes", [])
+    stale_ns, stale_links = fabric.stale_names()
+    netns = sorted(set((st or {}).get("netns", [])) | set(stale_ns))
+    # Processes first (flappers and load senders before daemons), then everything still running
+    # inside our namespaces: job steps, ssh sessions, probe agents.
+    live = [r for r in records if system.alive(r["pid"], r.get("start"))]
+    system.stop(list(reversed(live)))
+    inodes = {i for i in (system.netns_inode(ns) for ns in netns) if i}
+    strays = [system.proc_record(pid, "stray") for pid in system.pids_in_netns(inodes)]
+    system.stop(strays, timeout=2.0)
+    removed["processes"] = len(live) + len(strays)
+    uts = list((st or {}).get("uts", {}).values()) + services.stale_uts(lab)
+    services.remove_uts(sorted(set(uts)))
+    root_links = sorted(set((st or {}).get("root_links", [])) | set(stale_links))
+    present = set(system.netns_list())
+    removed["netns"] = len([ns for ns in netns if ns in present])
+    removed["root_links"] = len([d for d in root_links if d in set(system.root_links())])
+    fabric.remove(netns, [d for d in root_links if d != BRIDGE])
+    if (st or {}).get("created_run_sshd"):
+        try:
+            os.rmdir("/run/sshd")
+        except OSError:
+            pass
+    for name in _OWN_ENTRIES:
+        p = lab / name
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    state.remove()
+    try:
+        lab.rmdir()
+    except OSError:
+        pass
+    if st or stale_ns or stale_links:
+        progress(f"removed {removed['processes']} processes, {removed['netns']} namespaces, "
+                 f"{removed['root_links']} links")
+    return removed
+
+
+# ---------------------------------------------------------------- status and env
+def status() -> dict:
+    st = state.load()
+    if not st:
+        return {"status": "down", "lab_dir": str(paths.lab_dir())}
+    out = {
+        "status": st["status"],
+        "lab_dir": st["lab_dir"],
+        "params": st["params"],
+        "site_file": str(paths.site_file()),
+        "slurm": st.get("slurm"),
+        "processes": [{**p, "running": system.alive(p["pid"], p.get("start"))} for p in st["processes"]],
+        "addresses": st.get("addresses", {}),
+        "faults": st.get("faults", []),
+        "problems": unhealthy(st) if st["status"] == "up" else [],
+        "up_seconds": st.get("up_seconds"),
+    }
+    if "clock" in st:
+        out["clock"] = st["clock"]
+    return out
+
+
+def env() -> dict[str, str]:
+    st = state.load()
+    if not st or st.get("status") != "up":
+        raise LabError("no lab is up", hint="run `fleetctl lab up`")
+    out = {"FLEETCTL_SITE": str(paths.site_file())}
+    if st.get("slurm"):
+        out["SLURM_CONF"] = st["slurm"]["conf"]
+    return out

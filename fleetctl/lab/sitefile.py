@@ -1,0 +1,95 @@
+"""Writes the lab's site file: the complete description of the emulated cluster, valid by the schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fleetctl.lab import gpusim
+from fleetctl.lab.slurmconf import PARTITION
+from fleetctl.lab.topology import NIC_MTU, NIC_RATE_GBPS, Plan
+
+
+def site_document(plan: Plan, lab: Path, *, slurm_conf: str, ssh: dict, cpus: int) -> dict:
+    p = plan.params
+    nodes = f"node[1-{p.hosts}]" if p.hosts > 1 else "node1"
+    node_class = {
+        "name": "lab",
+        "nodes": nodes,
+        "cpus": cpus,
+        "nics": [{"name": f"eth{k}", "kind": "ethernet", "mtu": NIC_MTU, "rate_gbps": NIC_RATE_GBPS}
+                 for k in range(p.nics_per_host)],
+    }
+    if p.gpus_per_host:
+        node_class["gpus"] = {"count": p.gpus_per_host, "model": gpusim.MODEL,
+                              "driver_version": gpusim.DRIVER, "vbios_version": gpusim.VBIOS,
+                              "pcie_gen": 5, "pcie_width": 16, "nvlinks": gpusim.NVLINKS}
+    checks = {"kernel_log": str(lab / "hosts" / "{node}" / "kern.log")}
+    if p.gpus_per_host:
+        checks["simulated_gpus"] = str(lab / "hosts" / "{node}" / "gpus.json")
+    access = {"transport": "ssh" if p.ssh else "local",
+              "local": {"netns": plan.hosts[0].netns.replace(plan.hosts[0].name, "{node}")}}
+    if p.ssh:
+        access["ssh"] = {"user": "root", "identity_file": ssh["identity_file"],
+                         "known_hosts": ssh["known_hosts"], "host_key_policy": "strict",
+                         "addresses": {h.name: h.mgmt_address for h in plan.hosts}}
+    doc = {
+        "cluster": {"name": "lab", "description": f"fleetctl lab: {p.hosts} hosts x {p.nics_per_host} "
+                    f"NICs, {p.leaves} leaves, {p.spines} spines (emulated on one machine)"},
+        "access": access,
+        "slurm": {"conf": slurm_conf, "partition": PARTITION} if p.slurm else {},
+        "node_classes": [node_class],
+        "fabric": {
+            "switches": [{"id": r.id, "tier": r.tier, "model": "linux-netns", "address": r.loopback}
+                         for r in sorted(plan.routers, key=lambda r: (r.tier, r.index))],
+            "links": [{"id": link.id, "a": link.a.element, "b": link.b.element,
+                       "a_address": link.a.address, "b_address": link.b.address,
+                       "rate_gbps": NIC_RATE_GBPS} for link in plan.links.values()],
+        },
+        "checks": checks,
+        "lab": {"state_dir": str(lab), "clock_skew": p.clock_skew},
+    }
+    return doc
+
+
+def to_toml(doc: dict) -> str:
+    """A small TOML writer for the shapes a site file has (tables, arrays of tables, scalars, lists)."""
+    lines: list[str] = ["# Written by `fleetctl lab up`; describes the emulated cluster.", ""]
+    _table(doc, [], lines)
+    return "\n".join(lines).strip() + "\n"
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k)
+
+
+def _is_table_array(v) -> bool:
+    return isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
+
+
+def _table(d: dict, path: list[str], lines: list[str]) -> None:
+    scalars = {k: v for k, v in d.items() if not isinstance(v, dict) and not _is_table_array(v)}
+    for k, v in scalars.items():
+        lines.append(f"{_key(k)} = {_value(v)}")
+    for k, v in d.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{'.'.join(_key(p) for p in path + [k])}]"]
+            _table(v, path + [k], lines)
+        elif _is_table_array(v):
+            for item in v:
+                lines += ["", f"[[{'.'.join(_key(p) for p in path + [k])}]]"]
+                _table(item, path + [k], lines)

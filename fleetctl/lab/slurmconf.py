@@ -1,0 +1,114 @@
+"""The lab's slurm.conf and its hook dispatchers, for Slurm 22.05 (Debian 12) and 24.11 (Debian 13)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fleetctl.lab import system
+from fleetctl.lab.topology import MGMT_GATEWAY, Plan
+
+PARTITION = "gpu"
+HOOKS = ("prolog", "epilog", "healthcheck")
+
+# A hook of Slurm runs every executable of its `.d` directory in name order and exits with the first
+# non-zero status, so fleetctl's hooks are installed by dropping a file there (no restart needed).
+_DISPATCHER = """#!/bin/sh
+# fleetctl lab: {hook} dispatcher. Runs every executable in {dir} in name order.
+for f in {dir}/*; do
+    [ -f "$f" ] && [ -x "$f" ] || continue
+    "$f" "$@" || exit $?
+done
+exit 0
+"""
+
+
+def slurm_version() -> tuple[int, int]:
+    out = system.run(["slurmctld", "-V"], "slurm version").stdout
+    m = re.search(r"(\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def node_hardware() -> str:
+    """CPU layout as `slurmd -C` reports it: node lines must match it or slurmd is refused."""
+    out = system.run(["slurmd", "-C"], "slurm hardware").stdout
+    keys = {}
+    for word in out.split():
+        key, _, value = word.partition("=")
+        keys[key] = value
+    cpus = keys.get("CPUs", "1")
+    layout = " ".join(f"{k}={keys[k]}" for k in ("Boards", "SocketsPerBoard", "CoresPerSocket",
+                                                  "ThreadsPerCore") if k in keys)
+    # A small RealMemory: every emulated node shares this machine's memory.
+    return f"CPUs={cpus} {layout} RealMemory=1000"
+
+
+def write_hooks(lab: Path) -> dict[str, str]:
+    hooks = lab / "hooks"
+    paths = {}
+    for hook in HOOKS:
+        directory = hooks / f"{hook}.d"
+        directory.mkdir(parents=True, exist_ok=True)
+        script = hooks / hook
+        script.write_text(_DISPATCHER.format(hook=hook, dir=directory))
+        script.chmod(0o755)
+        paths[hook] = str(script)
+    return paths
+
+
+def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
+               version: tuple[int, int]) -> Path:
+    hooks = write_hooks(lab)
+    slurm = lab / "slurm"
+    (slurm / "state").mkdir(parents=True, exist_ok=True)
+    for host in plan.hosts:
+        (slurm / "spool" / host.name).mkdir(parents=True, exist_ok=True)
+    logs = lab / "logs"
+    logs.mkdir(exist_ok=True)
+    hardware = node_hardware()
+    lines = [
+        "# Written by `fleetctl lab up`; removed by `fleetctl lab down`.",
+        "ClusterName=lab",
+        f"SlurmctldHost={controller_host}({MGMT_GATEWAY})",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={munge_socket}",
+        f"StateSaveLocation={slurm / 'state'}",
+        f"SlurmdSpoolDir={slurm / 'spool' / '%n'}",
+        f"SlurmctldPidFile={slurm / 'slurmctld.pid'}",
+        f"SlurmdPidFile={slurm / 'slurmd.%n.pid'}",
+        f"SlurmctldLogFile={logs / 'slurmctld.log'}",
+        f"SlurmdLogFile={logs / 'slurmd.%n.log'}",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "MpiDefault=none",
+        "MailProg=/bin/true",
+        "ReturnToService=2",
+        "PrologFlags=Alloc",
+        "PrologEpilogTimeout=120",
+        f"Prolog={hooks['prolog']}",
+        f"Epilog={hooks['epilog']}",
+        f"HealthCheckProgram={hooks['healthcheck']}",
+        "HealthCheckInterval=300",
+        "SlurmdTimeout=60",
+        "KillWait=5",
+        "MinJobAge=60",
+        "InactiveLimit=0",
+    ]
+    for host in plan.hosts:
+        lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
+                     f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")
+    nodes = ",".join(h.name for h in plan.hosts)
+    lines.append(f"PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP")
+    conf = lab / "slurm.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    if version >= (24, 5):
+        # From 24.05 slurmd initialises a cgroup plugin unless told not to; the lab has no cgroups
+        # of its own (all nodes share this machine's hierarchy).
+        (lab / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+    return conf

@@ -1,0 +1,81 @@
+"""The lab's state file and locks.
+
+state.json records everything `up` created (namespaces, root links, UTS mounts, processes with their
+start times, faults in force) so that `down` removes exactly that, also after a crash.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from fleetctl.errors import LabError
+from fleetctl.lab import paths
+
+# Held by a whole test session (tests/conftest.py): two pytest runs on one machine take turns.
+SESSION_LOCK = Path("/run/fleetctl-lab.lock")
+# Held for the length of one operation (up, down, fault add/clear) so that they never interleave.
+OPERATION_LOCK = Path("/run/fleetctl-lab.op.lock")
+
+
+def load() -> dict | None:
+    try:
+        return json.loads(paths.state_file().read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{paths.state_file()}: unreadable lab state: {exc}",
+                       hint="remove the file after checking no lab runs (`fleetctl lab down` cleans up "
+                            "by name as well)") from None
+
+
+def save(state: dict) -> None:
+    path = paths.state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def remove() -> None:
+    for p in (paths.state_file(), paths.state_file().with_suffix(".tmp")):
+        p.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked(path: Path = OPERATION_LOCK, timeout: float = 300.0, what: str = "another lab operation"):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LabError(f"{path}: {what} holds the lab lock for more than {timeout:.0f} s")
+                time.sleep(0.2)
+        yield
+    finally:
+        os.close(fd)
+
+
+def session_busy() -> bool:
+    """True when another process holds the test-session lock (a pytest run is using the lab)."""
+    if os.environ.get("FLEETCTL_LAB_SESSION") == "1":
+        return False  # we are that session, or run from it
+    try:
+        fd = os.open(SESSION_LOCK, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

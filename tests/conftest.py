@@ -1,0 +1,42 @@
+"""Shared fixtures. `lab`: one emulated cluster per test session, always torn down.
+
+Tests that use it are marked `@pytest.mark.lab`. The session lab is the default size plus simulated
+GPUs and clock skew (4 hosts x 2 NICs, 2 leaves, 2 spines, 4 GPUs per host); override the size with
+FLEETCTL_TEST_LAB_HOSTS / _NICS / _LEAVES / _SPINES / _GPUS. Two pytest runs on one machine take turns
+(flock on /run/fleetctl-lab.lock). The lab lives in FLEETCTL_LAB_DIR (default /var/lib/fleetctl/lab).
+
+    def test_something(lab):          # lab: fleetctl.lab.session.Lab
+        site = lab.site               # the lab's Site (load_site of lab.site_file)
+        lab.run_in("node2", ["hostname"])
+        subprocess.run(["srun", "-N2", "hostname"], env=lab.command_env())
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _lab_params():
+    from fleetctl.lab.topology import LabParams
+
+    env = os.environ.get
+    return LabParams(hosts=int(env("FLEETCTL_TEST_LAB_HOSTS", "4")),
+                     nics_per_host=int(env("FLEETCTL_TEST_LAB_NICS", "2")),
+                     leaves=int(env("FLEETCTL_TEST_LAB_LEAVES", "2")),
+                     spines=int(env("FLEETCTL_TEST_LAB_SPINES", "2")),
+                     gpus_per_host=int(env("FLEETCTL_TEST_LAB_GPUS", "4")),
+                     clock_skew=True)
+
+
+@pytest.fixture(scope="session")
+def lab():
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("lab tests need root (network namespaces); CI must run them as root")
+        pytest.skip("lab tests need root (network namespaces, Slurm, sshd)")
+    from fleetctl.lab.session import LabSession
+
+    with LabSession(_lab_params()) as running:
+        yield running
