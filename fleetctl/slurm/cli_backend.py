@@ -83,7 +83,9 @@ class CliBackend(SlurmBackend):
         out = self.run("scontrol", "ping")
         if " is UP" not in out:
             raise SlurmError(f"slurmctld not reachable: {out.strip() or 'scontrol ping says nothing'}")
-        return self.run("scontrol", "--version").strip().removeprefix("slurm ").strip()
+        text = self.run("scontrol", "--version").strip()  # "slurm 24.11.1", Debian: "slurm-wlm 22.05.8"
+        m = re.search(r"\d+\.\d+[\w.\-]*", text)
+        return m.group(0) if m else text
 
     def nodes(self, nodes: list[str] | None = None) -> list[SlurmNode]:
         args = ["show", "node", "--oneliner"]

@@ -94,3 +94,33 @@ def test_reservations_24_11_written_from_docs():
 
 def test_no_reservations():
     assert parse_reservations("No reservations in the system\n") == []
+
+
+def test_nodes_22_05_recorded():
+    nodes = {n.name: n for n in parse_nodes(read("22.05", "show_node.txt"))}
+    assert list(nodes) == ["node1", "node2", "node3", "node4"]
+    n1 = nodes["node1"]
+    assert (n1.state_text, n1.drained, n1.available) == ("IDLE+DRAIN", True, False)
+    assert n1.reason == "fleetctl:xid79 gpu3 fell off the bus" and n1.reason_user == "root"
+    assert n1.reason_time == "2026-11-29T15:45:18"
+    assert n1.partitions == ["gpu"] and n1.features == ["lab", "leaf1"] and n1.active_features == ["lab", "leaf1"]
+    assert (n1.cpus, n1.real_memory_mb, n1.address) == (2, 1000, "10.250.0.11")
+    assert nodes["node2"].reason == "psu swap, see [ticket 4711] x=y"
+    n3 = nodes["node3"]
+    assert (n3.state_text, n3.reason, n3.reason_user, n3.available) == ("MIXED", "", "", True)
+
+
+def test_jobs_22_05_recorded():
+    jobs = {j.job_id: j for j in parse_squeue(read("22.05", "squeue.txt"))}
+    running, pending = jobs["1"], jobs["2"]
+    assert running.state == "RUNNING" and running.nodes == ["node3", "node4"]
+    assert running.name == "llama|pretrain" and running.user == "root" and running.partition == "gpu"
+    assert pending.state == "PENDING" and pending.nodes == [] and pending.nodelist == ""
+    assert pending.reason.startswith("Nodes required for job are DOWN, DRAINED")
+
+
+def test_reservations_22_05_recorded():
+    (res,) = parse_reservations(read("22.05", "show_reservation.txt"))
+    assert (res.name, res.nodes, res.users, res.state) == ("fleetctl-spares", ["node4"], ["root"], "ACTIVE")
+    assert res.flags == ["MAINT", "IGNORE_JOBS", "SPEC_NODES"] and res.duration == "365-00:00:00"
+    assert parse_reservations(read("22.05", "no_reservation.txt")) == []
