@@ -69,3 +69,17 @@ def test_slurm_unreachable_shows_site_view_with_warning(tmp_path, capsys):
     assert len(data["nodes"]) == 8
     assert data["slurm"]["error"].startswith(f"slurmctld not reachable (SLURM_CONF={tmp_path / 'slurm.conf'})")
     assert data["warnings"][0].startswith("Slurm state unavailable, showing the site file only")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["inventory", "--help"], ["config", "--help"]])
+def test_help_imports_nothing_heavy(argv):
+    """Start-up stays fast only while help needs no rich/paramiko/numpy/h5py (benchmarks/cli_startup.py)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom fleetctl.cli import run\n"
+             f"assert run({argv!r}) == 0\n"
+             "print(','.join(sorted({m.split('.')[0] for m in sys.modules} & "
+             "{'rich', 'paramiko', 'numpy', 'scipy', 'h5py', 'pynvml'})))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == ""
