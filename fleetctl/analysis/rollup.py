@@ -8,9 +8,10 @@ Order matters, largest element first:
 3. host: every NIC of a host with two or more NICs is a NIC finding;
 4. what remains is a link: one direction, or `both` when both directions are blamed.
 
-Confidence (0..1) = sqrt(consistency) * support * (0.5 + 0.5 * share), where consistency is the
-share of the element's paths that are bad, support = 1 - 0.5^(bad paths), and share is the part of
-all bad paths of the window that the element explains.
+Confidence (0..1) = support * sqrt(lift), where support = 1 - 0.5^(bad paths through the element)
+and lift = (c - b) / (1 - b), c being the share of the element's paths that are bad and b the share
+of bad paths elsewhere (background noise): 1 when every path through it is bad and none elsewhere,
+0 when its paths are no worse than the rest.
 """
 
 from __future__ import annotations
@@ -119,9 +120,11 @@ class Rollup:
         if metric == "loss" and float(np.median(sig.down[hit])) >= 0.5 and loss_bad >= 0.99:
             kind = "down"
         consistency = n_bad / max(1, n_through)
-        support = 1.0 - 0.5 ** n_bad
+        outside = sig.valid & ~through
+        background = float(bad[outside].mean()) if outside.any() else 0.0
+        lift = max(0.0, (consistency - background) / max(1e-9, 1.0 - background))
+        confidence = round(float((1.0 - 0.5 ** n_bad) * np.sqrt(lift)), 3)
         share = min(1.0, n_bad / total_bad)
-        confidence = round(float(np.sqrt(consistency) * support * (0.5 + 0.5 * share)), 3)
         evidence = {
             "window": window,
             "paths_through": n_through,
@@ -138,9 +141,9 @@ class Rollup:
         }
         if metric == "loss":
             est = max(blamed.get(l, 0.0) for l in links)
-            evidence["estimate_loss_pct"] = round(100 * (1 - np.exp(-est)), 3)
+            evidence["estimate_loss_pct"] = round(float(100 * (1 - np.exp(-est))), 3)
         else:
-            evidence["estimate_delay_us"] = round(max(blamed.get(l, 0.0) for l in links), 1)
+            evidence["estimate_delay_us"] = round(float(max(blamed.get(l, 0.0) for l in links)), 1)
         if el.type == "nic":
             evidence["alternatives"] = self._nic_alternatives(el.id)
         return {

@@ -1,0 +1,179 @@
+"""Clock offsets and drifts from the probes themselves (Huygens-style, software timestamps).
+
+A probe from host A to host B carries four timestamps: t1 (A sends, A's clock), t2 (B receives,
+B's clock), t3 (B echoes, B's clock), t4 (A receives, A's clock). With theta = clock_B - clock_A
+and one-way delays d >= 0:  t3 - t4 <= theta <= t2 - t1. Queuing only loosens these bounds, so
+per pair we keep the tightest bound of each time bin (minimum-delay filtering; the coded-probe
+filter of Huygens needs paired probes the agent does not send) and fit the line
+theta(t) = a + b t that separates upper from lower bounds with the largest margin (an LP).
+
+Pair fits disagree by their errors; the network fixes them: per host offset o_h and drift r_h,
+theta_AB(t) = (o_B - o_A) + (r_B - r_A) t, solved by weighted least squares over every measured
+pair (offsets around any loop then sum to zero). One reference host per connected component is
+held at zero. The residual of a pair is its own fit minus the network's value.
+
+What no probe can see: a constant asymmetry between a pair's forward and reverse minimum delays
+biases that pair by half the asymmetry; the network fit spreads, but cannot remove, it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.sparse.linalg import lsqr
+
+from fleetctl.errors import DataError
+
+MAX_DRIFT = 1e-3  # |b| bound in the LP: 1000 ppm is far beyond any working oscillator
+MIN_SIGMA = 1e-7  # floor of a pair's uncertainty (s), so one lucky pair cannot dominate
+
+
+@dataclass
+class PairFit:
+    a: int  # host index of A (the sender)
+    b: int  # host index of B
+    t0: float  # reference time of the fit (A's clock, s)
+    offset: float  # theta_AB(t0), s
+    drift: float  # d theta / dt
+    margin: float  # half the gap between the bound envelopes, s (negative: bounds overlap)
+    span: float  # time covered, s
+    probes: int
+
+
+@dataclass
+class ClockModel:
+    hosts: list[str]
+    offset: np.ndarray  # s, at t = 0 of the reference clock, relative to the component reference
+    drift: np.ndarray  # s/s
+    component: np.ndarray  # connected component per host (-1: no usable pair)
+    pairs: list[PairFit]
+    residual: np.ndarray  # per pair: own fit minus network value at t0, s
+
+    def theta(self, a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """clock_B - clock_A at time t (A's clock), for arrays of host indices."""
+        return (self.offset[b] - self.offset[a]) + (self.drift[b] - self.drift[a]) * t
+
+    def one_way_delays(self, a, b, t1, t2, t3, t4) -> tuple[np.ndarray, np.ndarray]:
+        """Forward (A->B) and reverse (B->A) one-way delays in seconds, clocks corrected."""
+        fwd = (t2 - self.theta(a, b, t1)) - t1
+        rev = t4 - (t3 - self.theta(a, b, t4))
+        return fwd, rev
+
+
+def fit_pair(t1, t2, t3, t4, bins: int = 32) -> tuple[float, float, float, float] | None:
+    """Max-margin line between upper bounds (t1, t2-t1) and lower bounds (t4, t3-t4).
+
+    Returns (t0, a, b, margin) with theta(t) = a + b (t - t0), or None with too few probes."""
+    t1, t2, t3, t4 = (np.asarray(x, dtype=np.float64) for x in (t1, t2, t3, t4))
+    ok = np.isfinite(t1) & np.isfinite(t2) & np.isfinite(t3) & np.isfinite(t4)
+    if ok.sum() < 4:
+        return None
+    t1, t2, t3, t4 = t1[ok], t2[ok], t3[ok], t4[ok]
+    t0 = float(np.median(t1))
+    up_t, up_v = t1 - t0, t2 - t1
+    lo_t, lo_v = t4 - t0, t3 - t4
+    edges = np.linspace(up_t.min(), up_t.max(), min(bins, max(2, ok.sum() // 4)) + 1)
+    which = np.clip(np.searchsorted(edges, up_t, side="right") - 1, 0, len(edges) - 2)
+    keep_up, keep_lo = [], []
+    for k in np.unique(which):
+        idx = np.flatnonzero(which == k)
+        keep_up.append(idx[np.argmin(up_v[idx])])  # tightest upper bound of the bin
+        keep_lo.append(idx[np.argmax(lo_v[idx])])  # tightest lower bound of the bin
+    ut, uv = up_t[keep_up], up_v[keep_up]
+    lt, lv = lo_t[keep_lo], lo_v[keep_lo]
+    scale = float(np.median(uv - lv[: len(uv)])) if len(uv) else 1e-5
+    scale = max(abs(scale), 1e-6)
+    # variables (a, b, m) in units of `scale`; maximise m subject to
+    #   a + b t + m <= upper,   -(a + b t) + m <= -lower
+    a_ub = np.vstack([np.column_stack([np.ones_like(ut), ut, np.ones_like(ut)]),
+                      np.column_stack([-np.ones_like(lt), -lt, np.ones_like(lt)])])
+    b_ub = np.concatenate([uv, -lv]) / scale
+    shift = float(np.median(np.concatenate([uv, lv]))) / scale  # centre a near the data
+    b_ub = b_ub - np.concatenate([np.full(len(ut), shift), np.full(len(lt), -shift)])
+    res = linprog([0, 0, -1], A_ub=a_ub, b_ub=b_ub,
+                  bounds=[(None, None), (-MAX_DRIFT / scale, MAX_DRIFT / scale), (None, None)],
+                  method="highs")
+    if res.status != 0:
+        return None
+    a, b, m = res.x
+    return t0, (a + shift) * scale, b * scale, m * scale
+
+
+def synchronize(hosts: list[str], src: np.ndarray, dst: np.ndarray, t1, t2, t3, t4,
+                bins: int = 32) -> ClockModel:
+    """Fit every (src, dst) host pair, then the network. Lost probes carry NaN timestamps."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    arrays = [np.asarray(x, dtype=np.float64) for x in (t1, t2, t3, t4)]
+    n = len(hosts)
+    if not (len(src) == len(dst) == len(arrays[0])):
+        raise DataError("clock sync: probe arrays differ in length")
+    if len(src) and (src.min() < 0 or max(src.max(), dst.max()) >= n):
+        raise DataError("clock sync: a probe names a host index outside the host list")
+    order = np.lexsort((dst, src))
+    key = src[order] * n + dst[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else []
+    ends = list(starts[1:]) + [len(key)]
+    fits: list[PairFit] = []
+    for s, e in zip(starts, ends):
+        idx = order[s:e]
+        a, b = int(src[idx[0]]), int(dst[idx[0]])
+        if a == b:
+            continue
+        got = fit_pair(*(x[idx] for x in arrays), bins=bins)
+        if got is None:
+            continue
+        t0, off, drift, margin = got
+        span = float(np.nanmax(arrays[0][idx]) - np.nanmin(arrays[0][idx]))
+        fits.append(PairFit(a, b, t0, off, drift, margin, span, len(idx)))
+    return network_fit(hosts, fits)
+
+
+def network_fit(hosts: list[str], fits: list[PairFit]) -> ClockModel:
+    n = len(hosts)
+    offset = np.full(n, np.nan)
+    drift = np.full(n, np.nan)
+    component = np.full(n, -1)
+    if not fits:
+        return ClockModel(hosts, offset, drift, component, fits, np.zeros(0))
+    pa = np.array([f.a for f in fits])
+    pb = np.array([f.b for f in fits])
+    graph = coo_matrix((np.ones(len(fits)), (pa, pb)), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    used = np.zeros(n, dtype=bool)
+    used[pa] = used[pb] = True
+    refs = {lab: int(np.flatnonzero(labels == lab)[0]) for lab in np.unique(labels[used])}
+    # unknowns: offsets then drifts of every host; one reference per component held at 0
+    free = np.array([used[h] and refs[labels[h]] != h for h in range(n)])
+    col = -np.ones(n, dtype=np.int64)
+    col[free] = np.arange(free.sum())
+    nf = int(free.sum())
+    rows, cols, vals, rhs = [], [], [], []
+    r = 0
+    for f in fits:
+        sigma = max(abs(f.margin), MIN_SIGMA)
+        w_off = 1.0 / sigma
+        w_dr = max(f.span, 1e-3) / (2.0 * sigma)  # a drift error of e shifts the ends by e*span/2
+        for h, sign in ((f.b, 1.0), (f.a, -1.0)):
+            if col[h] >= 0:
+                rows += [r, r, r + 1]
+                cols += [col[h], nf + col[h], nf + col[h]]
+                vals += [sign * w_off, sign * w_off * f.t0, sign * w_dr]
+        rhs += [w_off * f.offset, w_dr * f.drift]
+        r += 2
+    mat = coo_matrix((vals, (rows, cols)), shape=(r, 2 * nf)).tocsr()
+    sol = lsqr(mat, np.array(rhs), atol=1e-14, btol=1e-14, iter_lim=20 * (2 * nf + 10))[0] \
+        if nf else np.zeros(0)
+    for h in range(n):
+        if not used[h]:
+            continue
+        component[h] = labels[h]
+        offset[h] = sol[col[h]] if col[h] >= 0 else 0.0
+        drift[h] = sol[nf + col[h]] if col[h] >= 0 else 0.0
+    model = ClockModel(hosts, offset, drift, component, fits, np.zeros(len(fits)))
+    model.residual = np.array([f.offset - model.theta(np.array([f.a]), np.array([f.b]),
+                                                      np.array([f.t0]))[0] for f in fits])
+    return model

@@ -1,0 +1,172 @@
+"""The HDF5 run store: one file per probe run, schema in docs/hdf5-schema.md.
+
+Crash safety: a run is written to `<file>.tmp`; `close()` writes the `complete` attribute last,
+flushes, fsyncs and renames the file into place (then fsyncs the directory). A crash or kill
+leaves at most a `.tmp` file, and a file without `complete` is refused by the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from fleetctl.errors import DataError
+from fleetctl.mesh.topology import PathTable, Topology
+
+FORMAT = "fleetctl-mesh-run"
+SCHEMA_VERSION = 1
+NOT_RECORDED = 0  # timestamp value for "not recorded" (e.g. t_recv of a lost probe)
+
+# lost: 0 delivered, 1 lost on the way out, 2 lost on the way back, 3 lost, direction unknown
+PROBE_DTYPE = np.dtype([
+    ("flow", "<i4"), ("src_nic", "<i4"), ("dst_nic", "<i4"), ("sport", "<u2"), ("seq", "<u4"),
+    ("t_send", "<i8"), ("t_remote_rx", "<i8"), ("t_remote_tx", "<i8"), ("t_recv", "<i8"),
+    ("lost", "u1"),
+])
+FLOW_DTYPE = np.dtype([("flow", "<i4"), ("src_nic", "<i4"), ("dst_nic", "<i4"), ("sport", "<u2"),
+                       ("fwd_path", "<i4"), ("rev_path", "<i4")])
+PAIR_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("t0", "<f8"), ("offset_s", "<f8"),
+                       ("drift", "<f8"), ("margin_s", "<f8"), ("span_s", "<f8"),
+                       ("probes", "<i4"), ("residual_s", "<f8")])
+STR = h5py.string_dtype("utf-8")
+REQUIRED = ("nics", "hosts", "elements", "paths/indptr", "paths/elements", "paths/weights",
+            "paths/src_nic", "paths/dst_nic", "paths/traced", "flows", "probes")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class RunWriter:
+    """Writes one run. Use as a context manager: an exception discards the `.tmp` file."""
+
+    def __init__(self, path: str | os.PathLike, *, run_id: str, cluster: str,
+                 parameters: dict | None = None, epoch_ns: int = 0, started_at: str | None = None):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            self.f = h5py.File(self.tmp, "w")
+        except OSError as exc:
+            raise DataError(f"{self.tmp}: cannot create run file: {exc}") from None
+        a = self.f.attrs
+        a["format"] = FORMAT
+        a["schema_version"] = SCHEMA_VERSION
+        a["run_id"] = run_id
+        a["cluster"] = cluster
+        a["started_at"] = started_at or _now()
+        a["epoch_ns"] = np.int64(epoch_ns)
+        a["parameters"] = json.dumps(parameters or {}, sort_keys=True)
+        self._probes = self.f.create_dataset("probes", shape=(0,), maxshape=(None,),
+                                             dtype=PROBE_DTYPE, chunks=(65536,),
+                                             compression="gzip", compression_opts=4,
+                                             shuffle=True)
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def write_topology(self, topo: Topology) -> None:
+        hosts = list(dict.fromkeys(topo.nic_host))
+        hpos = {h: i for i, h in enumerate(hosts)}
+        nics = np.array([(n, h, hpos[h]) for n, h in zip(topo.nics, topo.nic_host)],
+                        dtype=[("name", STR), ("host", STR), ("host_index", "<i4")])
+        self.f.create_dataset("nics", data=nics)
+        self.f.create_dataset("hosts", data=np.array(hosts, dtype=object), dtype=STR)
+        els = np.array([(e.type, e.id, e.direction, topo.switch_tier.get(e.id, 0)
+                         if e.type == "switch" else 0) for e in topo.elements],
+                       dtype=[("type", STR), ("id", STR), ("direction", STR), ("tier", "<i2")])
+        self.f.create_dataset("elements", data=els)
+        self.f["elements"].attrs["topology"] = topo.name
+
+    def write_paths(self, paths: PathTable) -> None:
+        g = self.f.create_group("paths")
+        g.create_dataset("indptr", data=paths.indptr.astype(np.int64))
+        g.create_dataset("elements", data=paths.elements.astype(np.int32), compression="gzip")
+        g.create_dataset("weights", data=paths.weights.astype(np.float32), compression="gzip")
+        g.create_dataset("src_nic", data=paths.src_nic.astype(np.int32))
+        g.create_dataset("dst_nic", data=paths.dst_nic.astype(np.int32))
+        g.create_dataset("traced", data=paths.traced.astype(np.uint8))
+
+    def write_flows(self, flows: np.ndarray) -> None:
+        self.f.create_dataset("flows", data=np.asarray(flows, dtype=FLOW_DTYPE))
+
+    def append_probes(self, records: np.ndarray) -> None:
+        records = np.asarray(records, dtype=PROBE_DTYPE)
+        n = self._probes.shape[0]
+        self._probes.resize((n + len(records),))
+        self._probes[n:] = records
+
+    def write_windows(self, *, window_s: float, start_ns: np.ndarray, path_sent: np.ndarray,
+                      path_lost: np.ndarray, path_p50_us: np.ndarray, path_p99_us: np.ndarray,
+                      delay_p50_us: np.ndarray, delay_p99_us: np.ndarray,
+                      loss: np.ndarray, one_way: bool) -> None:
+        """Per window: per-path figures (W x P) and NIC x NIC matrices (W x N x N, NaN where
+        a pair was not probed). Delays in microseconds; one_way False means half round trip."""
+        g = self.f.create_group("windows")
+        g.attrs["window_s"] = float(window_s)
+        g.attrs["one_way"] = bool(one_way)
+        g.create_dataset("start_ns", data=np.asarray(start_ns, dtype=np.int64))
+        for name, arr, dt in (("path_sent", path_sent, np.int32), ("path_lost", path_lost, np.int32),
+                              ("path_p50_us", path_p50_us, np.float32),
+                              ("path_p99_us", path_p99_us, np.float32),
+                              ("delay_p50_us", delay_p50_us, np.float32),
+                              ("delay_p99_us", delay_p99_us, np.float32),
+                              ("loss", loss, np.float32)):
+            g.create_dataset(name, data=np.asarray(arr, dtype=dt), compression="gzip")
+
+    def write_clock(self, model) -> None:
+        """A fleetctl.analysis.clock.ClockModel."""
+        g = self.f.create_group("clock")
+        g.create_dataset("offset_s", data=model.offset)
+        g.create_dataset("drift", data=model.drift)
+        g.create_dataset("component", data=model.component.astype(np.int32))
+        pairs = np.array([(p.a, p.b, p.t0, p.offset, p.drift, p.margin, p.span, p.probes, r)
+                          for p, r in zip(model.pairs, model.residual)], dtype=PAIR_DTYPE)
+        g.create_dataset("pairs", data=pairs, dtype=PAIR_DTYPE)
+
+    def write_findings(self, findings: list[dict], solver: str) -> None:
+        g = self.f.create_group("findings")
+        g.attrs["solver"] = solver
+        table = np.array([(f["element"]["type"], f["element"]["id"],
+                           f["element"].get("direction", ""), f["metric"], f["severity"],
+                           f["confidence"]) for f in findings],
+                         dtype=[("type", STR), ("id", STR), ("direction", STR), ("metric", STR),
+                                ("severity", STR), ("confidence", "<f4")])
+        g.create_dataset("table", data=table)
+        g.create_dataset("json", data=np.array([json.dumps(f, sort_keys=True) for f in findings],
+                                               dtype=object), dtype=STR)
+
+    def close(self, ended_at: str | None = None) -> Path:
+        """Mark complete, flush, fsync, rename into place. Returns the final path."""
+        self.f.attrs["ended_at"] = ended_at or _now()
+        self.f.attrs["complete"] = True  # written last: the reader's proof of a whole file
+        self.f.flush()
+        self.f.close()
+        fd = os.open(self.tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self.tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return self.path
+
+    def abort(self) -> None:
+        try:
+            self.f.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
