@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -95,6 +96,8 @@ class Validator:
                 out[name] = self.table({}, spec.children, key)
             elif spec.type == "array":
                 out[name] = []
+            elif spec.type == "number" and spec.default is not None:
+                out[name] = float(spec.default)  # same type whether given or defaulted
             else:
                 out[name] = copy.deepcopy(spec.default)
         return out
@@ -130,6 +133,8 @@ class Validator:
             if not ok:
                 raise self.fail(key, f"expected {'an integer' if typ == 'integer' else 'a number'}, "
                                      f"got {_type_name(value)} {value!r}")
+            if not math.isfinite(value):
+                raise self.fail(key, f"expected a finite number, got {value}")
             if spec.min is not None and value < spec.min:
                 raise self.fail(key, f"must be >= {spec.min}, got {value}")
             if spec.max is not None and value > spec.max:

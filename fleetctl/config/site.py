@@ -7,6 +7,7 @@ ids, a link naming a switch, node or NIC that does not exist.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,6 +156,7 @@ def parse_site(text: str, source: str = "<site>") -> Site:
     site = Site(name=data["cluster"]["name"], source=source, data=data)
     _resolve_node_classes(site)
     _resolve_switches(site)
+    _check_slurm(site)
     if data["slurm"]["topology_conf"]:
         from fleetctl.config.topology import merge_topology_conf
 
@@ -201,7 +203,18 @@ def _resolve_switches(site: Site) -> None:
         if raw["id"] in site.switches:
             raise ConfigError(f"duplicate switch id {raw['id']!r}", path=site.source,
                               key=f"fabric.switches[{i}].id")
+        if site.node_class(raw["id"]) is not None:
+            raise ConfigError(f"switch id {raw['id']!r} is also the name of a node", path=site.source,
+                              key=f"fabric.switches[{i}].id")
         site.switches[raw["id"]] = Switch(**raw)
+
+
+def _check_slurm(site: Site) -> None:
+    # The prefix marks fleetctl's own drains; a space or ':' in it would make that test ambiguous.
+    prefix = site.slurm["drain_prefix"]
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", prefix):
+        raise ConfigError(f"invalid drain prefix {prefix!r}: letters, digits, '_', '.', '-' only",
+                          path=site.source, key="slurm.drain_prefix")
 
 
 def parse_endpoint(site: Site, text: str, address: str = "", *, key: str = "") -> Endpoint:
@@ -223,8 +236,14 @@ def parse_endpoint(site: Site, text: str, address: str = "", *, key: str = "") -
     return Endpoint("nic", device, port, address)
 
 
-def link_id(a: Endpoint, b: Endpoint) -> str:
-    """Derived link id: the node end first, else the lower-tier switch first (leaf1--spine2)."""
+def link_id(a: Endpoint, b: Endpoint, site: Site | None = None) -> str:
+    """Derived link id: the node end first, else the lower-tier switch first (leaf1--spine2), so the
+    id does not depend on which end the file names first."""
+    if a.kind == "switch" and b.kind != "switch":
+        a, b = b, a
+    elif a.kind == b.kind == "switch" and site is not None:
+        if site.switches[b.device].tier < site.switches[a.device].tier:
+            a, b = b, a
     return f"{a.element_id}--{b.element_id}"
 
 
@@ -237,7 +256,7 @@ def _resolve_links(site: Site) -> None:
             raise ConfigError(f"link connects {a.device!r} to itself", path=site.source, key=key)
         if a.kind != "switch" and b.kind != "switch":
             raise ConfigError("a link must have a switch on at least one end", path=site.source, key=key)
-        lid = raw["id"] or link_id(a, b)
+        lid = raw["id"] or link_id(a, b, site)
         if "->" in lid or any(ch.isspace() for ch in lid):
             raise ConfigError(f"link id {lid!r} must not contain '->' or spaces", path=site.source,
                               key=f"{key}.id")

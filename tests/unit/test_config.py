@@ -230,3 +230,28 @@ def test_load_site_from_file(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text(GOOD)
     assert load_site(path).source == str(path)
+
+
+def test_derived_link_id_does_not_depend_on_the_order_of_the_ends():
+    s = site(GOOD.replace('a = "leaf1"\nb = "spine1"\nrate_gbps', 'a = "spine1"\nb = "leaf1"\nrate_gbps')
+             .replace('a = "cpu1"\nb = "leaf1"', 'a = "leaf1:p9"\nb = "cpu1"'))
+    assert "leaf1--spine1" in s.links and "cpu1--leaf1" in s.links
+    assert s.links["cpu1--leaf1"].a.kind == "switch"  # the ends stay as written
+
+
+def test_switch_named_like_a_node():
+    assert bad(GOOD.replace('id = "spine1"', 'id = "cpu1"')) == \
+        "t.toml: fabric.switches[1].id: switch id 'cpu1' is also the name of a node"
+
+
+def test_bad_drain_prefix():
+    assert bad(GOOD.replace('drain_prefix = "fleetctl"', 'drain_prefix = "my tool:"')) == \
+        "t.toml: slurm.drain_prefix: invalid drain prefix 'my tool:': letters, digits, '_', '.', '-' only"
+
+
+def test_numbers_are_finite_and_defaults_are_floats():
+    assert bad(GOOD.replace("rate_gbps = 800", "rate_gbps = nan")) == \
+        "t.toml: fabric.links[1].rate_gbps: expected a finite number, got nan"
+    s = site()
+    assert isinstance(s.node_class("cpu1").nics[0].rate_gbps, float)
+    assert isinstance(s.thresholds["gpu_temp_warn_c"], float)
