@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from functools import lru_cache
@@ -102,14 +101,16 @@ def run_payload_locally(args: dict) -> dict:
         raise UsageError(f"bad payload arguments: {exc}") from None
 
 
-def run_payload_subprocess(args: dict, python: str = sys.executable, timeout: float | None = None,
-                           extra_env: dict | None = None) -> dict:
-    """Pipe the built payload to `python -` in a child process, exactly as a transport does on a node."""
-    cmd = [python, "-", json.dumps(args)]
+def run_payload_subprocess(args: dict, python: str | list[str] = "python3", timeout: float | None = None,
+                           env: dict | None = None) -> dict:
+    """Pipe the built payload to `python3 -` in a child process, exactly as a transport does on a node.
+
+    python: the interpreter command, e.g. ["python3", "-I", "-S"] for a bare standard library."""
+    cmd = ([python] if isinstance(python, str) else list(python)) + ["-", json.dumps(args)]
     limit = timeout if timeout is not None else (args.get("budget_s") or 60) + 5
     try:
         proc = subprocess.run(cmd, input=build_payload().encode(), capture_output=True, timeout=limit,
-                              env=extra_env)
+                              env=env)
     except subprocess.TimeoutExpired:
         raise DataError(f"node payload killed after {limit:g} s without answering") from None
     return parse_payload_output(proc.stdout.decode("utf-8", "replace"), proc.returncode,

@@ -63,15 +63,16 @@ def check_mounts(mounts, thresholds, mounts_file="/proc/mounts"):
         if point not in table:
             out.append(result("host.mount", "fail", "%s is not mounted" % point, "drain", ev, point))
             continue
-        ro = "ro" in table[point] or not os.access(point, os.W_OK)
+        if "ro" in table[point]:
+            out.append(result("host.mount", "fail", "%s is mounted read-only" % point, "drain", ev, point))
+            continue
         try:
-            st = os.statvfs(point)
+            st = os.statvfs(point)  # a stale NFS handle or a dead FUSE daemon fails here
         except OSError as exc:
-            out.append(result("host.mount", "error", "%s: statvfs failed: %s" % (point, exc.strerror), "drain",
+            out.append(result("host.mount", "fail", "%s: statvfs failed: %s" % (point, exc.strerror), "drain",
                               ev, point))
             continue
-        ro = ro or bool(st.f_flag & os.ST_RDONLY)
-        if ro:
+        if st.f_flag & os.ST_RDONLY or not os.access(point, os.W_OK):
             out.append(result("host.mount", "fail", "%s is read-only" % point, "drain", ev, point))
             continue
         out.append(result("host.mount", "ok", "%s mounted read-write" % point, evidence=ev, subject=point))

@@ -238,6 +238,8 @@ def _check_netdev(nic, sysfs, facts, deadline):
 
     def link():
         oper = _read(dev + "/operstate")
+        if oper == "unknown" and read_or_none(dev + "/carrier") == "1":
+            oper = "up"  # loopback and some virtual drivers never set an operstate: carrier says up
         speed = _int_or_none(read_or_none(dev + "/speed"))  # EINVAL when down, -1 when unknown (veth)
         gbps = speed / 1000.0 if speed and speed > 0 else None
         ev = {"operstate": oper, "speed_mbps": speed if gbps else None,

@@ -97,16 +97,27 @@ def run_checks(args, deadline=None):
     elif args.get("counter_interval_s") is None:
         args["counter_interval_s"] = 1.0
     ctx = {"args": args, "deadline": deadline, "facts": {}, "state": load_state(args.get("state_file"))}
-    groups = [(name, fn) for name, first, fn in GROUPS if LEVELS.index(first) <= LEVELS.index(level)]
-    done, results = [], []
-    worker = threading.Thread(target=_work, args=(groups, ctx, done, results), daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline.left() - OUTPUT_RESERVE_S) if deadline.at is not None else None)
-    complete = not worker.is_alive()
-    results = list(results)
-    for name, _ in groups:
-        if name not in done:
-            results.append(result(name, "error", "budget exceeded (%.1f s) before the %s checks finished"
+    groups = [(name, first, fn) for name, first, fn in GROUPS
+              if LEVELS.index(first) <= LEVELS.index(level)]
+    done = {}  # group name -> its results, filled by the worker threads
+    # Node-level groups run side by side (a hung kernel-log read must not starve the NIC checks);
+    # the deep tests run one after another once they are done (they load the same GPUs and NICs).
+    threads = [threading.Thread(target=_work, args=([(n, fn)], ctx, done), daemon=True)
+               for n, first, fn in groups if first != "deep"]
+    deep = [(n, fn) for n, first, fn in groups if first == "deep"]
+    if deep:
+        threads.append(threading.Thread(target=_after, args=(list(threads), deep, ctx, done), daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(None if deadline.at is None else max(0.0, deadline.left() - OUTPUT_RESERVE_S))
+    complete = not any(t.is_alive() for t in threads)
+    results = []
+    for name, _, _ in groups:
+        if name in done:
+            results.extend(done[name])
+        else:
+            results.append(result(name + ".budget", "error", "budget exceeded (%.1f s) before the %s checks finished"
                                   % (deadline.budget_s, name), evidence={"budget_s": deadline.budget_s}))
     if complete:
         err = save_state(args.get("state_file"), ctx["state"])
@@ -115,14 +126,19 @@ def run_checks(args, deadline=None):
     return _document(args, level, started, deadline, complete, results, ctx["facts"])
 
 
-def _work(groups, ctx, done, results):
+def _work(groups, ctx, done):
     for name, fn in groups:
         try:
             out = fn(ctx)
         except Exception as exc:  # one broken check must never sink the others
-            out = [result(name, "error", "%s check could not run: %s: %s" % (name, type(exc).__name__, exc))]
-        results.extend(out)
-        done.append(name)
+            out = [result(name + ".crash", "error", "%s check could not run: %s: %s" % (name, type(exc).__name__, exc))]
+        done[name] = out
+
+
+def _after(threads, groups, ctx, done):
+    for t in threads:
+        t.join()
+    _work(groups, ctx, done)
 
 
 def _document(args, level, started, deadline, complete, results, facts):
@@ -133,7 +149,7 @@ def _document(args, level, started, deadline, complete, results, facts):
         "elapsed_s": round(time.monotonic() - deadline.started, 4), "budget_s": deadline.budget_s,
         "complete": complete, "python": platform.python_version(),
         "simulated": any(r.get("simulated") for r in results),
-        "status": worst_status(r["status"] for r in results),
+        "status": worst_status(r["status"] for r in results if r["status"] != "skipped"),
         "action": strongest_action(failing), "results": results, "facts": facts,
     }
 
