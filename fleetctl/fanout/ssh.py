@@ -6,8 +6,10 @@ keys and known_hosts are read once per transport, not per host; the jump host is
 by every node's direct-tcpip channel; threads are sized to the node count.
 
 Timeouts: connecting (TCP, ssh handshake, authentication, opening the session) must finish within
-`connect_timeout`; the command then has `timeout` seconds. A command past its time is sent SIGKILL
-(the ssh `signal` request, honoured by OpenSSH >= 7.9) and reported as `timeout`.
+`connect_timeout`; the command then has `timeout` seconds. A command past its time is reported as
+`timeout`, sent SIGKILL with the ssh `signal` request and its channel closed. OpenSSH honours that
+request only for non-root logins (a root session has no privilege-separated child); as root the
+command is left to end by itself, or by SIGPIPE on its next write to the closed channel.
 """
 
 from __future__ import annotations
@@ -136,14 +138,16 @@ class SshTransport(Transport):
             t.banner_timeout = t.handshake_timeout = t.auth_timeout = _left(deadline, where)
             try:
                 t.start_client(timeout=_left(deadline, where))
+                server_key = t.get_remote_server_key()  # raises when start_client gave up silently
             except (paramiko.SSHException, EOFError, OSError) as exc:
-                if time.monotonic() >= deadline:
+                # paramiko's banner timer and our deadline differ by microseconds: trust either.
+                if "banner" in str(exc) or time.monotonic() >= deadline - 0.05:
                     raise HostFailure(UNREACHABLE, f"ssh handshake with {where} timed out after "
                                       f"{self.options.connect_timeout:g} s") from None
                 raise HostFailure(UNREACHABLE if isinstance(exc, (EOFError, OSError)) else ERROR,
                                   f"ssh handshake with {where} failed: {_describe(exc)}") from None
             try:
-                self._known_hosts.check(node, names, t.get_remote_server_key())
+                self._known_hosts.check(node, names, server_key)
             except HostKeyRefused as exc:
                 raise HostFailure(exc.status, exc.message) from None
             self._authenticate(t, user, where, deadline)
@@ -177,14 +181,14 @@ class SshTransport(Transport):
         try:
             return jump.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0),
                                      timeout=_left(deadline, f"{address}:{port}"))
-        except paramiko.ChannelException as exc:
-            text = exc.text or ""
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            # Concurrent failed opens share paramiko's one saved exception, so the exception may be
+            # another node's or a generic one: the reason noted for our own channel id is what counts.
+            text = jump.reasons.last() or (exc.text if isinstance(exc, paramiko.ChannelException)
+                                           else _describe(exc))
             status = REFUSED if "refused" in text.lower() else UNREACHABLE
             raise HostFailure(status, f"via jump host {self.options.jump_host}: connect to "
-                              f"{address}:{port}: {text or 'failed'}") from None
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise HostFailure(UNREACHABLE, f"via jump host {self.options.jump_host}: connect to "
-                              f"{address}:{port}: {_describe(exc)}") from None
+                              f"{address}:{port}: {text}") from None
 
     def _jump_transport(self, deadline: float):
         """One connection to the jump host, shared by every node (and every later run)."""
@@ -199,6 +203,7 @@ class SshTransport(Transport):
             try:
                 sock = socket.create_connection((host, port), timeout=_left(deadline, host))
                 self._jump = self._handshake(host, names, sock, deadline, user)
+                self._jump.reasons = _OpenFailureReasons(self._jump)
             except HostFailure as exc:
                 self._jump = HostFailure(exc.status, f"jump host {self.options.jump_host}: {exc.message}")
             except OSError as exc:
@@ -244,16 +249,54 @@ class SshTransport(Transport):
         return HostResult(node, OK if code == 0 else FAILED, code, decode(out), decode(err), duration)
 
 
+class _OpenFailureReasons:
+    """Keeps the jump server's reason for each refused direct-tcpip channel ("Connection refused",
+    "No route to host"): paramiko raises only the generic text of the code ("Connect failed").
+    Uses paramiko's per-instance handler table (meant for such twiddling) and notes, per thread,
+    the channel id our open_channel call allocated; without these hooks it reports nothing."""
+
+    def __init__(self, t):
+        self._reasons: dict[int, str] = {}  # channel id -> "Connection refused (Connect failed)"
+        self._local = threading.local()
+        try:
+            table, allocate = t._handler_table, t._next_channel
+            original = table[paramiko.common.MSG_CHANNEL_OPEN_FAILURE]
+        except (AttributeError, KeyError):
+            return
+
+        def next_channel():
+            self._local.chanid = chanid = allocate()
+            return chanid
+
+        def open_failure(m):
+            try:
+                peek = paramiko.Message(m.get_remainder())
+                chanid, code, reason = peek.get_int(), peek.get_int(), peek.get_text()
+                generic = paramiko.common.CONNECTION_FAILED_CODE.get(code, f"code {code}")
+                self._reasons[chanid] = f"{reason} ({generic})" if reason != generic else reason
+            finally:
+                original(m)
+
+        t._next_channel = next_channel
+        table[paramiko.common.MSG_CHANNEL_OPEN_FAILURE] = open_failure
+
+    def last(self) -> str:
+        """The reason given for the channel this thread last tried to open."""
+        chanid = getattr(self._local, "chanid", None)
+        return self._reasons.pop(chanid, "") if chanid is not None else ""
+
+
 def _collect(chan, out: bytearray, err: bytearray, deadline: float) -> bool:
-    """Read stdout and stderr together until the exit status (or close); False on timeout.
-    Reading both keeps the shared flow-control window open however much either stream carries."""
+    """Read stdout and stderr together until EOF and the exit status (or close); False on timeout.
+    Reading both keeps the shared flow-control window open however much either stream carries.
+    The exit status alone is not the end: sshd sends it when the process exits, possibly before the
+    rest of its output, which ends with EOF."""
     while True:
         while chan.recv_ready():
             out += chan.recv(65536)
         while chan.recv_stderr_ready():
             err += chan.recv_stderr(65536)
-        if chan.exit_status_ready():
-            # exit-status comes after all data on the wire: what is buffered now is everything.
+        if chan.closed or (chan.eof_received and chan.status_event.is_set()):
             while chan.recv_ready():
                 out += chan.recv(65536)
             while chan.recv_stderr_ready():
