@@ -1,0 +1,150 @@
+"""Triangulation solvers on synthetic fabrics with known faults.
+
+Noise in every scenario: Gaussian jitter of the window delay, rare queuing spikes and a background
+of single probe drops, so "no fault -> no finding" is tested against realistic noise."""
+
+import pytest
+
+from fleetctl.analysis.signals import Thresholds, WindowStats
+from fleetctl.analysis.solvers import get_solver, solver_names
+from fleetctl.analysis.synthetic import Fault, simulate
+from fleetctl.analysis.triangulate import triangulate
+from fleetctl.errors import DataError, UsageError
+from fleetctl.mesh.fattree import fat_tree, leaf_spine
+
+SOLVERS = ["nnls", "l1", "vote"]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """The lab's shape: 4 leaves x 2 spines, 8 hosts x 2 NICs, full mesh, 8 flows per pair."""
+    t = leaf_spine(4, 2, 2, 2)
+    flows = [(a, b, f) for a in t.nics for b in t.nics
+             if t.nic_host[t.nic_index(a)] != t.nic_host[t.nic_index(b)] for f in range(8)]
+    return t, t.path_table(flows)
+
+
+def named(findings):
+    return sorted((f["element"]["type"], f["element"].get("direction") or f["element"]["id"],
+                   f["metric"]) for f in findings)
+
+
+def test_registry_lists_solvers():
+    assert set(SOLVERS) <= set(solver_names())
+    with pytest.raises(UsageError, match="unknown solver 'magic'"):
+        get_solver("magic")
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_no_fault_no_finding(lab, solver, seed):
+    t, paths = lab
+    stats = simulate(t, paths, [], windows=4, jitter_us=5.0, background_loss=5e-4,
+                     spike_rate=2e-3, seed=seed)
+    assert triangulate(t, paths, stats, solver) == []
+
+
+CASES = [
+    ([Fault("leaf1->spine1", "loss", 0.02)], [("link", "leaf1->spine1", "loss")]),
+    ([Fault("spine2->leaf3", "loss", 0.05)], [("link", "spine2->leaf3", "loss")]),
+    ([Fault("leaf2->spine2", "down"), Fault("spine2->leaf2", "down")],
+     [("link", "both", "down")]),
+    ([Fault("node3:eth1", "down")], [("nic", "node3:eth1", "down")]),
+    ([Fault("node5", "down")], [("host", "node5", "down")]),
+    ([Fault("spine1", "delay", 150.0)], [("switch", "spine1", "delay")]),
+    ([Fault("leaf4->spine1", "delay", 60.0)], [("link", "leaf4->spine1", "delay")]),
+    ([Fault("spine1->leaf3", "delay", 80.0), Fault("leaf4->spine2", "loss", 0.02)],
+     [("link", "leaf4->spine2", "loss"), ("link", "spine1->leaf3", "delay")]),
+    ([Fault("leaf1->spine2", "loss", 0.03), Fault("node7:eth0", "down")],
+     [("link", "leaf1->spine2", "loss"), ("nic", "node7:eth0", "down")]),
+]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("faults,expected", CASES, ids=[str(c[1]) for c in CASES])
+def test_known_faults_are_named(lab, solver, faults, expected):
+    t, paths = lab
+    stats = simulate(t, paths, faults, windows=3, probes=100, seed=7)
+    findings = triangulate(t, paths, stats, solver)
+    assert named(findings) == sorted(expected)
+    for f in findings:
+        assert 0.5 <= f["confidence"] <= 1.0
+        ev = f["evidence"]
+        assert ev["paths_bad"] >= 2 and ev["paths_through"] >= ev["paths_bad"]
+        assert f["severity"] in ("minor", "major", "critical")
+
+
+def test_link_down_reports_both_directions_with_its_id(lab):
+    t, paths = lab
+    stats = simulate(t, paths, [Fault("leaf2->spine2", "down"), Fault("spine2->leaf2", "down")],
+                     windows=1, seed=3)
+    (f,) = triangulate(t, paths, stats, "nnls")
+    assert f["element"] == {"type": "link", "id": "leaf2--spine2", "direction": "both"}
+    assert f["severity"] == "critical" and f["confidence"] > 0.9
+    assert f["evidence"]["loss_pct_bad_median"] == 100.0
+
+
+def test_nic_finding_names_its_cable_as_alternative(lab):
+    t, paths = lab
+    (f,) = triangulate(t, paths, simulate(t, paths, [Fault("node2:eth0", "down")], seed=4))
+    alts = f["evidence"]["alternatives"]
+    assert {"type": "link", "id": "node2:eth0--leaf1"} in alts
+
+
+def test_evidence_figures(lab):
+    t, paths = lab
+    stats = simulate(t, paths, [Fault("leaf3->spine1", "delay", 200.0)], windows=2, seed=5)
+    (f,) = triangulate(t, paths, stats, "nnls")
+    ev = f["evidence"]
+    assert ev["excess_delay_us_bad_median"] == pytest.approx(200, abs=15)
+    assert ev["estimate_delay_us"] == pytest.approx(200, abs=15)
+    assert ev["paths_clean"] == 0 and ev["excess_delay_us_clean_median"] is None
+    assert f["severity"] == "major" and f["windows"] == [0, 1]
+
+
+def test_fault_in_one_window_only(lab):
+    t, paths = lab
+    clean = simulate(t, paths, [], windows=2, seed=1)
+    bad = simulate(t, paths, [Fault("spine2->leaf1", "loss", 0.05)], windows=1, seed=2)
+    import numpy as np
+    stats = WindowStats(np.vstack([clean.sent, bad.sent]), np.vstack([clean.lost, bad.lost]),
+                        np.vstack([clean.delay, bad.delay]))
+    (f,) = triangulate(t, paths, stats, "vote")
+    assert f["windows"] == [2] and f["element"]["direction"] == "spine2->leaf1"
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_fat_tree_core_link_and_aggregation_switch(solver):
+    t = fat_tree(8)
+    n = len(t.nics)
+    flows = [(t.nics[i], t.nics[(i + o) % n], f) for i in range(n) for o in (1, 17, 45, 77)
+             for f in range(6)]
+    paths = t.path_table(flows)
+    stats = simulate(t, paths, [Fault("p2-a1->c5", "loss", 0.03)], windows=2, seed=11)
+    assert named(triangulate(t, paths, stats, solver)) == [("link", "p2-a1->c5", "loss")]
+    stats = simulate(t, paths, [Fault("p5-a2", "delay", 120.0)], windows=2, seed=12)
+    assert named(triangulate(t, paths, stats, solver)) == [("switch", "p5-a2", "delay")]
+
+
+def test_untraced_flows_use_expected_ecmp_rows(lab):
+    """Flows whose path is not traced: one expected row per pair, true paths spread over ECMP."""
+    t, traced = lab
+    stats = simulate(t, traced, [Fault("spine1->leaf2", "loss", 0.04)], windows=2, seed=6)
+    # aggregate the 8 flows of each pair, as an analysis without traceroute would
+    import numpy as np
+    pairs = t.path_table([(t.nics[a], t.nics[b], 0) for a, b in
+                          zip(traced.src_nic[::8], traced.dst_nic[::8])], traced=False)
+    sent = stats.sent.reshape(2, -1, 8).sum(axis=2)
+    lost = stats.lost.reshape(2, -1, 8).sum(axis=2)
+    delay = np.nanmedian(stats.delay.reshape(2, -1, 8), axis=2)
+    th = Thresholds(candidate_share=0.25)  # a pair crosses the faulty spine with probability 1/2
+    found = triangulate(t, pairs, WindowStats(sent, lost, delay), "nnls", th)
+    assert named(found) == [("link", "spine1->leaf2", "loss")]
+
+
+def test_mismatched_stats_are_a_data_error(lab):
+    t, paths = lab
+    with pytest.raises(DataError, match="cover 3 paths"):
+        triangulate(t, paths, WindowStats([[10, 10, 10]], [[0, 0, 0]], [[1.0, 1.0, 1.0]]))
+    with pytest.raises(DataError, match="lost probes outside"):
+        WindowStats([[1]], [[2]], [[1.0]])
