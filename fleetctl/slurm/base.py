@@ -96,6 +96,16 @@ class ResumeResult:
         return asdict(self)
 
 
+@dataclass
+class DrainResult:
+    reason: str  # the reason written: `<prefix>:<code> <text>`, cleaned and cut
+    drained: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # node -> why it was left alone
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 class SlurmBackend(abc.ABC):
     """What fleetctl needs from Slurm. Every method raises SlurmError on failure."""
 
@@ -118,8 +128,13 @@ class SlurmBackend(abc.ABC):
         """Jobs (default: pending and running), optionally those of some ids or on some nodes."""
 
     @abc.abstractmethod
-    def drain(self, nodes: list[str], code: str, text: str = "") -> str:
-        """Drain nodes with reason `<prefix>:<code> <text>`; return the reason written."""
+    def drain(self, nodes: list[str], code: str, text: str = "", *, force: bool = False) -> DrainResult:
+        """Drain nodes with reason `<prefix>:<code> <text>`.
+
+        A node that already carries somebody else's reason (an operator's drain, Slurm's own "Not
+        responding") is skipped unless `force`: overwriting that reason with ours would let a later
+        fleetctl resume undo the operator's drain.
+        """
 
     @abc.abstractmethod
     def resume(self, nodes: list[str]) -> ResumeResult:

@@ -14,7 +14,8 @@ import subprocess
 from fleetctl.errors import SlurmError, UsageError
 from fleetctl.nodeset import fold
 from fleetctl.slurm import parse
-from fleetctl.slurm.base import Reservation, ResumeResult, SlurmBackend, SlurmJob, SlurmNode
+from fleetctl.slurm.base import (DrainResult, Reservation, ResumeResult, SlurmBackend, SlurmJob,
+                                 SlurmNode)
 from fleetctl.slurm.reasons import is_ours, make_reason
 
 # stderr fragments that mean slurmctld (or the configuration) cannot be reached at all.
@@ -119,12 +120,20 @@ class CliBackend(SlurmBackend):
             raise
 
     # ---- changing
-    def drain(self, nodes: list[str], code: str, text: str = "") -> str:
+    def drain(self, nodes: list[str], code: str, text: str = "", *, force: bool = False) -> DrainResult:
         if not nodes:
             raise UsageError("drain: no nodes given")
-        reason = make_reason(self.drain_prefix, code, text)
-        self.run("scontrol", "update", f"NodeName={fold(nodes)}", "State=DRAIN", f"Reason={reason}")
-        return reason
+        result = DrainResult(make_reason(self.drain_prefix, code, text))
+        for node in self.nodes(nodes):
+            if node.reason and not force and not is_ours(node.reason, self.drain_prefix):
+                result.skipped[node.name] = (f"already {node.state_text.lower()} with reason "
+                                             f"{node.reason!r} (not fleetctl's): left as is")
+            else:
+                result.drained.append(node.name)
+        if result.drained:
+            self.run("scontrol", "update", f"NodeName={fold(result.drained)}", "State=DRAIN",
+                     f"Reason={result.reason}")
+        return result
 
     def resume(self, nodes: list[str]) -> ResumeResult:
         result = ResumeResult()

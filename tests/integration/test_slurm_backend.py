@@ -62,9 +62,12 @@ def test_ping_and_nodes(lab, slurm):
 
 def test_drain_with_reason_and_resume_only_our_drains(lab, slurm):
     ours, operators, healthy = lab.nodes[0], lab.nodes[1], lab.nodes[2]
-    reason = slurm.drain([ours], "xid79", "gpu3 fell off the bus")
-    assert reason == "fleetctl:xid79 gpu3 fell off the bus"
     scontrol(lab, "update", f"NodeName={operators}", "State=DRAIN", "Reason=rack maintenance by alice")
+    drained = slurm.drain([ours, operators], "xid79", "gpu3 fell off the bus")
+    reason = drained.reason
+    assert reason == "fleetctl:xid79 gpu3 fell off the bus"
+    assert drained.drained == [ours]  # the operator's drain is not taken over
+    assert "'rack maintenance by alice' (not fleetctl's): left as is" in drained.skipped[operators]
 
     now = {n.name: n for n in slurm.nodes()}
     assert now[ours].drained and now[ours].reason == reason and now[ours].reason_user == "root"
@@ -81,10 +84,20 @@ def test_drain_with_reason_and_resume_only_our_drains(lab, slurm):
 
 
 def test_long_reason_is_stored_whole_after_truncation(lab, slurm):
-    reason = slurm.drain([lab.nodes[3]], "ecc-dbe", "x" * 400 + " [weird] ]")
+    reason = slurm.drain([lab.nodes[3]], "ecc-dbe", "x" * 400 + " [weird] ]").reason
     assert len(reason.encode()) <= MAX_REASON_BYTES
     assert slurm.nodes([lab.nodes[3]])[0].reason == reason
     assert slurm.resume([lab.nodes[3]]).resumed == [lab.nodes[3]]
+
+
+def test_redrain_updates_our_reason_and_force_takes_over(lab, slurm):
+    node = lab.nodes[0]
+    slurm.drain([node], "temp", "gpu0 at 96 C")
+    assert slurm.drain([node], "xid48", "double-bit ECC").drained == [node]
+    assert slurm.nodes([node])[0].reason == "fleetctl:xid48 double-bit ECC"
+    scontrol(lab, "update", f"NodeName={node}", "State=DRAIN", "Reason=operator")
+    assert slurm.drain([node], "xid48", force=True).drained == [node]
+    assert slurm.nodes([node])[0].reason == "fleetctl:xid48"
 
 
 def test_unknown_node_is_a_slurm_error(slurm):
