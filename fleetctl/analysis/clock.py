@@ -10,7 +10,8 @@ theta(t) = a + b t that separates upper from lower bounds with the largest margi
 Pair fits disagree by their errors; the network fixes them: per host offset o_h and drift r_h,
 theta_AB(t) = (o_B - o_A) + (r_B - r_A) t, solved by weighted least squares over every measured
 pair (offsets around any loop then sum to zero). One reference host per connected component is
-held at zero. The residual of a pair is its own fit minus the network's value.
+held at zero. The fit is iteratively reweighted (Huber), so one pair biased by an asymmetric path
+is outvoted by the loops around it. The residual of a pair is its own fit minus the network's.
 
 What no probe can see: a constant asymmetry between a pair's forward and reverse minimum delays
 biases that pair by half the asymmetry; the network fit spreads, but cannot remove, it.
@@ -30,6 +31,8 @@ from fleetctl.errors import DataError
 
 MAX_DRIFT = 1e-3  # |b| bound in the LP: 1000 ppm is far beyond any working oscillator
 MIN_SIGMA = 1e-7  # floor of a pair's uncertainty (s), so one lucky pair cannot dominate
+IRLS_ROUNDS = 4  # reweighted least-squares rounds of the network fit
+HUBER_C = 3.0  # residuals beyond 3 robust sigmas are down-weighted
 
 
 @dataclass
@@ -132,6 +135,30 @@ def synchronize(hosts: list[str], src: np.ndarray, dst: np.ndarray, t1, t2, t3, 
     return network_fit(hosts, fits)
 
 
+def _solve(fits: list[PairFit], col: np.ndarray, nf: int, robust: np.ndarray) -> np.ndarray:
+    rows, cols, vals, rhs = [], [], [], []
+    r = 0
+    for f, rw in zip(fits, robust):
+        sigma = max(abs(f.margin), MIN_SIGMA)
+        w_off = rw / sigma
+        w_dr = rw * max(f.span, 1e-3) / (2.0 * sigma)  # a drift error e moves the ends e*span/2
+        for h, sign in ((f.b, 1.0), (f.a, -1.0)):
+            if col[h] >= 0:
+                rows += [r, r, r + 1]
+                cols += [col[h], nf + col[h], nf + col[h]]
+                vals += [sign * w_off, sign * w_off * f.t0, sign * w_dr]
+        rhs += [w_off * f.offset, w_dr * f.drift]
+        r += 2
+    mat = coo_matrix((vals, (rows, cols)), shape=(r, 2 * nf)).tocsr()
+    return lsqr(mat, np.array(rhs), atol=1e-14, btol=1e-14, iter_lim=20 * (2 * nf + 10))[0]
+
+
+def _theta_sol(sol: np.ndarray, col: np.ndarray, nf: int, a: int, b: int, t: float) -> float:
+    def at(h):
+        return (sol[col[h]] + sol[nf + col[h]] * t) if col[h] >= 0 else 0.0
+    return at(b) - at(a)
+
+
 def network_fit(hosts: list[str], fits: list[PairFit]) -> ClockModel:
     n = len(hosts)
     offset = np.full(n, np.nan)
@@ -151,22 +178,15 @@ def network_fit(hosts: list[str], fits: list[PairFit]) -> ClockModel:
     col = -np.ones(n, dtype=np.int64)
     col[free] = np.arange(free.sum())
     nf = int(free.sum())
-    rows, cols, vals, rhs = [], [], [], []
-    r = 0
-    for f in fits:
-        sigma = max(abs(f.margin), MIN_SIGMA)
-        w_off = 1.0 / sigma
-        w_dr = max(f.span, 1e-3) / (2.0 * sigma)  # a drift error of e shifts the ends by e*span/2
-        for h, sign in ((f.b, 1.0), (f.a, -1.0)):
-            if col[h] >= 0:
-                rows += [r, r, r + 1]
-                cols += [col[h], nf + col[h], nf + col[h]]
-                vals += [sign * w_off, sign * w_off * f.t0, sign * w_dr]
-        rhs += [w_off * f.offset, w_dr * f.drift]
-        r += 2
-    mat = coo_matrix((vals, (rows, cols)), shape=(r, 2 * nf)).tocsr()
-    sol = lsqr(mat, np.array(rhs), atol=1e-14, btol=1e-14, iter_lim=20 * (2 * nf + 10))[0] \
-        if nf else np.zeros(0)
+    sol = np.zeros(2 * nf)
+    robust = np.ones(len(fits))
+    for _ in range(IRLS_ROUNDS if nf else 0):
+        sol = _solve(fits, col, nf, robust)
+        resid = np.array([f.offset - _theta_sol(sol, col, nf, f.a, f.b, f.t0) for f in fits])
+        scale = max(1.4826 * float(np.median(np.abs(resid))), MIN_SIGMA)
+        # Huber weights: a pair far off the network's consensus (one asymmetric path) is
+        # down-weighted instead of dragging its loop along
+        robust = np.minimum(1.0, HUBER_C * scale / np.maximum(np.abs(resid), 1e-15))
     for h in range(n):
         if not used[h]:
             continue

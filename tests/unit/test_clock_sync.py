@@ -1,0 +1,89 @@
+"""Clock offset and drift estimation on synthetic probes with known offsets and drifts."""
+
+import numpy as np
+import pytest
+
+from fleetctl.analysis.clock import fit_pair, synchronize
+from fleetctl.analysis.synthetic import clock_probes
+from fleetctl.errors import DataError
+
+
+def errors_us(p, model, ref=0):
+    """|estimated - true| offset of every host relative to `ref`, over the run, in us."""
+    out = []
+    for h in range(len(p.hosts)):
+        for t in np.linspace(0.0, 10.0, 11):
+            est = model.theta(np.array([ref]), np.array([h]), np.array([t]))[0]
+            out.append(abs(est - p.true_theta(ref, h, t)) * 1e6)
+    return np.array(out)
+
+
+def test_realistic_software_timestamp_noise_is_well_under_5us():
+    # 5 ms offsets, 50 ppm drifts, 8 us minimum delay, 20 us mean queuing, 0.3 us asymmetry,
+    # 0.2 us timestamp read jitter, 0.1 % loss: what busy-polling software timestamps see
+    p = clock_probes(hosts=24, peers=4, seed=1)
+    m = synchronize(p.hosts, p.src, p.dst, p.t1, p.t2, p.t3, p.t4)
+    err = errors_us(p, m)
+    assert np.percentile(err, 99) < 1.5
+    assert np.all(np.abs(m.residual) < 2e-6)
+
+
+def test_heavy_queuing_still_meets_the_goal():
+    # blocking sockets: 100 us mean wake-up latency, 1 us asymmetry per direction
+    p = clock_probes(hosts=16, peers=4, queuing=100e-6, asymmetry=1e-6, seed=2)
+    m = synchronize(p.hosts, p.src, p.dst, p.t1, p.t2, p.t3, p.t4)
+    assert np.percentile(errors_us(p, m), 99) < 5.0
+
+
+def test_drift_is_recovered():
+    p = clock_probes(hosts=8, peers=3, max_drift_ppm=100, seed=3)
+    m = synchronize(p.hosts, p.src, p.dst, p.t1, p.t2, p.t3, p.t4)
+    true_rel = (p.drift - p.drift[0]) * 1e6
+    assert np.allclose(m.drift * 1e6, true_rel, atol=0.2)  # ppm
+
+
+def test_network_fit_corrects_a_bad_pair():
+    """A pair with a large path asymmetry is pulled back by the loops through other hosts."""
+    p = clock_probes(hosts=8, peers=4, seed=4)
+    bad = (p.src == 0) & (p.dst == 1)
+    p.t2[bad] += 30e-6  # B stamps every 0->1 probe 30 us late: pair biased by +30 us
+    p.t3[bad] += 30e-6
+    m = synchronize(p.hosts, p.src, p.dst, p.t1, p.t2, p.t3, p.t4)
+    pair = next(i for i, f in enumerate(m.pairs) if (f.a, f.b) == (0, 1))
+    assert m.residual[pair] > 10e-6  # the network disagrees with the biased pair ...
+    err = abs(m.theta(np.array([0]), np.array([1]), np.array([5.0]))[0] - p.true_theta(0, 1, 5.0))
+    assert err < 2e-6  # ... and the corrected value is far better than the 30 us of the pair
+
+
+def test_one_way_delays_are_corrected():
+    p = clock_probes(hosts=6, peers=2, queuing=1e-9, stamp_jitter=0.0, asymmetry=0.0, loss=0.0,
+                     seed=5)
+    m = synchronize(p.hosts, p.src, p.dst, p.t1, p.t2, p.t3, p.t4)
+    fwd, rev = m.one_way_delays(p.src, p.dst, p.t1, p.t2, p.t3, p.t4)
+    assert np.median(fwd) == pytest.approx(8e-6, abs=0.5e-6)  # the 8 us minimum delay
+    assert np.median(rev) == pytest.approx(8e-6, abs=0.5e-6)
+    raw = p.t2 - p.t1  # without correction: milliseconds of offset
+    assert np.max(np.abs(raw)) > 1e-4
+
+
+def test_disconnected_hosts_get_their_own_reference():
+    p = clock_probes(hosts=6, peers=1, seed=6)  # a ring: connected
+    keep = ~((p.src == 2) | (p.dst == 2) | (p.src == 5) | (p.dst == 5))
+    sub = {k: getattr(p, k)[keep] for k in ("src", "dst", "t1", "t2", "t3", "t4")}
+    m = synchronize(p.hosts, **sub)
+    assert np.isnan(m.offset[2]) and np.isnan(m.offset[5]) and m.component[2] == -1
+    assert m.component[0] == m.component[1] != m.component[3] == m.component[4]
+    assert m.offset[3] == 0.0  # reference of its component
+
+
+def test_fit_pair_needs_probes():
+    assert fit_pair([0.0], [1.0], [1.0], [2.0]) is None
+    nan = np.full(10, np.nan)
+    assert fit_pair(np.arange(10.0), nan, nan, nan) is None
+
+
+def test_bad_input_is_a_data_error():
+    with pytest.raises(DataError, match="differ in length"):
+        synchronize(["a", "b"], [0, 1], [1], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0])
+    with pytest.raises(DataError, match="outside the host list"):
+        synchronize(["a"], [0], [3], [0.0], [0.0], [0.0], [0.0])
