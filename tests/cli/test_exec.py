@@ -1,0 +1,104 @@
+"""`fleetctl exec` in-process, over the local transport (real processes). The ssh path of the CLI is
+tested against a real sshd in tests/unit/test_fanout_ssh.py, srun and ssh over the lab in
+tests/integration/test_exec_lab.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fleetctl.cli import cli, run
+from fleetctl.cli.app import Application
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    # No lab site leaking in: the lab may be up on this machine while tests run.
+    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
+    monkeypatch.delenv("FLEETCTL_SITE", raising=False)
+    path = tmp_path / "site.toml"
+    path.write_text('[cluster]\nname = "t"\n[access]\ntransport = "local"\ncommand_timeout = 20\n'
+                    '[[node_classes]]\nname = "c"\nnodes = "n[1-4]"\n')
+    return str(path)
+
+
+def test_identical_outputs_are_folded(site, capsys):
+    assert run(["--site", site, "exec", "n[1-3,5]", "--", "echo same"]) == 0
+    out = capsys.readouterr().out
+    assert out == "---------------\nn[1-3,5] (4)\n---------------\nsame\n"
+
+
+def test_a_failed_host_gives_exit_2_and_a_summary(site, capsys):
+    code = run(["--site", site, "exec", "n[1-4]", "--", 'echo x; [ "$FLEETCTL_NODE" != n3 ]'])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "n[1-2,4] (3)" in captured.out and "n3 (1) failed exit 1" in captured.out
+    assert captured.err.strip() == "fleetctl: 4 nodes: 3 ok: n[1-2,4], 1 failed: n3"
+
+
+def test_json_after_the_subcommand(site, capsys):
+    assert run(["exec", "n[1-2]", "--site", site, "--format", "json", "--", "printf", "%s", "a b"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["transport"] == "local" and data["command"] == ["printf", "%s", "a b"]
+    assert data["summary"] == {"total": 2, "ok": 2, "by_status": {"ok": 2},
+                               "nodes_by_status": {"ok": "n[1-2]"}}
+    assert [r["node"] for r in data["results"]] == ["n1", "n2"]
+    assert data["results"][0]["stdout"] == "a b" and data["results"][0]["exit_code"] == 0
+    assert data["groups"] == [{"nodes": "n[1-2]", "count": 2, "status": "ok", "exit_code": 0,
+                               "stdout": "a b", "stderr": "", "error": ""}]
+
+
+def test_no_fold_prints_one_line_per_node_and_line(site, capsys):
+    assert run(["--site", site, "exec", "--no-fold", "n[1-2]", "--", 'echo "a $FLEETCTL_NODE"; echo b']) == 0
+    assert capsys.readouterr().out.splitlines() == ["n1: a n1", "n1: b", "n2: a n2", "n2: b"]
+
+
+def test_timeout_option(site, capsys):
+    code = run(["--site", site, "exec", "--timeout", "0.5", "n[1-3]", "--",
+                '[ "$FLEETCTL_NODE" = n2 ] && sleep 20; echo ok'])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "n2 (1) timeout" in captured.out and "command timed out after 0.5 s" in captured.out
+    assert "1 timeout: n2" in captured.err
+
+
+def test_output_is_printed_verbatim(site, capsys):
+    text = "[bold]not markup[/bold] :smile: " + "w" * 200
+    assert run(["--site", site, "exec", "n1", "--", "printf", "%s\\n", text]) == 0
+    assert text + "\n" in capsys.readouterr().out
+
+
+def test_without_any_site_file_the_defaults_apply(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
+    monkeypatch.delenv("FLEETCTL_SITE", raising=False)
+    assert run(["exec", "-t", "local", "--fanout", "1", "localhost", "--", "echo", "hi"]) == 0
+    assert "hi" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["n[1-", "--", "true"], "invalid node set 'n[1-'"),
+    (["-t", "telnet", "n1", "--", "true"], "'telnet' is not one of"),
+    (["--fanout", "0", "n1", "--", "true"], "--fanout"),
+    (["--timeout", "-1", "n1", "--", "true"], "--timeout"),
+    (["n1"], "Missing argument 'COMMAND..."),
+])
+def test_bad_input_is_one_clear_line_and_exit_3(site, capsys, args, message):
+    assert run(["--site", site, "exec", *args]) == 3
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_broken_site_file_is_exit_3(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[cluster]\nname = "x"\n[access]\ntransport = "rsh"\n')
+    assert run(["--site", str(bad), "exec", "n1", "--", "true"]) == 3
+    err = capsys.readouterr().err
+    assert str(bad) in err and "access.transport" in err
+
+
+def test_clirunner_in_process(site):
+    result = CliRunner().invoke(cli, ["--site", site, "exec", "n[1-2]", "--", "echo", "$x"],
+                                obj=Application(), catch_exceptions=False)
+    assert result.exit_code == 0 and "n[1-2] (2)" in result.output and "$x" in result.output
