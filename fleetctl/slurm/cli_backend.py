@@ -21,7 +21,7 @@ from fleetctl.slurm.reasons import is_ours, make_reason
 # stderr fragments that mean slurmctld (or the configuration) cannot be reached at all.
 _UNREACHABLE = ("unable to contact slurm controller", "socket timed out", "connection refused",
                 "could not establish a configuration source", "slurm_load_partitions",
-                "zero bytes were transmitted", "unable to establish controller")
+                "zero bytes were transmitted", "unable to establish controller", " is down")
 _RES_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _RES_FLAGS = re.compile(r"^[A-Za-z_]+$")
 
@@ -70,9 +70,9 @@ class CliBackend(SlurmBackend):
 
     def _error(self, shown: str, output: str) -> SlurmError:
         lines = [l.strip() for l in output.strip().splitlines() if l.strip()]
-        detail = lines[-1] if lines else "no output"
-        low = output.lower()
-        if any(frag in low for frag in _UNREACHABLE):
+        unreachable = [l for l in lines if any(frag in l.lower() for frag in _UNREACHABLE)]
+        detail = (unreachable or lines or ["no output"])[-1]
+        if unreachable:
             where = f" (SLURM_CONF={self.slurm_conf})" if self.slurm_conf else ""
             return SlurmError(f"slurmctld not reachable{where}: {detail}",
                               hint="is slurmctld running, and is slurm.conf (slurm.conf in the site "

@@ -68,6 +68,8 @@ def test_nodes_24_11_written_from_docs():
     n4 = nodes["gpu004"]
     assert n4.reason == "psu swap, see [ticket 4711] x=y" and n4.reason_user == "alice"
     assert n4.features == [] and n4.drained and n4.state == "ALLOCATED"
+    rec = parse_record(read("24.11", "show_node.txt").splitlines()[3])
+    assert (rec["Comment"], rec["Extra"], rec["ReservationName"]) == ("rack 4", "row=2", "fleetctl-spares")
 
 
 def test_jobs_24_11_written_from_docs():
