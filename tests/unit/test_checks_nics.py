@@ -179,3 +179,59 @@ def test_snapshot_from_the_previous_run_gives_long_window_rates(tmp_path):
     state["counters"]["boot_id"] = "other-boot"  # counters restart at boot: no comparison across boots
     results, _ = run(tmp_path, [ETH], state=state)
     assert find(results, "nic.counters", "eth1")["status"] == "skipped"
+
+
+# ------------------------------------------------------------------ network namespaces (netlink view)
+FIX = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "checks"
+
+
+def test_ip_link_json_recorded_in_a_namespace():
+    """Recorded on this machine: `ip -j -s -s -d link show` in a namespace with a veth pair, peer down."""
+    from fleetctl.checks.payload.nics import parse_ip_link_json
+    links = parse_ip_link_json((FIX / "ip-link-netns.json").read_text())
+    assert links["vA"]["operstate"] == "lowerlayerdown" and links["vA"]["mtu"] == 9000
+    assert links["vB"]["operstate"] == "down" and links["vA"]["counters"]["carrier_changes"] == 3
+    assert links["lo"]["carrier"] is False
+
+
+def _have_netns_tools():
+    import shutil
+    return os.geteuid() == 0 and shutil.which("ip") and shutil.which("nsenter")
+
+
+@pytest.fixture
+def netns():
+    """A real network namespace with a veth pair (the lab's NICs are veths inside namespaces)."""
+    import subprocess
+    if not _have_netns_tools():
+        pytest.skip("needs root, ip and nsenter")
+    name = f"fleetctl-chk-{os.getpid()}"
+    ip = lambda *a: subprocess.run(["ip", *a], check=True, capture_output=True)  # noqa: E731
+    ip("netns", "add", name)
+    try:
+        ip("-n", name, "link", "add", "vA", "type", "veth", "peer", "name", "vB")
+        ip("-n", name, "link", "set", "vA", "mtu", "9000")
+        for dev in ("lo", "vA", "vB"):
+            ip("-n", name, "link", "set", dev, "up")
+        yield name, ip
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_payload_inside_a_namespace_sees_its_own_nics(netns):
+    """/sys/class/net inside `nsenter --net` still lists the host's devices; the payload must notice and
+    read the namespace's own interfaces (netlink). Taking a NIC down there fails the link check."""
+    from fleetctl.checks import run_payload_subprocess
+    name, ip = netns
+    args = {"level": "quick", "budget_s": 5, "nics": [{"name": "vA", "mtu": 9000}, {"name": "vB", "mtu": 1500}]}
+    nsenter = ["nsenter", f"--net=/run/netns/{name}", "python3", "-I", "-S"]
+    doc = run_payload_subprocess(args, python=nsenter)
+    links = {r["subject"]: r for r in doc["results"] if r["code"] in ("nic.link", "nic.mtu", "nic.present")
+             and r["status"] != "ok"}
+    assert links == {}, links
+    link = next(r for r in doc["results"] if r["code"] == "nic.link" and r["subject"] == "vA")
+    assert link["evidence"]["source"] == "netlink"
+    ip("-n", name, "link", "set", "vB", "down")
+    doc = run_payload_subprocess(args, python=nsenter)
+    bad = {r["subject"]: r["message"] for r in doc["results"] if r["code"] == "nic.link" and r["status"] == "fail"}
+    assert bad == {"vA": "vA is lowerlayerdown", "vB": "vB is down"}

@@ -7,8 +7,10 @@ this run, and against the snapshot the previous run left in the node's state fil
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import socket
 import time
 
 from fleetctl.checks.payload.common import read_text, read_or_none, result, run_cmd  # payload-local
@@ -43,15 +45,102 @@ def pcie_speed_gts(text):
     return float(m.group(1)) if m else None
 
 
-def nic_targets(args, sysfs):
+class NetdevView:
+    """Where netdev attributes come from. sysfs shows the network namespace that *mounted* it, not the
+    caller's: inside `nsenter --net` (the lab's nodes, containers) /sys/class/net lists the host's
+    devices. When the sysfs view does not match this namespace's interfaces, attributes come from
+    netlink through `ip -j -s -s -d link` (and `ethtool` for the speed) instead."""
+
+    def __init__(self, sysfs, deadline):
+        self.sysfs, self.deadline, self.links = sysfs, deadline, None
+        if sysfs == "/sys" and not sysfs_matches_netns(sysfs):
+            rc, out, err = run_cmd(["ip", "-j", "-s", "-s", "-d", "link", "show"], deadline, timeout=3)
+            if rc != 0:
+                raise NicItemError("sysfs shows another network namespace and `ip -j link` failed: %s"
+                                   % (err.strip() or rc))
+            self.links = parse_ip_link_json(out)
+
+    @property
+    def source(self):
+        return "sysfs" if self.links is None else "netlink"
+
+    def names(self):
+        if self.links is not None:
+            return sorted(self.links)
+        return sorted(_listdir(os.path.join(self.sysfs, "class/net")))
+
+    def exists(self, netdev):
+        if self.links is not None:
+            return netdev in self.links
+        return os.path.isdir(os.path.join(self.sysfs, "class/net", netdev))
+
+    def attr(self, netdev, name):
+        """operstate, mtu, speed (Mb/s or None), carrier. Raises NicItemError when unreadable."""
+        if self.links is not None:
+            if name == "speed":
+                return _ethtool_speed(netdev, self.deadline)
+            return self.links[netdev].get(name)
+        dev = os.path.join(self.sysfs, "class/net", netdev)
+        if name == "speed":  # EINVAL when down, -1 when unknown (veth without a set speed)
+            speed = _int_or_none(read_or_none(dev + "/speed"))
+            return speed if speed and speed > 0 else None
+        if name == "carrier":
+            return read_or_none(dev + "/carrier") == "1"
+        value = _read(os.path.join(dev, name))
+        return _int_or_none(value) if name == "mtu" else value
+
+    def counters(self, netdev):
+        if self.links is not None:
+            link = self.links.get(netdev) or {}
+            return dict(link.get("counters") or {})
+        dev = os.path.join(self.sysfs, "class/net", netdev)
+        values = _counter_dir(os.path.join(dev, "statistics"), ETH_RATE_LIMITS)
+        values["carrier_changes"] = _int_or_none(read_or_none(dev + "/carrier_changes"))
+        return values
+
+
+def sysfs_matches_netns(sysfs):
+    """True when /sys/class/net lists exactly this namespace's interfaces with the same indexes."""
+    try:
+        mine = {name: index for index, name in socket.if_nameindex()}
+    except OSError:
+        return True
+    seen = {}
+    for name in _listdir(os.path.join(sysfs, "class/net")):
+        seen[name] = _int_or_none(read_or_none(os.path.join(sysfs, "class/net", name, "ifindex")))
+    return seen == mine
+
+
+def parse_ip_link_json(text):
+    """{ifname: {operstate, mtu, carrier, counters}} from `ip -j -s -s -d link show`."""
+    out = {}
+    for link in json.loads(text or "[]"):
+        stats = link.get("stats64") or link.get("stats") or {}
+        rx, tx = stats.get("rx") or {}, stats.get("tx") or {}
+        out[link["ifname"]] = {
+            "operstate": str(link.get("operstate", "UNKNOWN")).lower(), "mtu": link.get("mtu"),
+            "carrier": "LOWER_UP" in (link.get("flags") or ()),
+            "counters": {"rx_errors": rx.get("errors"), "tx_errors": tx.get("errors"),
+                         "rx_crc_errors": rx.get("crc_errors"), "carrier_changes": tx.get("carrier_changes")},
+        }
+    return out
+
+
+def _ethtool_speed(netdev, deadline):
+    rc, out, _ = run_cmd(["ethtool", netdev], deadline, timeout=2)
+    m = re.search(r"Speed:\s*(\d+)\s*Mb/s", out or "") if rc == 0 else None
+    return int(m.group(1)) if m else None
+
+
+def nic_targets(args, view):
     """The NICs to check: the node class's list, else every IB device and every netdev but lo."""
     want = args.get("nics") or []
     if want:
         return want
     found = []
-    for dev in sorted(_listdir(os.path.join(sysfs, "class/infiniband"))):
+    for dev in sorted(_listdir(os.path.join(view.sysfs, "class/infiniband"))):
         found.append({"name": dev, "kind": "infiniband", "discovered": True})
-    for dev in sorted(_listdir(os.path.join(sysfs, "class/net"))):
+    for dev in view.names():
         if dev != "lo":
             found.append({"name": dev, "kind": "ethernet", "discovered": True})
     return found
@@ -64,8 +153,9 @@ def _listdir(path):
         return []
 
 
-def sample_counters(targets, sysfs):
-    """{key: {counter: value}} for every counter file of every target (IB ports and netdevs)."""
+def sample_counters(targets, view):
+    """{key: {counter: value}} for every counter of every target (IB ports and netdevs)."""
+    sysfs = view.sysfs
     out = {}
     for nic in targets:
         if nic.get("kind") in ("infiniband", "roce"):
@@ -74,11 +164,8 @@ def sample_counters(targets, sysfs):
                 cdir = os.path.join(base, port, "counters")
                 out["%s/%s" % (nic["name"], port)] = _counter_dir(cdir, None)
         netdev = nic["name"] if nic.get("kind", "ethernet") == "ethernet" else nic.get("netdev")
-        if netdev:
-            out[netdev] = _counter_dir(os.path.join(sysfs, "class/net", netdev, "statistics"),
-                                       ETH_RATE_LIMITS)
-            out[netdev]["carrier_changes"] = _int_or_none(
-                read_or_none(os.path.join(sysfs, "class/net", netdev, "carrier_changes")))
+        if netdev and view.exists(netdev):
+            out[netdev] = view.counters(netdev)
     return out
 
 
@@ -134,7 +221,11 @@ def judge_counter_rates(key, rates, window_s, long_window):
 def check_nics(args, deadline, state):
     """Link state, rate, MTU, firmware, PCIe per NIC; then counters sampled twice (standard level)."""
     sysfs = args.get("sysfs_root") or "/sys"
-    targets = nic_targets(args, sysfs)
+    try:
+        view = NetdevView(sysfs, deadline)
+    except NicItemError as exc:
+        return [result("nic.netdev", "error", str(exc))], {}
+    targets = nic_targets(args, view)
     out = []
     facts = {}
     for nic in targets:
@@ -142,8 +233,8 @@ def check_nics(args, deadline, state):
         if nic.get("kind") in ("infiniband", "roce"):
             out.extend(_check_ib(nic, sysfs, facts[nic["name"]], deadline))
         if nic.get("kind", "ethernet") == "ethernet" or nic.get("netdev"):
-            out.extend(_check_netdev(nic, sysfs, facts[nic["name"]], deadline))
-    out.extend(_check_counters(args, targets, sysfs, deadline, state))
+            out.extend(_check_netdev(nic, view, facts[nic["name"]], deadline))
+    out.extend(_check_counters(args, targets, view, deadline, state))
     return out, facts
 
 
@@ -229,21 +320,21 @@ def _pcie_result(nic, devdir, facts):
     return result("nic.pcie", "ok", "PCIe x%s at %s GT/s" % (width, speed), evidence=ev, subject=nic["name"])
 
 
-def _check_netdev(nic, sysfs, facts, deadline):
+def _check_netdev(nic, view, facts, deadline):
     netdev = nic["name"] if nic.get("kind", "ethernet") == "ethernet" else nic["netdev"]
-    dev = os.path.join(sysfs, "class/net", netdev)
-    if not os.path.isdir(dev):
+    if not view.exists(netdev):
         return [result("nic.present", "fail", "network interface %s not found" % netdev,
                        "inspect-hardware", subject=nic["name"])]
+    dev = os.path.join(view.sysfs, "class/net", netdev)
 
     def link():
-        oper = _read(dev + "/operstate")
-        if oper == "unknown" and read_or_none(dev + "/carrier") == "1":
+        oper = view.attr(netdev, "operstate")
+        if oper == "unknown" and view.attr(netdev, "carrier"):
             oper = "up"  # loopback and some virtual drivers never set an operstate: carrier says up
-        speed = _int_or_none(read_or_none(dev + "/speed"))  # EINVAL when down, -1 when unknown (veth)
-        gbps = speed / 1000.0 if speed and speed > 0 else None
-        ev = {"operstate": oper, "speed_mbps": speed if gbps else None,
-              "expected_gbps": nic.get("rate_gbps") or None}
+        speed = view.attr(netdev, "speed")
+        gbps = speed / 1000.0 if speed else None
+        ev = {"operstate": oper, "speed_mbps": speed, "expected_gbps": nic.get("rate_gbps") or None,
+              "source": view.source}
         facts["rate_gbps"] = gbps
         if oper != "up" and nic.get("discovered"):  # not in the site file: a down port may be unused
             return [result("nic.link", "skipped", "%s is %s (not listed in the site file)" % (netdev, oper),
@@ -259,7 +350,7 @@ def _check_netdev(nic, sysfs, facts, deadline):
                        evidence=ev, subject=nic["name"])]
 
     def mtu():
-        value = _int_or_none(_read(dev + "/mtu"))
+        value = view.attr(netdev, "mtu")
         facts["mtu"] = value
         want = nic.get("mtu") or 0
         ev = {"mtu": value, "expected": want or None}
@@ -269,7 +360,7 @@ def _check_netdev(nic, sysfs, facts, deadline):
         return [result("nic.mtu", "ok", "%s MTU %s" % (netdev, value), evidence=ev, subject=nic["name"])]
 
     out = _item("nic.link", nic, link) + _item("nic.mtu", nic, mtu)
-    if nic.get("kind", "ethernet") == "ethernet":
+    if nic.get("kind", "ethernet") == "ethernet" and view.links is None:
         out += _item("nic.pcie", nic, lambda: [_pcie_result(nic, dev + "/device", facts)])
         fw = _ethtool_firmware(netdev, deadline)
         if fw is not None:
@@ -290,15 +381,15 @@ def _ethtool_firmware(netdev, deadline):
     return None
 
 
-def _check_counters(args, targets, sysfs, deadline, state):
+def _check_counters(args, targets, view, deadline, state):
     interval = float(args.get("counter_interval_s") or 0)
-    first = sample_counters(targets, sysfs)
+    first = sample_counters(targets, view)
     now = time.time()
     snap = state.get("counters") or {}
     short = None
     if interval > 0 and deadline.left() > interval + 0.5:
         time.sleep(interval)
-        second = sample_counters(targets, sysfs)
+        second = sample_counters(targets, view)
         short = (first, second, interval)
         first, now = second, time.time()
     same_boot = snap.get("boot_id") == args.get("boot_id")
