@@ -51,7 +51,11 @@ class Rollup:
         self.host_nics: dict[str, list[int]] = {}
         for nic, host in zip(topo.nics, topo.nic_host):
             self.host_nics.setdefault(host, []).append(topo.index("nic", nic))
-        self.switch_links = {s: set(topo.links_of_switch(s)) for s in topo.switch_tier}
+        self.switch_links: dict[str, set[int]] = {s: set() for s in topo.switch_tier}
+        for lid, (a, b) in topo.links.items():  # one pass: links_of_switch per switch is O(S*L)
+            for end in (a, b):
+                if end in self.switch_links:
+                    self.switch_links[end] |= {topo.link_dir(lid, a, b), topo.link_dir(lid, b, a)}
 
     def paths_through(self, elems: list[int]) -> np.ndarray:
         mask = np.zeros(self.inc.shape[0], dtype=bool)
