@@ -15,7 +15,6 @@ Clearing restores the cable, its qdiscs, its rules and every route.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -191,9 +190,8 @@ def _apply(st: dict, plan: Plan, fault: dict, load_pct: float) -> None:
         fabric.apply_routes(plan, down_links(st))
     elif kind == "flap":
         period = parse_period(fault["value"])
-        cmd = [sys.executable, "-m", "fleetctl.lab.flap", link_id, str(period)]
-        env = {**os.environ, "FLEETCTL_LAB_DIR": str(lab)}
-        fault["processes"].append(services.spawn(cmd, lab / "logs" / "flap.log", f"flap:{link_id}", env=env))
+        cmd = [sys.executable, "-m", "fleetctl.lab.flap", link_id, str(period), str(lab)]
+        fault["processes"].append(services.spawn(cmd, lab / "logs" / "flap.log", f"flap:{link_id}"))
 
 
 def _undo(st: dict, plan: Plan, fault: dict) -> None:

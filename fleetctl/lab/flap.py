@@ -1,21 +1,26 @@
-"""The flapping cable: `python -m fleetctl.lab.flap LINK PERIOD` toggles LINK down and up every
-PERIOD/2 seconds, rerouting at each change, until SIGTERM (then it leaves the cable up and routed).
+"""The flapping cable: `python -m fleetctl.lab.flap LINK PERIOD LABDIR` toggles LINK down and up every
+PERIOD/2 seconds, rerouting at each change, until SIGTERM (then it leaves the cable up and routed) or
+until the lab is gone. LABDIR is on the command line so that `down` finds it even without state.
 
 Started by `fleetctl lab fault add LINK --flap PERIOD`; its pid is in the lab state.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
 
-from fleetctl.lab import fabric, faults, state
+from fleetctl.errors import LabError
 from fleetctl.lab.topology import LabParams, build_plan
 
 
 def main(argv: list[str]) -> int:
     link_id, period = argv[0], float(argv[1])
+    os.environ["FLEETCTL_LAB_DIR"] = argv[2]
+    from fleetctl.lab import fabric, faults, state
+
     st = state.load()
     plan = build_plan(LabParams(**st["params"]))
     stopping = False
@@ -49,4 +54,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except LabError as exc:  # the lab went away under us
+        print(f"flap: {exc.message}", file=sys.stderr)
+        sys.exit(1)

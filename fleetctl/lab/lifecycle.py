@@ -15,7 +15,6 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from fleetctl.errors import LabError
 from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, state, system
@@ -70,8 +69,7 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
     lab = paths.lab_dir()
     plan = build_plan(params)
     st = {"status": "building", "params": params.to_dict(), "lab_dir": str(lab), "started": time.time(),
-          "netns": [], "root_links": [], "uts": {}, "processes": [], "faults": [],
-          "created_run_sshd": False}
+          "netns": [], "root_links": [], "uts": {}, "processes": [], "faults": []}
     context: dict = {}
     fail_at = os.environ.get("FLEETCTL_LAB_FAIL_AT", "")
     t0 = time.monotonic()
@@ -87,7 +85,6 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
             raise LabError("preflight: the lab needs root (network namespaces, veths, daemons)")
         fabric.check_mgmt_range_free()
         lab.mkdir(parents=True, exist_ok=True)
-        st["created_run_sshd"] = params.ssh and not Path("/run/sshd").exists()
 
     def step_namespaces():
         st["netns"] = plan.netns_names()
@@ -215,7 +212,8 @@ def _teardown(st: dict | None, progress: Callable[[str], None]) -> dict:
     live = [r for r in records if system.alive(r["pid"], r.get("start"))]
     system.stop(list(reversed(live)))
     inodes = {i for i in (system.netns_inode(ns) for ns in netns) if i}
-    strays = [system.proc_record(pid, "stray") for pid in system.pids_in_netns(inodes)]
+    stray_pids = set(system.pids_in_netns(inodes)) | set(system.pids_mentioning(f"{lab}/"))
+    strays = [system.proc_record(pid, "stray") for pid in sorted(stray_pids)]
     system.stop(strays, timeout=2.0)
     removed["processes"] = len(live) + len(strays)
     uts = list((st or {}).get("uts", {}).values()) + services.stale_uts(lab)
@@ -225,11 +223,6 @@ def _teardown(st: dict | None, progress: Callable[[str], None]) -> dict:
     removed["netns"] = len([ns for ns in netns if ns in present])
     removed["root_links"] = len([d for d in root_links if d in set(system.root_links())])
     fabric.remove(netns, [d for d in root_links if d != BRIDGE])
-    if (st or {}).get("created_run_sshd"):
-        try:
-            os.rmdir("/run/sshd")
-        except OSError:
-            pass
     for name in _OWN_ENTRIES:
         p = lab / name
         if p.is_dir():

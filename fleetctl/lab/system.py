@@ -142,6 +142,31 @@ def pids_in_netns(inodes: set[int]) -> list[int]:
     return out
 
 
+LAB_PROGRAMS = ("munged", "slurmctld", "slurmd", "slurmstepd", "sshd", "nsenter", "python", "python3")
+
+
+def pids_mentioning(text: str, programs: tuple[str, ...] = LAB_PROGRAMS) -> list[int]:
+    """Live processes of the lab's programs whose command line contains `text` (the lab dir: every
+    daemon of the lab is started with its config under it, so this finds them even when the state file
+    is lost; an editor or a shell that happens to name a lab file is never one of them)."""
+    out = []
+    me = os.getpid()
+    needle = text.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if not comm.startswith(programs):
+            continue
+        if needle in cmdline and alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while True:
