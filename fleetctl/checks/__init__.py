@@ -6,12 +6,14 @@ API for the CLI, the fan-out layer and the Slurm hooks:
   run_payload_locally(args) -> dict   the same checks in this process (`fleetctl audit --local`)
   run_payload_subprocess(args) -> dict, parse_payload_output(stdout, rc, stderr) -> dict
   fleet_consistency(docs, site) -> list of findings
+  suspects(docs), next_level(level)   for --escalate;  changes(before, after) for the Epilog
 The result document is described in docs/checks.md.
 """
 
 from fleetctl.checks.builder import (build_payload, parse_payload_output, payload_args,
                                      run_payload_locally, run_payload_subprocess, since_epoch)
 from fleetctl.checks.fleet import fleet_consistency
+from fleetctl.checks.followup import changes, next_level, suspects
 
 __all__ = ["build_payload", "parse_payload_output", "payload_args", "run_payload_locally",
-           "run_payload_subprocess", "since_epoch", "fleet_consistency"]
+           "run_payload_subprocess", "since_epoch", "fleet_consistency", "suspects", "next_level", "changes"]

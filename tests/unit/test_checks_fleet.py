@@ -92,3 +92,43 @@ def test_without_a_site_everything_is_one_group():
     docs = {"a": doc(), "b": doc(), "c": doc(gpu__count=7)}
     f = {(x["code"], x["subject"]): x for x in fleet_consistency(docs)}
     assert f[("fleet.gpu.count", "")]["nodes"] == "c" and f[("fleet.gpu.count", "")]["status"] == "warn"
+
+
+# ------------------------------------------------------------------ escalation and epilog changes
+from fleetctl.checks.followup import changes, next_level, suspects  # noqa: E402
+
+
+def res(code, status, subject="", **evidence):
+    return {"code": code, "status": status, "message": code, "action": "none", "subject": subject,
+            "evidence": evidence}
+
+
+def test_suspects_and_next_level():
+    docs = {"a": {"results": [res("gpu.ecc", "ok")]},
+            "b": {"results": [res("gpu.throttle", "warn")]},
+            "c": {"results": [res("xid.budget", "error")]},
+            "d": {"results": [res("xid.79", "fail")]}, "e": None}
+    assert suspects(docs) == ["b", "c"]
+    assert next_level("quick") == "standard" and next_level("deep") is None
+
+
+def test_changes_between_prolog_and_epilog():
+    before = {"results": [res("xid.scan", "ok"), res("gpu.ecc", "ok", **{"gpu0": {"volatile_dbe": 0, "volatile_sbe": 1}}),
+                          res("nic.counters", "ok", "eth1", values={"carrier_changes": 4})]}
+    after = {"results": [res("xid.scan", "ok"), res("xid.48", "fail", "0000:18:00"),
+                         res("gpu.ecc", "fail", "gpu0", **{"gpu0": {"volatile_dbe": 2, "volatile_sbe": 1}}),
+                         res("nic.counters", "ok", "eth1", values={"carrier_changes": 6})]}
+    c = {(x["code"], x["subject"]): x for x in changes(before, after)}
+    assert c[("change.xid.48", "0000:18:00")]["message"].endswith("(new)")
+    ecc = c[("change.gpu.ecc", "gpu0")]
+    assert ecc["status"] == "fail" and ecc["evidence"] == {"counter": "volatile_dbe", "before": 0, "after": 2}
+    assert c[("change.nic.carrier", "eth1")]["evidence"] == {"before": 4, "after": 6}
+    assert changes(after, after) == []
+
+
+def test_ecc_change_is_reported_once_per_gpu():
+    before = {"results": [res("gpu.ecc", "ok", **{"gpu0": {"volatile_dbe": 0}, "gpu1": {"volatile_dbe": 0}})]}
+    after = {"results": [res("gpu.ecc", "fail", "gpu0,gpu1", **{"gpu0": {"volatile_dbe": 1},
+                                                               "gpu1": {"volatile_dbe": 3}})]}
+    assert [(c["code"], c["subject"]) for c in changes(before, after)] == [("change.gpu.ecc", "gpu0"),
+                                                                           ("change.gpu.ecc", "gpu1")]

@@ -109,6 +109,7 @@ def test_injected_xid_79_and_ecc_fault_end_to_end(site, lab_dir):
     r = {x["code"]: x for x in doc["results"]}
     assert doc["status"] == "fail" and doc["action"] == "reboot"
     assert r["xid.79"]["evidence"]["count"] == 50 and r["xid.79"]["simulated"]
+    assert r["xid.79"]["evidence"]["gpu"] == "gpu0"  # 0000:18:00 is the GPU NVML calls 00000000:18:00.0
     assert "xid.48" not in r  # before the since-time
     assert r["gpu.ecc"]["status"] == "fail" and r["gpu.ecc"]["subject"] == "gpu0"
     state = json.loads((lab_dir / "node2/state.json").read_text())

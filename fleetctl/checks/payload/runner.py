@@ -47,6 +47,7 @@ def _gpu_group(ctx):
                     "driver_version": record.get("driver_version"), "cuda_version": record.get("cuda_version"),
                     "vbios_versions": sorted({g.get("vbios_version") for g in gpus if g.get("vbios_version")})}
     ctx["gpu_count"] = len(gpus)
+    ctx["gpu_by_bus"] = {short_bus_id(g.get("pci_bus_id")): g.get("index") for g in gpus if g.get("pci_bus_id")}
     return judge_gpus(record, expect, args.get("thresholds") or {})
 
 
@@ -119,11 +120,29 @@ def run_checks(args, deadline=None):
         else:
             results.append(result(name + ".budget", "error", "budget exceeded (%.1f s) before the %s checks finished"
                                   % (deadline.budget_s, name), evidence={"budget_s": deadline.budget_s}))
+    _name_xid_gpus(results, ctx.get("gpu_by_bus") or {})
     if complete:
         err = save_state(args.get("state_file"), ctx["state"])
         if err:
             ctx["facts"]["state_file_error"] = err
     return _document(args, level, started, deadline, complete, results, ctx["facts"])
+
+
+def short_bus_id(bus_id):
+    """'00000000:18:00.0' (NVML) and '0000:18:00' (Xid lines) -> '0000:18:00'."""
+    if not bus_id:
+        return None
+    domain, _, rest = bus_id.lower().partition(":")
+    return "%s:%s" % (domain[-4:], rest.split(".")[0])
+
+
+def _name_xid_gpus(results, gpu_by_bus):
+    """Tell which GPU index an Xid's PCI address is, so a report can say `gpu3` as the GPU checks do."""
+    for r in results:
+        if r["code"].startswith("xid.") and "pci" in r["evidence"]:
+            index = gpu_by_bus.get(short_bus_id(r["evidence"]["pci"]))
+            if index is not None:
+                r["evidence"]["gpu"] = "gpu%s" % index
 
 
 def _work(groups, ctx, done):

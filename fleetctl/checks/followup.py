@@ -1,0 +1,76 @@
+"""What to do after a run: which nodes to escalate to the next level, what changed between two runs.
+
+`suspects()` serves `fleetctl audit --escalate`; `changes()` serves the Slurm Epilog (the document of
+the job's Prolog against the one taken after the job: new Xids, ECC increases, carrier flaps).
+"""
+
+from __future__ import annotations
+
+LEVELS = ("quick", "standard", "deep")
+RANK = {"ok": 0, "skipped": 0, "warn": 1, "error": 2, "fail": 3}
+
+
+def next_level(level: str) -> str | None:
+    i = LEVELS.index(level)
+    return LEVELS[i + 1] if i + 1 < len(LEVELS) else None
+
+
+def suspects(docs: dict) -> list[str]:
+    """Nodes worth a deeper look: a warning, or a check that could not finish (error, budget).
+
+    A node that already failed has its verdict; a node that did not answer is a transport matter."""
+    return sorted(node for node, doc in docs.items()
+                  if doc and any(r["status"] in ("warn", "error") for r in doc.get("results", ())))
+
+
+def _by_key(doc: dict) -> dict:
+    """GPU results cover all GPUs in one record whose subject names the GPUs at fault: keyed by code."""
+    return {(r["code"], "" if r["code"].startswith("gpu.") else r.get("subject", "")): r
+            for r in (doc or {}).get("results", ())}
+
+
+def changes(before: dict, after: dict) -> list[dict]:
+    """Results that got worse from `before` to `after`, plus counter increases judged as changes."""
+    old, new = _by_key(before), _by_key(after)
+    out = []
+    for key, r in new.items():
+        prev = old.get(key)
+        if RANK[r["status"]] > RANK[prev["status"] if prev else "ok"]:
+            out.append(dict(r, code="change." + r["code"],
+                            message=r["message"] + (f" (was {prev['status']})" if prev else " (new)")))
+    ecc = _ecc_increases(old.get(("gpu.ecc", "")), new.get(("gpu.ecc", "")))
+    if ecc:  # the per-GPU counter rises say more than the status change of the aggregate record
+        out = [r for r in out if r["code"] != "change.gpu.ecc"] + ecc
+    return out + _carrier_increases(old, new)
+
+
+def _ecc_increases(before: dict | None, after: dict | None) -> list[dict]:
+    if not before or not after:
+        return []
+    out = []
+    for gpu, counts in after["evidence"].items():
+        prev = before["evidence"].get(gpu) or {}
+        for counter in ("volatile_sbe", "volatile_dbe"):
+            a, b = counts.get(counter), prev.get(counter)
+            if a is not None and b is not None and a > b:
+                dbe = counter.endswith("dbe")
+                out.append({"code": "change.gpu.ecc", "status": "fail" if dbe else "warn",
+                            "message": f"{gpu}: {counter} rose from {b} to {a} during the job",
+                            "action": "reset-gpu" if dbe else "none", "subject": gpu,
+                            "evidence": {"counter": counter, "before": b, "after": a}})
+    return out
+
+
+def _carrier_increases(old: dict, new: dict) -> list[dict]:
+    out = []
+    for (code, subject), r in new.items():
+        if code != "nic.counters" or (code, subject) not in old:
+            continue
+        a = (r["evidence"].get("values") or {}).get("carrier_changes")
+        b = (old[(code, subject)]["evidence"].get("values") or {}).get("carrier_changes")
+        if a is not None and b is not None and a > b:
+            out.append({"code": "change.nic.carrier", "status": "warn",
+                        "message": f"{subject}: carrier changed {a - b} times during the job",
+                        "action": "inspect-hardware", "subject": subject,
+                        "evidence": {"before": b, "after": a}})
+    return out
