@@ -1,0 +1,127 @@
+"""`fleetctl exec` and the fan-out transports across the emulated lab: real sshd per node namespace
+(strict host keys), real Slurm 22.05 (srun), real network namespaces (local)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from fleetctl.cli import run as cli_run
+from fleetctl.fanout import FanoutOptions, get_transport, run_python
+from fleetctl.fanout.payload import json_output
+from fleetctl.nodeset import fold
+
+pytestmark = pytest.mark.lab
+
+PAYLOAD = """import json, os, socket, sys
+print(json.dumps({"node": os.environ.get("FLEETCTL_NODE"), "hostname": socket.gethostname(),
+                  "args": sys.argv[1:]}))
+"""
+
+
+@pytest.fixture
+def site_env(lab, monkeypatch):
+    monkeypatch.setenv("FLEETCTL_SITE", str(lab.site_file))
+    for key, value in lab.env.items():
+        monkeypatch.setenv(key, value)
+    return lab
+
+
+@pytest.mark.parametrize("transport", ["ssh", "srun"])
+def test_exec_every_node(site_env, capsys, transport):
+    lab = site_env
+    nodes = fold(lab.nodes)
+    assert cli_run(["exec", "-t", transport, nodes, "--format", "json", "--", "hostname"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["transport"] == transport and data["summary"]["ok"] == len(lab.nodes)
+    assert {r["node"]: r["stdout"] for r in data["results"]} == {n: f"{n}\n" for n in lab.nodes}
+    # The kernel is shared by every namespace: one folded group.
+    assert cli_run(["exec", "-t", transport, nodes, "--", "uname", "-r"]) == 0
+    out = capsys.readouterr().out
+    assert f"{nodes} ({len(lab.nodes)})" in out
+
+
+@pytest.mark.parametrize("transport", ["ssh", "srun"])
+def test_per_node_exit_status(site_env, capsys, transport):
+    lab = site_env
+    first, second = lab.nodes[0], lab.nodes[1]
+    code = cli_run(["exec", "-t", transport, fold(lab.nodes[:3]), "--format", "json", "--",
+                    f'echo hi; [ "$(hostname)" != {second} ] || exit 3'])
+    assert code == 2
+    data = json.loads(capsys.readouterr().out)
+    by_node = {r["node"]: r for r in data["results"]}
+    assert by_node[second]["status"] == "failed" and by_node[second]["exit_code"] == 3
+    assert by_node[first]["status"] == "ok" and by_node[first]["stdout"] == "hi\n"
+
+
+@pytest.mark.parametrize("transport", ["ssh", "srun"])
+def test_hung_node_times_out_others_reported(site_env, transport):
+    lab = site_env
+    hung = lab.nodes[-1]
+    with get_transport(transport, site=lab.site) as t:
+        start = time.monotonic()
+        results = t.run(lab.nodes, f'[ "$(hostname)" = {hung} ] && sleep 25; echo done', timeout=3)
+        took = time.monotonic() - start
+    by_node = {r.node: r for r in results}
+    assert by_node[hung].status == "timeout"
+    assert all(by_node[n].ok and by_node[n].stdout == "done\n" for n in lab.nodes if n != hung)
+    assert took < 20
+
+
+@pytest.mark.parametrize("transport", ["ssh", "srun", "local"])
+def test_python_payload(site_env, transport):
+    lab = site_env
+    with get_transport(transport, site=lab.site) as t:
+        results = run_python(t, lab.nodes, PAYLOAD, ["--level", "quick"])
+    for r in results:
+        data = json_output(r)
+        assert data is not None, r
+        assert data["node"] == r.node and data["args"] == ["--level", "quick"]
+        if transport != "local":  # local enters only the network namespace, not the node's UTS one
+            assert data["hostname"] == r.node
+
+
+def test_local_transport_runs_in_each_node_namespace(site_env):
+    lab = site_env
+    with get_transport("local", site=lab.site) as t:
+        results = t.run(lab.nodes, ["ip", "-o", "-4", "addr", "show", "dev", "eth0"])
+    for r in results:
+        assert r.ok, r
+        assert f"{lab.state['addresses']['nics'][f'{r.node}:eth0']}/" in r.stdout
+
+
+def test_host_key_mismatch_on_a_lab_node(site_env, tmp_path, capsys):
+    lab = site_env
+    site = lab.site
+    ssh = site.access["ssh"]
+    victim = lab.nodes[1]
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "fake")], check=True)
+    fake = " ".join((tmp_path / "fake.pub").read_text().split()[:2])
+    lines = []
+    victim_addr = ssh["addresses"].get(victim, victim)
+    for line in open(ssh["known_hosts"]).read().splitlines():
+        host = line.split()[0] if line.strip() else ""
+        names = host.split(",")
+        if victim in names or victim_addr in names or f"[{victim_addr}]:22" in names:
+            line = f"{host} {fake}"
+        lines.append(line)
+    (tmp_path / "known_hosts").write_text("\n".join(lines) + "\n")
+    options = FanoutOptions.from_site(site)
+    options.known_hosts = str(tmp_path / "known_hosts")
+    with get_transport("ssh", options) as t:
+        results = {r.node: r for r in t.run(lab.nodes, "true")}
+    assert results[victim].status == "hostkey-mismatch" and "HOST KEY MISMATCH" in results[victim].error
+    assert all(results[n].ok for n in lab.nodes if n != victim)
+
+
+def test_unreachable_lab_address(site_env):
+    lab = site_env
+    options = FanoutOptions.from_site(lab.site)
+    options.connect_timeout = 1.5
+    options.addresses = {**options.addresses, "ghost": "10.250.0.250"}  # in the lab's mgmt subnet, no host
+    with get_transport("ssh", options) as t:
+        [ghost, real] = t.run(["ghost", lab.nodes[0]], "true")
+    assert ghost.status == "unreachable" and real.ok
