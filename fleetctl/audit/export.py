@@ -1,0 +1,126 @@
+"""Audit outputs beyond the terminal: a Prometheus textfile and a history directory of JSON reports.
+
+Both are written atomically (temporary file, fsync, rename): node_exporter's textfile collector and a
+later `fleetctl audit` must never read half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from fleetctl.audit.report import AuditReport
+from fleetctl.errors import UsageError
+
+STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
+HISTORY_GLOB = "audit-*.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _label(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def prometheus_text(report: AuditReport) -> str:
+    c = _label(report.cluster)
+    lines = [
+        "# HELP fleetctl_audit_node_status Worst check status of the node: 0 ok, 1 warn, 2 fail, 3 error.",
+        "# TYPE fleetctl_audit_node_status gauge",
+    ]
+    for node in sorted(report.outcomes):
+        lines.append(f'fleetctl_audit_node_status{{cluster="{c}",node="{_label(node)}"}} '
+                     f"{STATUS_VALUE[report.node_status(node)]}")
+    lines += ["# HELP fleetctl_audit_check_status Status of each check that did not pass: 1 warn, 2 fail, 3 error.",
+              "# TYPE fleetctl_audit_check_status gauge"]
+    for node in sorted(report.outcomes):
+        doc = report.outcomes[node].doc or {}
+        for r in doc.get("results", []):
+            if r.get("status") in ("warn", "fail", "error"):
+                lines.append(f'fleetctl_audit_check_status{{cluster="{c}",node="{_label(node)}",'
+                             f'code="{_label(r["code"])}",subject="{_label(r.get("subject", ""))}"}} '
+                             f"{STATUS_VALUE[r['status']]}")
+    summary = report.summary()
+    lines += ["# HELP fleetctl_audit_nodes Nodes audited by status.", "# TYPE fleetctl_audit_nodes gauge"]
+    for status in ("ok", "warn", "fail", "error"):
+        lines.append(f'fleetctl_audit_nodes{{cluster="{c}",status="{status}"}} {summary[status]}')
+    lines += [
+        "# HELP fleetctl_audit_duration_seconds Wall time of the last audit.",
+        "# TYPE fleetctl_audit_duration_seconds gauge",
+        f'fleetctl_audit_duration_seconds{{cluster="{c}",level="{report.level}"}} '
+        f"{report.finished - report.started:.3f}",
+        "# HELP fleetctl_audit_last_run_timestamp_seconds End of the last audit (Unix time).",
+        "# TYPE fleetctl_audit_last_run_timestamp_seconds gauge",
+        f'fleetctl_audit_last_run_timestamp_seconds{{cluster="{c}",level="{report.level}"}} {report.finished:.0f}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _failing(doc: dict | None) -> dict[str, str]:
+    """{code[/subject]: status} of a node's results that did not pass."""
+    out = {}
+    for r in (doc or {}).get("results", []):
+        if r.get("status") in ("warn", "fail", "error"):
+            key = r["code"] + (f"/{r['subject']}" if r.get("subject") else "")
+            out[key] = r["status"]
+    return out
+
+
+def previous_report(history: Path) -> dict | None:
+    """The newest readable report in the history directory, or None."""
+    for path in sorted(Path(history).glob(HISTORY_GLOB), reverse=True):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a damaged old report must not stop today's audit
+        if data.get("schema") == "fleetctl.audit/1":
+            data["_path"] = str(path)
+            return data
+    return None
+
+
+def changes_since(previous: dict | None, report: AuditReport) -> dict | None:
+    """What changed per node since the previous report: status moves, new and resolved findings."""
+    if previous is None:
+        return None
+    before = {n["node"]: n for n in previous.get("nodes", [])}
+    nodes = {}
+    for node, outcome in report.outcomes.items():
+        old = before.get(node)
+        now_status = report.node_status(node)
+        now_failing = _failing(outcome.doc)
+        if old is None:
+            nodes[node] = {"status": [None, now_status], "new": sorted(now_failing), "resolved": []}
+            continue
+        old_failing = _failing({"results": old.get("results", [])})
+        new = sorted(k for k in now_failing if k not in old_failing)
+        resolved = sorted(k for k in old_failing if k not in now_failing)
+        if new or resolved or old.get("status") != now_status:
+            nodes[node] = {"status": [old.get("status"), now_status], "new": new, "resolved": resolved}
+    return {"previous": previous.get("_path"), "previous_finished": previous.get("finished"),
+            "nodes": nodes}
+
+
+def write_history(history: Path, report_dict: dict, keep: int = 500) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(report_dict["finished"]))
+    path = Path(history) / f"audit-{stamp}-{int(report_dict['finished'] * 1000) % 1000:03d}.json"
+    write_atomic(path, json.dumps(report_dict, indent=1, default=str))
+    old = sorted(Path(history).glob(HISTORY_GLOB))
+    for stale in old[:-keep]:
+        stale.unlink(missing_ok=True)
+    return path

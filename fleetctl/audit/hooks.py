@@ -1,0 +1,154 @@
+"""Slurm Prolog, Epilog and HealthCheckProgram logic, run on the node itself (as root, by slurmd).
+
+The wrapper script (fleetctl/audit/hook.sh, installed by `fleetctl hook install`) bounds the time and
+turns anything but a definite verdict into "let the job run" unless the site asks to fail closed:
+a broken fleetctl must never drain a healthy node.
+
+Verdicts (the `fleetctl hook` exit codes the wrapper reads):
+  0 PASS     the node may run jobs (also: checks could not decide)
+  2 FAILED   a definite hardware failure; the node has been drained with a fleetctl reason
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetctl.audit.runner import NodeOutcome, collect_local
+from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError
+
+# Actions that mean the hardware, not the job, is at fault: such a node must not take the next job.
+HARDWARE_ACTIONS = ("reset-gpu", "reboot", "drain", "inspect-hardware")
+HOOKS = ("prolog", "epilog", "healthcheck")
+DEFAULT_STATE_DIR = "/run/fleetctl"
+
+
+@dataclass
+class HookVerdict:
+    hook: str
+    node: str
+    exit_code: int
+    summary: str
+    drained: bool = False
+    resumed: bool = False
+    outcome: NodeOutcome | None = None
+    new_findings: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"hook": self.hook, "node": self.node, "exit_code": self.exit_code, "summary": self.summary,
+                "drained": self.drained, "resumed": self.resumed, "new_findings": self.new_findings,
+                "check": self.outcome.to_dict() if self.outcome else None}
+
+
+def hook_node() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("FLEETCTL_HOOK_STATE_DIR") or DEFAULT_STATE_DIR)
+
+
+def definite_failures(outcome: NodeOutcome) -> list[dict]:
+    """The `fail` results whose action says the hardware is at fault."""
+    if outcome.doc is None:
+        return []
+    return [r for r in outcome.doc.get("results", [])
+            if r.get("status") == "fail" and r.get("action") in HARDWARE_ACTIONS]
+
+
+def _job_mark(node: str, job_id: str) -> Path:
+    return state_dir() / f"job-{node}-{job_id}.start"
+
+
+def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = None,
+             backend=None) -> HookVerdict:
+    node = hook_node()
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    since = None
+    if hook == "prolog" and job_id:
+        _write_mark(_job_mark(node, job_id))
+    if hook == "epilog":
+        since = _read_mark(_job_mark(node, job_id)) if job_id else None
+        if since is None:
+            since = time.time() - 86400  # no record of the job's start: the last day
+    outcome = collect_local(site, node, level, since=since, budget_s=budget_s)
+    if outcome.doc is None:
+        return HookVerdict(hook, node, EXIT_OK, f"checks could not run: {outcome.error}", outcome=outcome)
+    failures = definite_failures(outcome)
+    if backend is None:
+        from fleetctl.slurm import backend_for_site
+
+        backend = backend_for_site(site)
+    if failures:
+        first = failures[0]
+        more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+        text = f"{first.get('message', '')}{more} [{hook}]"
+        result = backend.drain([node], first["code"], text)
+        verdict = HookVerdict(hook, node, EXIT_FAILURES, f"{first['code']}: {first.get('message', '')}{more}",
+                              drained=node in result.drained, outcome=outcome, new_findings=failures)
+        # The epilog leaves the verdict to its own drain: a failing Epilog would make Slurm drain the
+        # node again with "Epilog error", hiding the machine-readable reason.
+        if hook == "epilog":
+            verdict.exit_code = EXIT_OK
+        return verdict
+    resumed = False
+    if hook == "healthcheck" and outcome.doc.get("complete") and outcome.status != "error":
+        state = backend.nodes([node])
+        if state and state[0].drained:
+            resumed = node in backend.resume([node]).resumed
+    if hook == "epilog" and job_id:
+        _job_mark(node, job_id).unlink(missing_ok=True)
+    status = outcome.status
+    return HookVerdict(hook, node, EXIT_OK, f"checks {status}" + (", resumed" if resumed else ""),
+                       resumed=resumed, outcome=outcome,
+                       new_findings=[r for r in outcome.doc.get("results", [])
+                                     if r.get("status") in ("warn", "fail")])
+
+
+def _write_mark(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{time.time():.3f}\n")
+    except OSError:
+        pass  # without the mark the epilog looks back a day instead: not worth failing a job for
+
+
+def _read_mark(path: Path) -> float | None:
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def log_verdict(verdict: HookVerdict | None, hook: str, error: FleetctlError | Exception | None = None) -> str:
+    """One line for the hook log (and slurmd's log): what was decided and why."""
+    node = verdict.node if verdict else hook_node()
+    job = os.environ.get("SLURM_JOB_ID", "-")
+    if verdict is None:
+        line = f"fleetctl {hook} node={node} job={job} verdict=error error={error}"
+    else:
+        line = (f"fleetctl {hook} node={node} job={job} verdict="
+                f"{'fail' if verdict.exit_code else 'pass'} drained={int(verdict.drained)} "
+                f"resumed={int(verdict.resumed)} {verdict.summary}")
+    path = os.environ.get("FLEETCTL_HOOK_LOG")
+    if path:
+        try:
+            with open(path, "a") as fh:
+                fh.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
+        except OSError:
+            pass
+    return line
+
+
+def save_last(verdict: HookVerdict) -> None:
+    """Keep the last verdict per hook and node as JSON, for `cat` by an operator."""
+    try:
+        path = state_dir() / f"last-{verdict.hook}-{verdict.node}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
+    except OSError:
+        pass

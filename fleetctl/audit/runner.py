@@ -1,0 +1,157 @@
+"""Run the agentless check payload on nodes (or in this process) and collect one outcome per node.
+
+Nodes of one class share one payload argument: node-specific values (the node name, `{node}` in the
+kernel-log, simulated-GPU and state-file paths) are filled in on the node from FLEETCTL_NODE, which
+every transport sets. So a whole class is one fan-out call, not one call per node.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fleetctl.checks import build_payload, parse_payload_output, payload_args, run_payload_locally
+from fleetctl.errors import DataError, FleetctlError, UsageError
+
+LEVELS = ("quick", "standard", "deep")
+# Seconds a transport may need beyond the payload's own budget (connect, interpreter start, output).
+TRANSPORT_MARGIN_S = 10.0
+
+# Put after the payload's `from __future__` line: fill {node} in the argument from FLEETCTL_NODE.
+_NODE_FILL = (
+    "import os as _os, sys as _sys, json as _json\n"
+    "_n = _os.environ.get('FLEETCTL_NODE') or _os.uname().nodename.split('.')[0]\n"
+    "if len(_sys.argv) > 1:\n"
+    "    _sys.argv[1] = _sys.argv[1].replace('{node}', _json.dumps(_n)[1:-1])\n"
+)
+
+
+@dataclass
+class NodeOutcome:
+    """What one node gave back: its check document, or why there is none."""
+
+    node: str
+    doc: dict | None = None
+    transport_status: str = "ok"  # the fan-out status: ok, unreachable, timeout, auth-failed, ...
+    error: str = ""  # why there is no document
+    duration_s: float = 0.0
+    escalated_from: list[str] = field(default_factory=list)  # lower levels this node was run at first
+
+    @property
+    def status(self) -> str:
+        """ok / warn / fail / error: the document's worst status, `error` without a document."""
+        return self.doc.get("status", "error") if self.doc else "error"
+
+    def to_dict(self) -> dict:
+        doc = self.doc or {}
+        return {
+            "node": self.node, "status": self.status, "action": doc.get("action", "none"),
+            "level": doc.get("level"), "complete": doc.get("complete", False),
+            "simulated": doc.get("simulated", False), "transport": self.transport_status,
+            "error": self.error, "duration_s": round(self.duration_s, 3),
+            "escalated_from": self.escalated_from, "results": doc.get("results", []),
+            "facts": doc.get("facts", {}),
+        }
+
+
+def class_args(site, nodes: list[str], level: str, since: float | None, budget_s: float | None) -> dict:
+    """One payload argument for nodes of one class, with `{node}` left for the node to fill in."""
+    args = payload_args(site, nodes[0], level, since, budget_s=budget_s)
+    args["node"] = "{node}"
+    for key in ("kernel_log", "simulated_gpus", "state_file"):
+        args[key] = site.checks.get(key, "") or ""
+    return args
+
+
+def payload_source() -> str:
+    source = build_payload()
+    marker = "from __future__ import annotations\n"
+    head, found, tail = source.partition(marker)
+    if not found:
+        return _NODE_FILL + source
+    return head + marker + _NODE_FILL + tail
+
+
+def _by_class(site, nodes: list[str]) -> list[list[str]]:
+    groups: dict[str, list[str]] = {}
+    for node in nodes:
+        cls = site.node_class(node)
+        if cls is None:
+            raise UsageError(f"node {node!r} is not in any node class of {site.source}")
+        groups.setdefault(cls.name, []).append(node)
+    return list(groups.values())
+
+
+def collect(site, nodes: list[str], level: str, *, transport=None, since: float | None = None,
+            budget_s: float | None = None, escalate: bool = False,
+            on_result: Callable | None = None) -> dict[str, NodeOutcome]:
+    """Run the checks at `level` on every node through `transport` (default: the site's).
+
+    With `escalate`, nodes that come back with anything but `ok` are run again at the next level
+    (quick -> standard -> deep), so a prolog-speed sweep can still end in deep evidence for suspects.
+    """
+    if level not in LEVELS:
+        raise UsageError(f"unknown level {level!r}; choose {', '.join(LEVELS)}")
+    from fleetctl.fanout import get_transport
+
+    owned = transport is None
+    transport = transport or get_transport(site=site)
+    try:
+        outcomes = _collect_once(site, nodes, level, transport, since, budget_s, on_result)
+        current = level
+        while escalate and current != LEVELS[-1]:
+            suspects = [n for n, o in outcomes.items() if o.doc is not None and o.status != "ok"]
+            if not suspects:
+                break
+            nxt = LEVELS[LEVELS.index(current) + 1]
+            again = _collect_once(site, suspects, nxt, transport, since, None, on_result)
+            for node, outcome in again.items():
+                outcome.escalated_from = outcomes[node].escalated_from + [current]
+                outcome.duration_s += outcomes[node].duration_s
+                outcomes[node] = outcome
+            current = nxt
+        return outcomes
+    finally:
+        if owned:
+            transport.close()
+
+
+def _collect_once(site, nodes, level, transport, since, budget_s, on_result) -> dict[str, NodeOutcome]:
+    from fleetctl.fanout import run_python
+
+    source = payload_source()
+    outcomes: dict[str, NodeOutcome] = {}
+    for group in _by_class(site, nodes):
+        args = class_args(site, group, level, since, budget_s)
+        timeout = args["budget_s"] + TRANSPORT_MARGIN_S
+        for r in run_python(transport, group, source, [json.dumps(args)], timeout=timeout,
+                            on_result=on_result):
+            outcomes[r.node] = _outcome(r)
+    return {n: outcomes[n] for n in nodes}
+
+
+def _outcome(r) -> NodeOutcome:
+    out = NodeOutcome(r.node, transport_status=r.status, duration_s=r.duration_s)
+    if r.status in ("ok", "failed"):  # the payload ran; its document says the rest
+        try:
+            out.doc = parse_payload_output(r.stdout, r.exit_code, r.stderr)
+        except DataError as exc:
+            out.error = exc.message
+    else:
+        out.error = r.error or r.status
+    return out
+
+
+def collect_local(site, node: str, level: str, *, since: float | None = None,
+                  budget_s: float | None = None) -> NodeOutcome:
+    """Run the checks in this process for `node` (`fleetctl audit --local`, the Slurm hooks)."""
+    start = time.monotonic()
+    args = payload_args(site, node, level, since, budget_s=budget_s)
+    try:
+        doc = run_payload_locally(args)
+    except FleetctlError as exc:
+        return NodeOutcome(node, transport_status="local", error=exc.message,
+                           duration_s=time.monotonic() - start)
+    return NodeOutcome(node, doc=doc, transport_status="local", duration_s=time.monotonic() - start)

@@ -1,0 +1,168 @@
+"""`fleetctl audit [NODESET]`: node checks across the fleet, fleet consistency, Slurm drain/resume."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+
+STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green", "skipped": "dim"}
+
+
+@click.command("audit")
+@common_options
+@click.argument("nodeset", required=False)
+@click.option("--level", type=click.Choice(["quick", "standard", "deep"]), default="standard",
+              show_default=True, help="quick fits a Slurm prolog; deep runs DCGM, NCCL and ib_write_bw tests.")
+@click.option("--escalate", is_flag=True, help="Re-run nodes that are not ok at the next level.")
+@click.option("--local", "local", is_flag=True, help="Check this machine in-process (no fan-out).")
+@click.option("--node", metavar="NAME", help="With --local: the node name (default SLURMD_NODENAME or hostname).")
+@click.option("-t", "--transport", type=click.Choice(["ssh", "srun", "local"]), default=None,
+              help="Fan-out transport (default: the site's access.transport).")
+@click.option("--since", metavar="WHEN", help="Judge kernel-log lines from then on: epoch, ISO time or 15m/2h/1d.")
+@click.option("--budget", type=float, metavar="S", help="Hard time budget per node (default by level).")
+@click.option("--drain", is_flag=True, help="Drain nodes with failures (reason `<prefix>:<code> <text>`).")
+@click.option("--resume", is_flag=True, help="Resume nodes fleetctl drained that now pass.")
+@click.option("--dry-run", is_flag=True, help="With --drain/--resume: show the actions, change nothing.")
+@click.option("--idle-only", is_flag=True, help="Audit only nodes Slurm reports idle (for cron).")
+@click.option("--prom", type=click.Path(dir_okay=False), help="Write a Prometheus textfile-collector file.")
+@click.option("--history", type=click.Path(file_okay=False), help="Keep JSON reports here; show what changed.")
+@pass_app
+def audit(app: Application, nodeset, level, escalate, local, node, transport, since, budget, drain,
+          resume, dry_run, idle_only, prom, history) -> int:
+    """Check node health (GPU, Xid, NICs, host, deep tests) and fleet consistency.
+
+    Exit codes: 0 healthy, 1 warnings only (or nodes that could not be checked), 2 failures found,
+    3 the audit itself could not run.
+    """
+    from pathlib import Path
+
+    from fleetctl.audit import apply_actions, build_report, collect, collect_local, plan_actions
+    from fleetctl.audit.export import (changes_since, previous_report, prometheus_text, write_atomic,
+                                       write_history)
+    from fleetctl.checks import since_epoch
+    from fleetctl.errors import UsageError
+    from fleetctl.nodeset import parse_nodeset
+
+    site = app.site
+    since_ts = since_epoch(since)
+    started = time.time()
+    backend = None
+    if drain or resume or idle_only:
+        from fleetctl.slurm import backend_for_site
+
+        backend = backend_for_site(site)
+
+    if local:
+        if nodeset:
+            raise UsageError("--local checks this machine: give --node NAME instead of a node set")
+        name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget)}
+    else:
+        nodes = list(parse_nodeset(nodeset)) if nodeset else list(site.nodes)
+        unknown = [n for n in nodes if site.node_class(n) is None]
+        if unknown:
+            raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
+        if idle_only:
+            idle = {n.name for n in backend.nodes(nodes) if n.state == "IDLE"}
+            nodes = [n for n in nodes if n in idle]
+            if not nodes:
+                app.emit({"schema": "fleetctl.audit/1", "summary": {"nodes": 0}, "nodes": []},
+                         lambda c: c.print("no idle nodes to audit"))
+                return 0
+        outcomes = _collect_with_progress(app, site, nodes, level, transport, since_ts, budget, escalate,
+                                          collect)
+
+    report = build_report(site, outcomes, level=level, started=started)
+    if backend is not None and (drain or resume):
+        plan = plan_actions(report, backend, drain=drain, resume=resume, dry_run=dry_run)
+        report.actions = apply_actions(plan, backend).to_dict()
+    if history:
+        report.changes = changes_since(previous_report(Path(history)), report)
+    data = report.to_dict()
+    if history:
+        write_history(Path(history), data)
+    if prom:
+        write_atomic(Path(prom), prometheus_text(report))
+    app.emit(data, lambda console: render(console, report, data))
+    return report.exit_code
+
+
+def _collect_with_progress(app, site, nodes, level, transport, since_ts, budget, escalate, collect):
+    from fleetctl.fanout import get_transport
+
+    t = get_transport(transport, site=site)
+    if app.json or len(nodes) < 8 or not app.err_console.is_terminal:
+        with t:
+            return collect(site, nodes, level, transport=t, since=since_ts, budget_s=budget,
+                           escalate=escalate)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with t, Progress(TextColumn("audit"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=app.err_console, transient=True) as progress:
+        task = progress.add_task("audit", total=len(nodes))
+        return collect(site, nodes, level, transport=t, since=since_ts, budget_s=budget,
+                       escalate=escalate, on_result=lambda _r: progress.advance(task))
+
+
+def render(console, report, data) -> None:
+    from rich.markup import escape
+
+    from fleetctl.nodeset import fold
+
+    sim = " [cyan](simulated GPUs: lab data, not NVML)[/cyan]" if report.simulated else ""
+    console.print(f"[bold]fleetctl audit[/bold] {report.cluster} level={report.level}{sim}")
+    ok_nodes = []
+    for entry in data["nodes"]:
+        status = entry["status"]
+        if status == "ok" and not entry["error"]:
+            ok_nodes.append(entry["node"])
+            continue
+        head = f"[{STYLE[status]}]{status.upper():5}[/] [bold]{entry['node']}[/bold]"
+        if entry["action"] not in ("none", None):
+            head += f"  action: {entry['action']}"
+        if entry["escalated_from"]:
+            head += f"  (escalated from {', '.join(entry['escalated_from'])} to {entry['level']})"
+        console.print(head)
+        if entry["error"]:
+            console.print(f"      [magenta]{entry['transport']}[/]: {escape(entry['error'])}")
+        bad = [r for r in entry["results"] if r["status"] in ("fail", "error", "warn")]
+        for r in sorted(bad, key=lambda r: ("fail", "error", "warn").index(r["status"])):
+            subject = f" {r['subject']}" if r.get("subject") else ""
+            tag = " [cyan]\\[simulated][/cyan]" if r.get("simulated") else ""
+            console.print(f"      [{STYLE[r['status']]}]{r['status']:5}[/] {r['code']}{escape(subject)}: "
+                          f"{escape(r['message'])}{tag}")
+    if report.fleet:
+        console.print("[bold]fleet consistency[/bold]")
+        for f in sorted(report.fleet, key=lambda f: f["status"] != "fail"):
+            console.print(f"  [{STYLE.get(f['status'], '')}]{f['status']:5}[/] {f['code']} "
+                          f"[bold]{f['nodes']}[/bold]: {escape(f['message'])}")
+    if report.actions:
+        a = report.actions
+        verb = "would drain" if a["dry_run"] else "drained"
+        drains = [d["node"] for d in a["drain"]] if a["dry_run"] else a["drained"]
+        resumes = a["resume"] if a["dry_run"] else a["resumed"]
+        if drains:
+            console.print(f"[bold]slurm[/bold] {verb} {fold(drains)}")
+        if resumes:
+            console.print(f"[bold]slurm[/bold] {'would resume' if a['dry_run'] else 'resumed'} {fold(resumes)}")
+        for node, why in sorted(a["skipped"].items()):
+            console.print(f"[bold]slurm[/bold] left {node} alone: {escape(why)}")
+    if report.changes and report.changes["nodes"]:
+        console.print("[bold]since the previous audit[/bold]")
+        for node, ch in sorted(report.changes["nodes"].items()):
+            parts = [f"{ch['status'][0]} -> {ch['status'][1]}"]
+            if ch["new"]:
+                parts.append("new: " + ", ".join(ch["new"]))
+            if ch["resolved"]:
+                parts.append("resolved: " + ", ".join(ch["resolved"]))
+            console.print(f"  {node}: {'; '.join(parts)}")
+    s = data["summary"]
+    ok_text = f" ok: {fold(ok_nodes)}" if ok_nodes else ""
+    console.print(f"[{STYLE[s['status']]}]{s['status'].upper()}[/] {s['nodes']} nodes: {s['fail']} fail, "
+                  f"{s['error']} error, {s['warn']} warn, {s['ok']} ok;{ok_text} "
+                  f"({data['elapsed_s']:.1f} s)")
