@@ -17,8 +17,10 @@ from fleetctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FleetctlError
 
 # name -> (module, attribute, one-line help shown by `fleetctl --help` without importing the module)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "audit": ("fleetctl.cli.audit", "audit", "Check node health and fleet consistency; drain and resume in Slurm."),
     "config": ("fleetctl.cli.config", "config", "Validate and show the site configuration."),
     "exec": ("fleetctl.cli.exec", "exec_command", "Run a command on nodes (ssh, srun or local), outputs folded."),
+    "hook": ("fleetctl.cli.hook", "hook", "Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer."),
     "inventory": ("fleetctl.cli.inventory", "inventory", "Nodes, NICs, GPUs, switches and links, with Slurm state."),
     "lab": ("fleetctl.cli.lab", "lab", "An emulated GPU cluster on this machine, with fault injection."),
 }
