@@ -60,12 +60,13 @@ def parse_xid_policy(site) -> dict:
     return out
 
 
-def payload_args(site, node: str, level: str = "quick", since: float | None = None, *,
+def payload_args(site, node: str, level: str = "quick", since: float | str | None = None, *,
                  budget_s: float | None = None, counter_interval_s: float | None = None,
                  boot_id: str | None = None, dcgm_level: int = 1) -> dict:
     """The JSON argument of the payload for `node`: its class's expectations, thresholds and paths.
 
-    since: epoch seconds; only kernel-log lines from then on are judged (None: the whole log).
+    since: epoch seconds, ISO time or 15m/2h/1d; only kernel-log lines from then on are judged
+    (None: the whole log).
     budget_s: hard budget; defaults to thresholds.prolog_budget_s (quick), access.command_timeout less
     one second (standard), an hour (deep).
     """
@@ -79,7 +80,7 @@ def payload_args(site, node: str, level: str = "quick", since: float | None = No
                     "standard": max(1.0, site.access["command_timeout"] - 1.0), "deep": DEEP_BUDGET_S}[level]
     checks = site.checks
     return {
-        "node": node, "level": level, "since": since, "budget_s": float(budget_s),
+        "node": node, "level": level, "since": since_epoch(since), "budget_s": float(budget_s),
         "gpus": asdict(cls.gpus), "nics": [asdict(n) for n in cls.nics], "mounts": list(cls.mounts),
         "host": {"cpus": cls.cpus, "memory_gb": cls.memory_gb, "kernel_version": cls.kernel_version},
         "thresholds": dict(site.thresholds),

@@ -1,7 +1,6 @@
 """GPU collectors (NVML, nvidia-smi CSV, simulated JSON) and the judging of their values."""
 
 import json
-import os
 import stat
 import types
 from pathlib import Path

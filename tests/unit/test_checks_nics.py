@@ -5,8 +5,7 @@ import os
 import pytest
 
 from fleetctl.checks.payload.common import Deadline
-from fleetctl.checks.payload.nics import (check_nics, counter_rates, ib_rate_gbps, judge_counter_rates,
-                                          sample_counters)
+from fleetctl.checks.payload.nics import check_nics, counter_rates, ib_rate_gbps, judge_counter_rates
 
 IB_COUNTERS = ("symbol_error", "port_rcv_errors", "port_xmit_discards", "link_downed",
                "local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_rcv_data")

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -60,6 +59,23 @@ def site(lab_dir):
     return parse_site(SITE.format(dir=lab_dir), source="site.toml")
 
 
+def test_payload_modules_define_no_name_twice():
+    """Concatenated into one script, a second definition would silently replace the first."""
+    import ast
+    from collections import Counter
+    from fleetctl.checks.builder import PAYLOAD_MODULES
+    pkg = Path(__file__).parents[2] / "fleetctl" / "checks" / "payload"
+    names = Counter()
+    for module in PAYLOAD_MODULES:
+        for node in ast.parse((pkg / f"{module}.py").read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names[node.name] += 1
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    assert [n for n, c in names.items() if c > 1] == []
+    ast.parse(build_payload(), feature_version=(3, 8))  # the nodes' python3 may be as old as 3.8
+
+
 def test_built_payload_is_standard_library_only():
     src = build_payload()
     compile(src, "payload", "exec")
@@ -113,7 +129,20 @@ def test_injected_xid_79_and_ecc_fault_end_to_end(site, lab_dir):
     assert "xid.48" not in r  # before the since-time
     assert r["gpu.ecc"]["status"] == "fail" and r["gpu.ecc"]["subject"] == "gpu0"
     state = json.loads((lab_dir / "node2/state.json").read_text())
-    assert state["xid_boots"] == {"0000:18:00/79": ["b1"]}
+    assert state["nodes"]["node2"]["xid_boots"] == {"0000:18:00/79": ["b1"]}
+
+
+def test_shared_state_file_keeps_nodes_apart(site, lab_dir):
+    """A state path without {node} on a shared filesystem: each node keeps its own entry."""
+    (lab_dir / "node3").mkdir()
+    (lab_dir / "node3/gpus.json").write_text(json.dumps(sim_gpus()))
+    (lab_dir / "node3/kern.log").write_text("")
+    shared = str(lab_dir / "shared-state.json")
+    for node in ("node2", "node3"):
+        run_payload_subprocess(dict(payload_args(site, node, "quick", boot_id="b1"), state_file=shared),
+                               python=BARE_PYTHON)
+    nodes = json.loads(Path(shared).read_text())["nodes"]
+    assert set(nodes) == {"node2", "node3"} and "counters" in nodes["node3"]
 
 
 def test_local_run_gives_the_same_document(site):

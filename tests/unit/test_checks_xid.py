@@ -130,5 +130,6 @@ def test_check_xids_reads_the_path_override(tmp_path):
     log.write_bytes((FIX / "xid-dmesg-iso.log").read_bytes())
     out = check_xids({"kernel_log": str(log), "boot_id": "x"}, Deadline(0), {})
     assert {r["code"] for r in out} >= {"xid.79", "xid.scan"}
-    with pytest.raises(OSError):
-        check_xids({"kernel_log": str(tmp_path / "missing.log")}, Deadline(0), {})
+    err = check_xids({"kernel_log": str(tmp_path / "missing.log")}, Deadline(0), {})
+    assert [(r["code"], r["status"]) for r in err] == [("xid.source", "error")]
+    assert "missing.log: No such file or directory" in err[0]["message"]

@@ -97,7 +97,13 @@ def run_checks(args, deadline=None):
         args["counter_interval_s"] = 0  # one sample only: rates come from the previous run's snapshot
     elif args.get("counter_interval_s") is None:
         args["counter_interval_s"] = 1.0
-    ctx = {"args": args, "deadline": deadline, "facts": {}, "state": load_state(args.get("state_file"))}
+    # The state file is keyed by node: a path without {node} on a shared filesystem (the lab) must not
+    # mix one node's counter snapshot or Xid boots with another's.
+    whole_state = load_state(args.get("state_file"))
+    node_key = args.get("node") or socket.gethostname()
+    nodes_state = whole_state.get("nodes") if isinstance(whole_state.get("nodes"), dict) else {}
+    node_state = nodes_state.get(node_key) if isinstance(nodes_state.get(node_key), dict) else {}
+    ctx = {"args": args, "deadline": deadline, "facts": {}, "state": node_state}
     groups = [(name, first, fn) for name, first, fn in GROUPS
               if LEVELS.index(first) <= LEVELS.index(level)]
     done = {}  # group name -> its results, filled by the worker threads
@@ -122,7 +128,8 @@ def run_checks(args, deadline=None):
                                   % (deadline.budget_s, name), evidence={"budget_s": deadline.budget_s}))
     _name_xid_gpus(results, ctx.get("gpu_by_bus") or {})
     if complete:
-        err = save_state(args.get("state_file"), ctx["state"])
+        nodes_state[node_key] = ctx["state"]
+        err = save_state(args.get("state_file"), {"nodes": nodes_state})
         if err:
             ctx["facts"]["state_file_error"] = err
     return _document(args, level, started, deadline, complete, results, ctx["facts"])

@@ -212,7 +212,12 @@ def judge_xids(events, stats, args, state, source):
 
 
 def check_xids(args, deadline, state):
-    lines, source = read_kernel_log(args, deadline)
+    try:
+        lines, source = read_kernel_log(args, deadline)
+    except OSError as exc:
+        where = args.get("kernel_log") or "the kernel log"
+        return [result("xid.source", "error", "cannot read %s: %s" % (where, exc.strerror or exc),
+                       evidence={"path": args.get("kernel_log") or None})]
     boot = args.get("boot_epoch") or boot_epoch()
     events, stats = parse_xid_lines(lines, since=args.get("since"), boot=boot)
     return judge_xids(events, stats, args, state, source)
