@@ -57,7 +57,13 @@ def _state_style(node) -> str:
 
 
 def _nodes_table(inv, Table):
-    table = Table(title=f"{inv.cluster}: {len(inv.nodes)} nodes", title_justify="left")
+    title = f"{inv.cluster}: {len(inv.nodes)} nodes"
+    with_state = [n.slurm for n in inv.nodes.values() if n.slurm is not None]
+    if with_state:
+        drained = [s for s in with_state if s.drained]
+        title += (f", {len(with_state) - sum(not s.available for s in with_state)} available, "
+                  f"{len(drained)} drained ({sum(s.ours for s in drained)} by fleetctl)")
+    table = Table(title=title, title_justify="left")
     for col in ("node", "class", "slurm state", "reason", "GPUs", "NICs"):
         table.add_column(col, overflow="fold")
     for node in inv.nodes.values():

@@ -147,8 +147,10 @@ def test_requeue(lab, slurm):
         subprocess.run(["scancel", job], env=lab.command_env(), timeout=30)
 
 
-def test_inventory_command_shows_slurm_state(lab, slurm, capsys):
+def test_inventory_command_shows_slurm_state(lab, slurm, capsys, monkeypatch):
     import json
+
+    monkeypatch.setenv("COLUMNS", "200")  # no folding of the reason column
 
     slurm.drain([lab.nodes[1]], "nic-down", "eth1 lost carrier")
     assert cli_run(["inventory", "--site", str(lab.site_file), "--format", "json"]) == 0
@@ -158,3 +160,7 @@ def test_inventory_command_shows_slurm_state(lab, slurm, capsys):
     drained = nodes[lab.nodes[1]]["slurm"]
     assert drained["drained"] and drained["ours"] and drained["reason"] == "fleetctl:nic-down eth1 lost carrier"
     assert nodes[lab.nodes[0]]["slurm"]["state"] in ("IDLE", "MIXED", "ALLOCATED")
+    assert cli_run(["inventory", "--site", str(lab.site_file), "--no-color"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(lab.nodes)} nodes, {len(lab.nodes) - 1} available, 1 drained (1 by fleetctl)" in out
+    assert "fleetctl:nic-down eth1 lost carrier" in out
