@@ -118,13 +118,12 @@ class _Coverage:
     """Distinct-source coverage of switch-to-switch link directions by NIC pairs."""
 
     def __init__(self, topo: Topology):
-        topo._prepare_routing()
         self.topo = topo
         self.nics = [i for i, n in enumerate(topo.nics) if topo.attached(n)]
         self.host = {i: topo.nic_host[i] for i in range(len(topo.nics))}
-        self.sw_of = {i: topo._nic_attach[topo.nics[i]][0] for i in self.nics}
-        self.dist = topo._dist
-        edges = [(u, v, e) for u, nb in enumerate(topo._nbrs) for v, e in nb]
+        self.sw_of = {i: topo.switch_of(topo.nics[i]) for i in self.nics}
+        self.dist = topo.switch_distances()
+        edges = topo.switch_edges()
         self.eu = np.array([u for u, _, _ in edges], dtype=np.int64)
         self.ev = np.array([v for _, v, _ in edges], dtype=np.int64)
         self.eid = np.array([e for _, _, e in edges], dtype=np.int64)

@@ -218,6 +218,21 @@ class Topology:
         self._dist = shortest_path(graph, unweighted=True, directed=False)
         self._routing_ready = True
 
+    def switch_distances(self) -> np.ndarray:
+        """Hop counts between switches (switch positions in `switch_tier` order); inf: none."""
+        self._prepare_routing()
+        return self._dist
+
+    def switch_edges(self) -> list[tuple[int, int, int]]:
+        """Every switch-to-switch link direction as (from position, to position, element)."""
+        self._prepare_routing()
+        return [(u, v, e) for u, nb in enumerate(self._nbrs) for v, e in nb]
+
+    def switch_of(self, nic: str) -> int:
+        """Position of the switch a NIC is cabled to."""
+        self._prepare_routing()
+        return self._nic_attach[nic][0]
+
     def attached(self, nic: str) -> bool:
         self._prepare_routing()
         return nic in self._nic_attach

@@ -147,3 +147,35 @@ def test_path_table_csr_roundtrip():
     m = table.matrix(t.n_elements)
     assert m.shape == (len(flows), t.n_elements)
     assert np.all(m.data == 1.0)
+
+
+def test_site_to_findings_pipeline(tmp_path, site_topo):
+    """Site file -> pairs -> (synthetic) probe run with skewed clocks -> HDF5 -> re-analysis."""
+    from fleetctl.analysis.synthetic import Fault
+    from fleetctl.analysis.synthetic_run import synthetic_run
+    from fleetctl.analysis.triangulate import triangulate
+    from fleetctl.analysis.windows import build_windows, host_clock
+    from fleetctl.mesh.pairs import select_pairs
+    from fleetctl.mesh.reader import open_run
+    from fleetctl.mesh.store import RunWriter
+
+    t = site_topo
+    plan = select_pairs(t)
+    assert plan.design == "full-mesh" and len(plan.pairs) == 8 * 6
+    pairs = [(t.nics[a], t.nics[b]) for a, b in plan.pairs]
+    run = synthetic_run(t, pairs, [Fault("spine2->leaf1", "loss", 0.05)], sports=8, seed=9)
+    clock = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns)
+    w = build_windows(run.probes, run.flows, len(run.paths), len(t.nics), run.nic_host, 3.0,
+                      run.epoch_ns, clock)
+    with RunWriter(tmp_path / "r.h5", run_id="r", cluster="mini") as wr:
+        wr.write_topology(t)
+        wr.write_paths(run.paths)
+        wr.write_flows(run.flows)
+        wr.append_probes(run.probes)
+        wr.write_windows(window_s=3.0, start_ns=w.start_ns, path_sent=w.path_sent,
+                         path_lost=w.path_lost, path_p50_us=w.path_p50_us,
+                         path_p99_us=w.path_p99_us, delay_p50_us=w.delay_p50_us,
+                         delay_p99_us=w.delay_p99_us, loss=w.loss, one_way=True)
+    with open_run(tmp_path / "r.h5") as r:
+        (f,) = triangulate(r.topology(), r.paths(), r.window_stats(), "l1")
+    assert f["element"] == {"type": "link", "id": "leaf1--spine2", "direction": "spine2->leaf1"}
