@@ -45,8 +45,8 @@ def wait_for(predicate, timeout=30.0, step=0.2):
 
 
 def sbatch(lab, *args) -> str:
-    out = subprocess.run(["sbatch", "--parsable", *args], env=lab.command_env(), capture_output=True,
-                         text=True, timeout=30, check=True).stdout
+    out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args], env=lab.command_env(),
+                         capture_output=True, text=True, timeout=30, check=True).stdout
     return out.strip().split(";")[0]
 
 

@@ -32,8 +32,9 @@ def main() -> None:
         n1, n2, n3, n4 = lab.nodes[:4]
         slurm.drain([n1], "xid79", "gpu3 fell off the bus")
         sh("scontrol", "update", f"NodeName={n2}", "State=DRAIN", "Reason=psu swap, see [ticket 4711] x=y")
-        jobs = [sh("sbatch", "--parsable", "-N2", "-J", "llama|pretrain", "--wrap", "sleep 300").strip(),
-                sh("sbatch", "--parsable", "-N4", "-J", "eval", "--wrap", "sleep 300").strip()]
+        batch = ("sbatch", "--parsable", "--output=/dev/null")
+        jobs = [sh(*batch, "-N2", "-J", "llama|pretrain", "--wrap", "sleep 300").strip(),
+                sh(*batch, "-N4", "-J", "eval", "--wrap", "sleep 300").strip()]
         time.sleep(3)
         slurm.create_reservation("fleetctl-spares", [n4], flags=["maint", "ignore_jobs"])
         (out / "show_node.txt").write_text(sh("scontrol", "show", "node", "--oneliner"))
