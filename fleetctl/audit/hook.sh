@@ -5,7 +5,7 @@
 # It bounds fleetctl's time and fails open: only a definite hardware verdict (fleetctl exit 2) makes
 # a Prolog fail. A fleetctl that crashes, is missing, or runs out of time lets the job run, unless
 # FLEETCTL_FAIL_CLOSED=1. Settings: fleetctl-hooks.env beside this file, else /etc/default/fleetctl.
-here=$(dirname "$0")
+here=$(dirname "$(readlink -f "$0")")
 if [ -r "$here/fleetctl-hooks.env" ]; then . "$here/fleetctl-hooks.env"
 elif [ -r /etc/default/fleetctl ]; then . /etc/default/fleetctl
 fi

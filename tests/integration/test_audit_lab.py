@@ -1,0 +1,231 @@
+"""`fleetctl audit` and the Slurm hooks end to end in the lab: simulated GPUs and kernel logs, real
+sshd, real Slurm, real network namespaces.
+
+Every test leaves the lab as it found it: faults cleared, nodes resumed, hooks removed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetctl.cli import run as cli_run
+
+pytestmark = pytest.mark.lab
+
+
+def fleetctl_json(capsys, *args) -> tuple[int, dict]:
+    capsys.readouterr()
+    rc = cli_run(["--format", "json", *args])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def scontrol_node(lab, node) -> dict:
+    out = subprocess.run(["scontrol", "show", "node", node, "--oneliner"], env=lab.command_env(),
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    fields = {}
+    for word in out.split():
+        key, _, value = word.partition("=")
+        fields.setdefault(key, value)
+    reason = out.split("Reason=", 1)[1].rsplit(" [", 1)[0] if "Reason=" in out else ""
+    fields["Reason"] = reason
+    return fields
+
+
+def wait_for(predicate, timeout=30.0, step=0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def clean(lab):
+    """Clear faults and put every node back in service after the test."""
+    yield
+    cli_run(["lab", "fault", "clear"])
+    subprocess.run(["scontrol", "update", f"NodeName={','.join(lab.nodes)}", "State=RESUME"],
+                   env=lab.command_env(), capture_output=True, timeout=30)
+
+
+def by_node(report: dict) -> dict:
+    return {n["node"]: n for n in report["nodes"]}
+
+
+def test_clean_lab_has_no_failures(lab, capsys, clean):
+    rc, report = fleetctl_json(capsys, "audit", "--level", "quick", "--since", "1s")
+    assert report["schema"] == "fleetctl.audit/1"
+    assert report["simulated"] is True
+    assert report["summary"]["fail"] == 0, report["summary"]
+    assert rc in (0, 1)
+    for node in report["nodes"]:
+        assert node["transport"] == "ok" and node["complete"], node
+        codes = {r["code"]: r for r in node["results"]}
+        assert codes["gpu.count"]["status"] == "ok" and codes["gpu.count"]["simulated"]
+        assert codes["nic.link"]["status"] == "ok", codes["nic.link"]
+
+
+def test_xid79_drains_node_then_resume_after_clear(lab, capsys, clean):
+    node, operators = "node2", "node3"
+    start = time.time()
+    subprocess.run(["scontrol", "update", f"NodeName={operators}", "State=DRAIN",
+                    "Reason=cable swap by alice"], env=lab.command_env(), check=True, timeout=30)
+    assert cli_run(["lab", "fault", "add", f"{node}:gpu3", "--xid", "79"]) == 0
+    assert cli_run(["lab", "fault", "add", f"{operators}:gpu0", "--ecc-dbe"]) == 0
+
+    rc, report = fleetctl_json(capsys, "audit", "--level", "quick", "--since", str(start - 1), "--drain")
+    assert rc == 2
+    nodes = by_node(report)
+    assert nodes[node]["status"] == "fail"
+    assert "xid.79" in {r["code"] for r in nodes[node]["results"] if r["status"] == "fail"}
+    assert nodes[operators]["status"] == "fail"
+    assert report["actions"]["drained"] == [node]
+    assert "someone else" in report["actions"]["skipped"][operators]
+    state = scontrol_node(lab, node)
+    assert "DRAIN" in state["State"] and state["Reason"].startswith("fleetctl:xid.79 ")
+    assert scontrol_node(lab, operators)["Reason"] == "cable swap by alice"
+
+    # A second audit does not drain again or touch the operator's node.
+    rc, report = fleetctl_json(capsys, "audit", node, "--level", "quick", "--since", str(start - 1),
+                               "--drain", "--dry-run")
+    assert report["actions"]["drain"] == [] and "already drained by fleetctl" in \
+        report["actions"]["skipped"][node]
+
+    assert cli_run(["lab", "fault", "clear"]) == 0
+    cleared = time.time()
+    rc, report = fleetctl_json(capsys, "audit", "--level", "quick", "--since", str(cleared), "--resume")
+    assert report["actions"]["resumed"] == [node]
+    assert "DRAIN" not in scontrol_node(lab, node)["State"]
+    after = scontrol_node(lab, operators)
+    assert "DRAIN" in after["State"] and after["Reason"] == "cable swap by alice"
+
+
+def test_nic_down_is_a_failed_check(lab, capsys, clean):
+    assert cli_run(["lab", "fault", "add", "node4:eth1", "--down"]) == 0
+    rc, report = fleetctl_json(capsys, "audit", "node4", "--level", "quick", "--since", "1s")
+    assert rc == 2
+    link = [r for r in by_node(report)["node4"]["results"] if r["code"] == "nic.link"]
+    assert link and link[0]["status"] == "fail" and "eth1" in link[0]["subject"]
+
+
+def test_mtu_change_is_a_fleet_finding(lab, capsys, clean):
+    lab.run_in("node1", ["ip", "link", "set", "eth0", "mtu", "1400"])
+    try:
+        rc, report = fleetctl_json(capsys, "audit", "--level", "quick", "--since", "1s")
+    finally:
+        lab.run_in("node1", ["ip", "link", "set", "eth0", "mtu", "1500"])
+    assert rc == 2
+    mtu = [f for f in report["fleet"] if f["code"] == "fleet.nic.mtu" and f["subject"] == "eth0"]
+    assert mtu and mtu[0]["nodes"] == "node1", report["fleet"]
+
+
+def test_node_not_answering_is_reported_and_others_complete(lab, capsys, clean):
+    # Stop node3's sshd answering by taking its management interface down.
+    lab.run_in("node3", ["ip", "link", "set", "mgmt0", "down"], check=False)
+    try:
+        rc, report = fleetctl_json(capsys, "audit", "--level", "quick", "--since", "1s")
+    finally:
+        lab.run_in("node3", ["ip", "link", "set", "mgmt0", "up"], check=False)
+    nodes = by_node(report)
+    assert nodes["node3"]["status"] == "error" and nodes["node3"]["transport"] in ("unreachable", "timeout")
+    assert all(nodes[n]["complete"] for n in ("node1", "node2", "node4"))
+    assert rc == 1 and report["actions"] is None
+
+
+def test_prom_and_history(lab, capsys, clean, tmp_path):
+    prom, history = tmp_path / "fleetctl.prom", tmp_path / "history"
+    fleetctl_json(capsys, "audit", "--level", "quick", "--since", "1s", "--prom", str(prom),
+                  "--history", str(history))
+    assert cli_run(["lab", "fault", "add", "node1:gpu1", "--temp", "99"]) == 0
+    rc, report = fleetctl_json(capsys, "audit", "--level", "quick", "--since", "1s", "--prom", str(prom),
+                               "--history", str(history))
+    text = prom.read_text()
+    assert 'fleetctl_audit_node_status{cluster="lab",node="node1"} 2' in text
+    assert 'code="gpu.temperature"' in text
+    assert len(list(history.glob("audit-*.json"))) == 2
+    assert "gpu.temperature/gpu1" in report["changes"]["nodes"]["node1"]["new"]
+
+
+# ---------------------------------------------------------------- Slurm hooks
+
+@pytest.fixture
+def hooks(lab, tmp_path, clean):
+    """Install fleetctl's hooks into the lab's Slurm (by dropping them into its hook directories)."""
+    target = tmp_path / "hooks"
+    assert cli_run(["hook", "install", str(target), "--log", str(tmp_path / "hooks.log")]) == 0
+    links = []
+    for hook in ("prolog", "epilog"):
+        link = Path(lab.lab_dir) / "hooks" / f"{hook}.d" / f"50-fleetctl-{hook}"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(target / f"fleetctl-{hook}")
+        links.append(link)
+    yield target
+    for link in links:
+        link.unlink(missing_ok=True)
+
+
+def sbatch(lab, *args) -> str:
+    out = subprocess.run(["sbatch", "--parsable", *args], env=lab.command_env(), capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    return out.strip().split(";")[0]
+
+
+def job_state(lab, job_id) -> dict:
+    out = subprocess.run(["scontrol", "show", "job", job_id, "--oneliner"], env=lab.command_env(),
+                         capture_output=True, text=True, timeout=30).stdout
+    return dict(w.partition("=")[::2] for w in out.split() if "=" in w)
+
+
+def cancel(lab, job_id):
+    subprocess.run(["scancel", job_id], env=lab.command_env(), capture_output=True, timeout=30)
+
+
+def test_prolog_drains_node_with_fatal_fault_and_job_is_requeued(lab, hooks):
+    assert cli_run(["lab", "fault", "add", "node1:gpu2", "--remap-pending"]) == 0
+    job = sbatch(lab, "-w", "node1", "-N1", "--requeue", "--wrap", "sleep 1")
+    try:
+        state = wait_for(lambda: (s := scontrol_node(lab, "node1")) and "DRAIN" in s["State"] and s)
+        assert "fleetctl:gpu.remap" in state["Reason"] or state["Reason"] == "Prolog error", state
+        js = wait_for(lambda: (j := job_state(lab, job)) and j.get("JobState") == "PENDING" and j)
+        assert int(js.get("Restarts", "0")) >= 1 or "held" in js.get("Reason", "").lower() \
+            or js.get("Priority") == "0", js
+    finally:
+        cancel(lab, job)
+    log = (hooks.parent / "hooks.log").read_text()
+    assert "fleetctl prolog node=node1" in log and "verdict=fail" in log
+
+
+def _write_env(hooks: Path, **values):
+    env = hooks / "fleetctl-hooks.env"
+    lines = [l for l in env.read_text().splitlines() if l.split("=")[0] not in values]
+    env.write_text("\n".join(lines + [f"{k}={v}" for k, v in values.items()]) + "\n")
+
+
+@pytest.mark.parametrize("breakage", ["crash", "hang"])
+def test_broken_fleetctl_in_prolog_drains_nothing(lab, hooks, tmp_path, breakage):
+    if breakage == "crash":
+        bad = tmp_path / "broken-site.toml"
+        bad.write_text("[cluster\nname = ")
+        _write_env(hooks, FLEETCTL_SITE=str(bad))
+    else:
+        hang = tmp_path / "fleetctl-hangs"
+        hang.write_text("#!/bin/sh\nsleep 600\n")
+        hang.chmod(0o755)
+        _write_env(hooks, FLEETCTL=str(hang), FLEETCTL_PROLOG_BUDGET="2")
+    job = sbatch(lab, "-w", "node4", "-N1", "--wrap", "true")
+    try:
+        wait_for(lambda: job_state(lab, job).get("JobState") == "COMPLETED", timeout=60)
+    finally:
+        cancel(lab, job)
+    assert "DRAIN" not in scontrol_node(lab, "node4")["State"]
+    log = (hooks.parent / "hooks.log").read_text()
+    assert "fail-open" in log
