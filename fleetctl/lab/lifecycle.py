@@ -162,6 +162,9 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
             message = exc.message if isinstance(exc, LabError) else str(exc)
             _teardown(st, progress)
             raise LabError(f"lab up failed at step {name!r}: {message}") from None
+        except BaseException:  # Ctrl-C or a bug: leave nothing half-built behind either
+            _teardown(st, progress)
+            raise
         if name != "preflight":
             state.save(st)
     st["status"] = "up"
@@ -210,7 +213,9 @@ def _teardown(st: dict | None, progress: Callable[[str], None]) -> dict:
     # Processes first (flappers and load senders before daemons), then everything still running
     # inside our namespaces: job steps, ssh sessions, probe agents.
     live = [r for r in records if system.alive(r["pid"], r.get("start"))]
-    system.stop(list(reversed(live)))
+    # A short grace: after a job, slurmd takes seconds to honour SIGTERM, and the lab's state is
+    # thrown away anyway.
+    system.stop(list(reversed(live)), timeout=1.0)
     inodes = {i for i in (system.netns_inode(ns) for ns in netns) if i}
     stray_pids = set(system.pids_in_netns(inodes)) | set(system.pids_mentioning(f"{lab}/"))
     strays = [system.proc_record(pid, "stray") for pid in sorted(stray_pids)]
