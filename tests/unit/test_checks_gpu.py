@@ -213,3 +213,13 @@ def test_missing_gpus_fail_the_count():
     assert r["gpu.nvlink"]["status"] == "fail"  # the documented sample has one NVLink, 18 expected
     rec["driver_version"] = "535.129.03"
     assert by_code(judge_gpus(rec, H100, TH))["gpu.versions"]["status"] == "fail"
+
+
+def test_recorder_without_a_gpu_says_so_in_one_line(tmp_path, capsys):
+    import shutil
+    from fleetctl.checks.record import main
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi: the recorder would record")
+    assert main([str(tmp_path / "rec")]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fleetctl.checks.record: nothing to record: NVML:") and "\n" not in err
