@@ -12,7 +12,7 @@ from fleetctl.analysis.triangulate import triangulate
 from fleetctl.errors import DataError, UsageError
 from fleetctl.mesh.fattree import fat_tree, leaf_spine
 
-SOLVERS = ["nnls", "l1", "vote"]
+SOLVERS = ["nnls", "l1", "vote", "netbouncer"]
 
 
 @pytest.fixture(scope="module")
