@@ -140,10 +140,14 @@ class SshTransport(Transport):
                 t.start_client(timeout=_left(deadline, where))
                 server_key = t.get_remote_server_key()  # raises when start_client gave up silently
             except (paramiko.SSHException, EOFError, OSError) as exc:
-                # paramiko's banner timer and our deadline differ by microseconds: trust either.
-                if "banner" in str(exc) or time.monotonic() >= deadline - 0.05:
+                # paramiko's banner timer starts a little after our deadline was computed.
+                if time.monotonic() >= deadline - 0.05:
                     raise HostFailure(UNREACHABLE, f"ssh handshake with {where} timed out after "
                                       f"{self.options.connect_timeout:g} s") from None
+                if "banner" in str(exc):
+                    raise HostFailure(UNREACHABLE, f"{where} closed the connection before the ssh "
+                                      "handshake (not an ssh server, or sshd MaxStartups throttling)"
+                                      ) from None
                 raise HostFailure(UNREACHABLE if isinstance(exc, (EOFError, OSError)) else ERROR,
                                   f"ssh handshake with {where} failed: {_describe(exc)}") from None
             try:
