@@ -17,7 +17,7 @@ from importlib import resources
 from fleetctl.errors import ConfigError, DataError, UsageError
 
 # Concatenation order: a module only uses names of the modules before it (runner last: it calls main()).
-PAYLOAD_MODULES = ("common", "gpu_collect", "gpu_judge", "xid", "nics", "host", "deep", "runner")
+PAYLOAD_MODULES = ("common", "gpu_collect", "gpu_judge", "xid", "netdev", "nics", "host", "deep", "runner")
 LOCAL_MARK = "# payload-local"
 LEVELS = ("quick", "standard", "deep")
 STATUSES = ("ok", "warn", "fail")

@@ -186,7 +186,7 @@ FIX = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "checks"
 
 def test_ip_link_json_recorded_in_a_namespace():
     """Recorded on this machine: `ip -j -s -s -d link show` in a namespace with a veth pair, peer down."""
-    from fleetctl.checks.payload.nics import parse_ip_link_json
+    from fleetctl.checks.payload.netdev import parse_ip_link_json
     links = parse_ip_link_json((FIX / "ip-link-netns.json").read_text())
     assert links["vA"]["operstate"] == "lowerlayerdown" and links["vA"]["mtu"] == 9000
     assert links["vB"]["operstate"] == "down" and links["vA"]["counters"]["carrier_changes"] == 3

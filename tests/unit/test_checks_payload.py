@@ -216,3 +216,25 @@ def test_payload_args_for_the_lab_example_site():
     a = payload_args(site, node, "quick")
     assert a["node"] == node and [n["name"] for n in a["nics"]] == [n.name for n in site.node_class(node).nics]
     json.dumps(a)
+
+
+def test_every_name_the_payload_reads_is_defined_in_it():
+    """The builder drops the cross-module imports: a name used but defined nowhere in the script would
+    only fail on a node, in whatever rare branch uses it. (Coarse: any binding anywhere counts.)"""
+    import ast
+    import builtins
+    tree = ast.parse(build_payload())
+    bound = set(dir(builtins)) | {"__name__", "__file__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert sorted(used - bound) == []

@@ -7,32 +7,20 @@ this run, and against the snapshot the previous run left in the node's state fil
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import socket
 import time
 
-from fleetctl.checks.payload.common import read_text, read_or_none, result, run_cmd  # payload-local
+from fleetctl.checks.payload.common import read_or_none, result, run_cmd  # payload-local
+from fleetctl.checks.payload.netdev import (ETH_RATE_LIMITS, NetdevView, NicItemError, counter_dir,  # payload-local
+                                            int_or_none, listdir_or_empty, read_item)  # payload-local
 
 # DOMAIN.md section 3. Any increase of these is fatal.
 IB_FATAL_COUNTERS = ("link_downed", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
 IB_RATE_LIMITS = {"symbol_error": 10.0, "port_rcv_errors": 10.0, "port_xmit_discards": 100.0}  # per s
 IB_SYMBOL_ERRORS_PER_HOUR_FAIL = 120.0
-ETH_RATE_LIMITS = {"rx_errors": 10.0, "tx_errors": 10.0, "rx_crc_errors": 10.0}  # per s
 FLAPS_PER_DAY_WARN = 2
 LONG_WINDOW_MAX_S = 86400.0
-
-
-class NicItemError(Exception):
-    """One sysfs item could not be read: the owning check reports `error`."""
-
-
-def _read(path):
-    try:
-        return read_text(path)
-    except OSError as exc:
-        raise NicItemError("cannot read %s: %s" % (path, exc.strerror or exc))
 
 
 def ib_rate_gbps(text):
@@ -45,112 +33,18 @@ def pcie_speed_gts(text):
     return float(m.group(1)) if m else None
 
 
-class NetdevView:
-    """Where netdev attributes come from. sysfs shows the network namespace that *mounted* it, not the
-    caller's: inside `nsenter --net` (the lab's nodes, containers) /sys/class/net lists the host's
-    devices. When the sysfs view does not match this namespace's interfaces, attributes come from
-    netlink through `ip -j -s -s -d link` (and `ethtool` for the speed) instead."""
-
-    def __init__(self, sysfs, deadline):
-        self.sysfs, self.deadline, self.links = sysfs, deadline, None
-        if sysfs == "/sys" and not sysfs_matches_netns(sysfs):
-            rc, out, err = run_cmd(["ip", "-j", "-s", "-s", "-d", "link", "show"], deadline, timeout=3)
-            if rc != 0:
-                raise NicItemError("sysfs shows another network namespace and `ip -j link` failed: %s"
-                                   % (err.strip() or rc))
-            self.links = parse_ip_link_json(out)
-
-    @property
-    def source(self):
-        return "sysfs" if self.links is None else "netlink"
-
-    def names(self):
-        if self.links is not None:
-            return sorted(self.links)
-        return sorted(_listdir(os.path.join(self.sysfs, "class/net")))
-
-    def exists(self, netdev):
-        if self.links is not None:
-            return netdev in self.links
-        return os.path.isdir(os.path.join(self.sysfs, "class/net", netdev))
-
-    def attr(self, netdev, name):
-        """operstate, mtu, speed (Mb/s or None), carrier. Raises NicItemError when unreadable."""
-        if self.links is not None:
-            if name == "speed":
-                return _ethtool_speed(netdev, self.deadline)
-            return self.links[netdev].get(name)
-        dev = os.path.join(self.sysfs, "class/net", netdev)
-        if name == "speed":  # EINVAL when down, -1 when unknown (veth without a set speed)
-            speed = _int_or_none(read_or_none(dev + "/speed"))
-            return speed if speed and speed > 0 else None
-        if name == "carrier":
-            return read_or_none(dev + "/carrier") == "1"
-        value = _read(os.path.join(dev, name))
-        return _int_or_none(value) if name == "mtu" else value
-
-    def counters(self, netdev):
-        if self.links is not None:
-            link = self.links.get(netdev) or {}
-            return dict(link.get("counters") or {})
-        dev = os.path.join(self.sysfs, "class/net", netdev)
-        values = _counter_dir(os.path.join(dev, "statistics"), ETH_RATE_LIMITS)
-        values["carrier_changes"] = _int_or_none(read_or_none(dev + "/carrier_changes"))
-        return values
-
-
-def sysfs_matches_netns(sysfs):
-    """True when /sys/class/net lists exactly this namespace's interfaces with the same indexes."""
-    try:
-        mine = {name: index for index, name in socket.if_nameindex()}
-    except OSError:
-        return True
-    seen = {}
-    for name in _listdir(os.path.join(sysfs, "class/net")):
-        seen[name] = _int_or_none(read_or_none(os.path.join(sysfs, "class/net", name, "ifindex")))
-    return seen == mine
-
-
-def parse_ip_link_json(text):
-    """{ifname: {operstate, mtu, carrier, counters}} from `ip -j -s -s -d link show`."""
-    out = {}
-    for link in json.loads(text or "[]"):
-        stats = link.get("stats64") or link.get("stats") or {}
-        rx, tx = stats.get("rx") or {}, stats.get("tx") or {}
-        out[link["ifname"]] = {
-            "operstate": str(link.get("operstate", "UNKNOWN")).lower(), "mtu": link.get("mtu"),
-            "carrier": "LOWER_UP" in (link.get("flags") or ()),
-            "counters": {"rx_errors": rx.get("errors"), "tx_errors": tx.get("errors"),
-                         "rx_crc_errors": rx.get("crc_errors"), "carrier_changes": tx.get("carrier_changes")},
-        }
-    return out
-
-
-def _ethtool_speed(netdev, deadline):
-    rc, out, _ = run_cmd(["ethtool", netdev], deadline, timeout=2)
-    m = re.search(r"Speed:\s*(\d+)\s*Mb/s", out or "") if rc == 0 else None
-    return int(m.group(1)) if m else None
-
-
 def nic_targets(args, view):
     """The NICs to check: the node class's list, else every IB device and every netdev but lo."""
     want = args.get("nics") or []
     if want:
         return want
     found = []
-    for dev in sorted(_listdir(os.path.join(view.sysfs, "class/infiniband"))):
+    for dev in sorted(listdir_or_empty(os.path.join(view.sysfs, "class/infiniband"))):
         found.append({"name": dev, "kind": "infiniband", "discovered": True})
     for dev in view.names():
         if dev != "lo":
             found.append({"name": dev, "kind": "ethernet", "discovered": True})
     return found
-
-
-def _listdir(path):
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
 
 
 def sample_counters(targets, view):
@@ -160,28 +54,13 @@ def sample_counters(targets, view):
     for nic in targets:
         if nic.get("kind") in ("infiniband", "roce"):
             base = os.path.join(sysfs, "class/infiniband", nic["name"], "ports")
-            for port in sorted(_listdir(base)):
+            for port in sorted(listdir_or_empty(base)):
                 cdir = os.path.join(base, port, "counters")
-                out["%s/%s" % (nic["name"], port)] = _counter_dir(cdir, None)
+                out["%s/%s" % (nic["name"], port)] = counter_dir(cdir, None)
         netdev = nic["name"] if nic.get("kind", "ethernet") == "ethernet" else nic.get("netdev")
         if netdev and view.exists(netdev):
             out[netdev] = view.counters(netdev)
     return out
-
-
-def _counter_dir(path, only):
-    values = {}
-    for name in _listdir(path):
-        if only is None or name in only:
-            values[name] = _int_or_none(read_or_none(os.path.join(path, name)))
-    return values
-
-
-def _int_or_none(text):
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
 
 
 def counter_rates(before, after, seconds):
@@ -253,13 +132,13 @@ def _check_ib(nic, sysfs, facts, deadline):
         return [result("nic.present", "fail", "InfiniBand device %s not found" % name, "inspect-hardware",
                        subject=name)]
     out = []
-    ports = sorted(_listdir(os.path.join(dev, "ports")))
+    ports = sorted(listdir_or_empty(os.path.join(dev, "ports")))
 
     def link():
         res = []
         for port in ports:
             p = os.path.join(dev, "ports", port)
-            state, phys, rate = _read(p + "/state"), _read(p + "/phys_state"), _read(p + "/rate")
+            state, phys, rate = read_item(p + "/state"), read_item(p + "/phys_state"), read_item(p + "/rate")
             layer = read_or_none(p + "/link_layer")
             gbps = ib_rate_gbps(rate)
             ev = {"state": state, "phys_state": phys, "rate": rate, "link_layer": layer,
@@ -282,7 +161,7 @@ def _check_ib(nic, sysfs, facts, deadline):
                               subject=name)]
 
     def firmware():
-        fw = _read(dev + "/fw_ver")
+        fw = read_item(dev + "/fw_ver")
         facts["firmware"] = fw
         return [_firmware_result(nic, fw)]
 
@@ -305,10 +184,10 @@ def _pcie_result(nic, devdir, facts):
     if not os.path.exists(devdir + "/current_link_width"):
         return result("nic.pcie", "skipped", "no PCIe device behind %s (virtual NIC)" % nic["name"],
                       subject=nic["name"])
-    width, max_width = _int_or_none(_read(devdir + "/current_link_width")), \
-        _int_or_none(_read(devdir + "/max_link_width"))
-    speed = pcie_speed_gts(_read(devdir + "/current_link_speed"))
-    max_speed = pcie_speed_gts(_read(devdir + "/max_link_speed"))
+    width, max_width = int_or_none(read_item(devdir + "/current_link_width")), \
+        int_or_none(read_item(devdir + "/max_link_width"))
+    speed = pcie_speed_gts(read_item(devdir + "/current_link_speed"))
+    max_speed = pcie_speed_gts(read_item(devdir + "/max_link_speed"))
     ev = {"width": width, "max_width": max_width, "speed_gts": speed, "max_speed_gts": max_speed}
     facts["pcie"] = ev
     if width is not None and max_width and width < max_width:
