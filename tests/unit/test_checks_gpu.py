@@ -164,12 +164,16 @@ def test_nvidia_smi_subprocess_path(tmp_path):
     exe.write_text("#!/bin/sh\ncase \"$1\" in\n"
                    f"  --query-gpu=*) cat {FIX / 'smi-h100.csv'} ;;\n"
                    f"  --query-remapped-rows=*) cat {FIX / 'smi-remapped-rows.csv'} ;;\n"
+                   f"  nvlink) cat {FIX / 'smi-nvlink-status.txt'} ;;\n"
                    "  *) exit 2 ;;\nesac\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     rec = collect_nvidia_smi(Deadline(10), str(exe))
     assert rec["gpus"][3]["remapped_rows"] == {"correctable": 1, "uncorrectable": 2, "pending": True,
                                                "failure": False}
     assert rec["gpus"][0]["remapped_rows"]["pending"] is False
+    assert len(rec["gpus"][5]["nvlink"]) == 18 and sum(l["active"] for l in rec["gpus"][5]["nvlink"]) == 16
+    nvlink = by_code(judge_gpus(rec, H100, TH))["gpu.nvlink"]
+    assert nvlink["status"] == "fail" and nvlink["subject"] == "gpu5"
     broken = tmp_path / "broken-smi"
     broken.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn'\"'\"'t communicate with "
                       "the NVIDIA driver.' >&2\nexit 9\n")

@@ -7,6 +7,7 @@ All three produce one record (docs/simulated-gpus.md): {"source", "driver_versio
 from __future__ import annotations
 
 import json
+import re
 
 from fleetctl.checks.payload.common import run_cmd, to_int  # payload-local
 
@@ -215,6 +216,9 @@ def collect_nvidia_smi(deadline, exe="nvidia-smi"):
                           "--format=csv,noheader,nounits"], deadline, timeout=10)
     if rc == 0:  # older drivers and pre-Ampere GPUs have no row remapping: stays None
         merge_smi_remap(record, out)
+    rc, out, _ = run_cmd([exe, "nvlink", "--status"], deadline, timeout=10)
+    if rc == 0:  # GPUs without NVLink print nothing: nvlink stays None (not judged)
+        merge_smi_nvlink(record, out)
     return record
 
 
@@ -292,3 +296,22 @@ def merge_smi_remap(record, text):
             gpu["remapped_rows"] = {"correctable": _smi_num(cells[1]), "uncorrectable": _smi_num(cells[2]),
                                     "pending": _smi_bool(cells[3], ("Yes", "yes", "1")),
                                     "failure": _smi_bool(cells[4], ("Yes", "yes", "1"))}
+
+
+def merge_smi_nvlink(record, text):
+    """Link state per GPU from `nvidia-smi nvlink --status` ("Link 3: 26.562 GB/s" or "<inactive>").
+    Error counters are not in this output: they stay None (NVML reads them)."""
+    links, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^GPU (\d+):", line)
+        if m:
+            current = int(m.group(1))
+            links[current] = []
+            continue
+        m = re.match(r"^\s+Link (\d+): (.*)$", line)
+        if m and current is not None:
+            links[current].append({"link": int(m.group(1)), "active": "inactive" not in m.group(2),
+                                   "crc_errors": None, "replay_errors": None, "recovery_errors": None})
+    for gpu in record["gpus"]:
+        if links.get(gpu.get("index")):
+            gpu["nvlink"] = links[gpu["index"]]
