@@ -95,3 +95,60 @@ def test_up_rebuilds_a_lab_whose_daemon_died(bare):
 
 def test_no_site_file_when_down(bare):
     assert paths.active_site() is None
+
+
+def test_sixteen_hosts_on_four_leaves(bare):
+    import json
+    import sys
+
+    big = LabParams(hosts=16, nics_per_host=2, leaves=4, spines=2)
+    st = lifecycle.up(big)
+    try:
+        env = {**os.environ, "SLURM_CONF": st["slurm"]["conf"]}
+        out = subprocess.run(["srun", "-N16", "hostname"], env=env, capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        assert sorted(out.split()) == sorted(f"node{i}" for i in range(1, 17))
+        nics = st["addresses"]["nics"]
+        trace = subprocess.run(["nsenter", "--net=/run/netns/fl-node1", sys.executable, "-m",
+                                "fleetctl.lab.tracer", "--src", nics["node1:eth1"], "--dst",
+                                nics["node16:eth0"], "--sports", "42000-42031"],
+                               capture_output=True, text=True, check=True).stdout
+        paths = json.loads(trace)["paths"].values()
+        assert all(hops[-1] == nics["node16:eth0"] for hops in paths)
+        assert len({hops[1] for hops in paths}) == 2  # both spines
+    finally:
+        lifecycle.down()
+    assert machine() == bare
+
+
+def test_network_only_lab(bare):
+    from fleetctl.config import load_site
+
+    st = lifecycle.up(LabParams(hosts=3, leaves=1, spines=1, slurm=False, ssh=False))
+    try:
+        assert st["processes"] == []
+        site = load_site(paths.site_file())
+        assert site.access["transport"] == "local" and site.slurm["conf"] == ""
+        out = subprocess.run(["nsenter", "--net=/run/netns/fl-node3", "ping", "-c1", "-W2",
+                              st["addresses"]["nics"]["node1:eth1"]], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+    finally:
+        lifecycle.down()
+    assert machine() == bare
+
+
+def test_cli_without_a_lab(bare, capsys):
+    from fleetctl.cli import run as cli_run
+
+    assert cli_run(["lab", "status", "--format", "json"]) == 0
+    assert '"status": "down"' in capsys.readouterr().out
+    assert cli_run(["lab", "env"]) == 3
+    assert "no lab is up" in capsys.readouterr().err
+    assert cli_run(["lab", "fault", "add", "leaf1--spine1", "--loss", "5"]) == 3
+    assert "no lab is up" in capsys.readouterr().err
+
+
+def test_cli_refuses_while_a_test_session_holds_the_lab(bare):
+    env = {k: v for k, v in os.environ.items() if k != "FLEETCTL_LAB_SESSION"}
+    out = subprocess.run(["fleetctl", "lab", "down"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and "test session holds the lab" in out.stderr
