@@ -4,9 +4,10 @@
 Default: k=24 fat-tree (10,368 links, 20,736 link directions, 3,456 NICs), the covering pair design
 (k=3 distinct sources per link direction) widened to 8 peers per NIC and 4 traced flows per pair:
 110,592 paths. Per scenario and solver it reports the wall time of one `triangulate` call on one
-window (best of --repeat) and whether the findings name exactly the injected faults.
+window (best of --repeat) and whether the findings name exactly the injected faults. Then, on the
+lab's shape with synthetic probes, precision and recall per solver over randomized single faults.
 
-    python benchmarks/triangulation.py [--k 24] [--peers 8] [--flows 4] [--repeat 1]
+    python benchmarks/triangulation.py [--k 24] [--peers 8] [--flows 4] [--repeat 1] [--trials 40]
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def main() -> None:
     ap.add_argument("--flows", type=int, default=4, help="traced flows (source ports) per pair")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--solvers", default=",".join(solver_names()))
+    ap.add_argument("--trials", type=int, default=40,
+                    help="randomized single-fault runs on the lab shape (0: skip)")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -49,22 +52,23 @@ def main() -> None:
     t_paths = time.perf_counter() - t1
     m = paths.matrix(topo.n_elements)
 
-    scenarios = {
-        "no-fault": [],
-        "core-link-loss-2pct": [Fault("p3-a1->c14", "loss", 0.02)],
-        "leaf-uplink-down": [Fault("p7-l2->p7-a0", "down")],
-        "agg-switch-delay-100us": [Fault("p11-a3", "delay", 100.0)],
-        "nic-down+link-delay": [Fault("n01000:eth0", "down"), Fault("c100->p20-a8", "delay", 80.0)],
-    }
-    expected = {
-        "no-fault": [],
-        "core-link-loss-2pct": [("link", "p3-a1->c14", "loss")],
-        "leaf-uplink-down": [("link", "p7-l2->p7-a0", "down")],
-        "agg-switch-delay-100us": [("switch", "p11-a3", "delay")],
-        "nic-down+link-delay": [("link", "c100->p20-a8", "delay"), ("nic", "n01000:eth0", "down")],
+    half = args.k // 2
+    core_link = f"p{3 % args.k}-a{1 % half}->c{(1 % half) * half + 2 % half}"
+    uplink = f"p{7 % args.k}-l{2 % half}->p{7 % args.k}-a0"
+    agg = f"p{11 % args.k}-a{3 % half}"
+    nic = f"n{1000 % n:05d}:eth0"
+    core = 100 % (half * half)
+    down_link = f"c{core}->p{20 % args.k}-a{core // half}"
+    scenarios = {  # (faults, expected findings)
+        "no-fault": ([], []),
+        "core-link-loss-2pct": ([Fault(core_link, "loss", 0.02)], [("link", core_link, "loss")]),
+        "leaf-uplink-down": ([Fault(uplink, "down")], [("link", uplink, "down")]),
+        "agg-switch-delay-100us": ([Fault(agg, "delay", 100.0)], [("switch", agg, "delay")]),
+        "nic-down+link-delay": ([Fault(nic, "down"), Fault(down_link, "delay", 80.0)],
+                                [("link", down_link, "delay"), ("nic", nic, "down")]),
     }
     results = []
-    for name, faults in scenarios.items():
+    for name, (faults, expected) in scenarios.items():
         stats = simulate(topo, paths, faults, windows=1, probes=100, jitter_us=3.0, seed=1)
         for solver in args.solvers.split(","):
             best = float("inf")
@@ -75,8 +79,9 @@ def main() -> None:
             got = sorted((f["element"]["type"], f["element"].get("direction") or
                           f["element"]["id"], f["metric"]) for f in found)
             results.append({"scenario": name, "solver": solver, "seconds": round(best, 3),
-                            "correct": got == sorted(expected[name]),
+                            "correct": got == sorted(expected),
                             "findings": [list(g) for g in got]})
+    accuracy = lab_accuracy(args.trials, args.solvers.split(",")) if args.trials else None
     print(json.dumps({
         "benchmark": "triangulation",
         "topology": {"name": topo.name, "links": len(topo.links),
@@ -89,7 +94,74 @@ def main() -> None:
         "results": results,
         "max_seconds": max(r["seconds"] for r in results),
         "all_correct": all(r["correct"] for r in results),
+        "lab_shape_accuracy": accuracy,
     }, indent=2))
+
+
+FAULT_KINDS = ("loss", "delay", "down-link", "down-nic", "down-host", "switch-delay")
+
+
+def random_fault(topo, rng):
+    """One fault as the lab injects them: loss 0.5-5 % or 20-500 us delay on one direction of a switch link,
+    a link down (both directions), a NIC or host down, a degraded (delaying) switch."""
+    kind = FAULT_KINDS[rng.integers(len(FAULT_KINDS))]
+    sw_links = [e for e in topo.elements if e.type == "link"
+                and all(x in topo.switch_tier for x in e.direction.split("->"))]
+    el = sw_links[rng.integers(len(sw_links))]
+    if kind == "loss":
+        return [Fault(el.direction, "loss", float(rng.uniform(0.005, 0.05)))], \
+            ("link", el.direction, "loss")
+    if kind == "delay":
+        return [Fault(el.direction, "delay", float(rng.uniform(20, 500)))], \
+            ("link", el.direction, "delay")
+    if kind == "down-link":
+        a, b = el.direction.split("->")
+        return [Fault(f"{a}->{b}", "down"), Fault(f"{b}->{a}", "down")], ("link", "both", "down")
+    if kind == "down-nic":
+        nic = topo.nics[rng.integers(len(topo.nics))]
+        return [Fault(nic, "down")], ("nic", nic, "down")
+    if kind == "down-host":
+        host = topo.nic_host[rng.integers(len(topo.nics))]
+        return [Fault(host, "down")], ("host", host, "down")
+    sw = sorted(topo.switch_tier)[rng.integers(len(topo.switch_tier))]
+    return [Fault(sw, "delay", float(rng.uniform(20, 500)))], ("switch", sw, "delay")
+
+
+def lab_accuracy(trials: int, solvers: list[str]) -> dict:
+    """Randomized single faults (and a quarter as many clean runs) on the lab's shape, synthetic
+    probes: 4 leaves x 2 spines, 8 hosts x 2 NICs, full mesh, 8 flows per pair, 3 windows of 100
+    probes per path. Precision = correct findings / findings; recall = faults named / faults."""
+    from fleetctl.mesh.fattree import leaf_spine
+    import numpy as np
+
+    topo = leaf_spine(4, 2, 2, 2)
+    flows = [(a, b, f) for a in topo.nics for b in topo.nics
+             if topo.nic_host[topo.nic_index(a)] != topo.nic_host[topo.nic_index(b)]
+             for f in range(8)]
+    paths = topo.path_table(flows)
+    rng = np.random.default_rng(2026)
+    cases = [random_fault(topo, rng) for _ in range(trials)] + [([], None)] * max(1, trials // 4)
+    out = {}
+    for solver in solvers:
+        tp = fp = fn = clean_findings = 0
+        for i, (faults, want) in enumerate(cases):
+            stats = simulate(topo, paths, faults, windows=3, probes=100, jitter_us=5.0,
+                             background_loss=5e-4, spike_rate=2e-3, seed=100 + i)
+            got = [(f["element"]["type"], f["element"].get("direction") or f["element"]["id"],
+                    f["metric"]) for f in triangulate(topo, paths, stats, solver)]
+            if want is None:
+                clean_findings += len(got)
+                fp += len(got)
+                continue
+            hit = want in got
+            tp += hit
+            fn += not hit
+            fp += len(got) - hit
+        out[solver] = {"precision": round(tp / max(1, tp + fp), 3),
+                       "recall": round(tp / max(1, tp + fn), 3),
+                       "faults": trials, "clean_runs": len(cases) - trials,
+                       "findings_on_clean_runs": clean_findings}
+    return out
 
 
 if __name__ == "__main__":
