@@ -9,7 +9,8 @@ The command itself comes to the wrapper as positional arguments ("$@"), never pa
 Limits (docs/exec.md): srun allocates all nodes or none, so a down, drained or busy node fails the
 whole run (every node gets srun's error); the nodes must be free for a new job (or the run happens
 inside a job that holds them); a last output line without a newline gets one; a node's stdout and
-stderr are kept apart but their relative order is not.
+stderr are kept apart but their relative order is not; the whole run gets timeout + connect_timeout,
+since allocation and launch happen inside it.
 """
 
 from __future__ import annotations

@@ -102,3 +102,31 @@ def test_clirunner_in_process(site):
     result = CliRunner().invoke(cli, ["--site", site, "exec", "n[1-2]", "--", "echo", "$x"],
                                 obj=Application(), catch_exceptions=False)
     assert result.exit_code == 0 and "n[1-2] (2)" in result.output and "$x" in result.output
+
+
+def test_progress_bar_only_on_a_terminal_and_only_for_long_runs(monkeypatch):
+    import io
+    import time
+
+    from rich.console import Console
+
+    from fleetctl.cli import exec as exec_module
+    from fleetctl.fanout.result import HostResult
+
+    monkeypatch.setattr(exec_module, "PROGRESS_AFTER_S", 0.05)
+    app = Application()
+    buffer = io.StringIO()
+    app.__dict__["err_console"] = Console(file=buffer, force_terminal=True, width=60)
+    with exec_module._Progress(app, 3) as bar:
+        bar.advance(HostResult("n1", "ok", 0))
+        time.sleep(0.3)  # past the delay: the bar is shown
+        bar.advance(HostResult("n2", "ok", 0))
+        bar.advance(HostResult("n3", "ok", 0))
+    assert "3/3" in buffer.getvalue() or "2/3" in buffer.getvalue()
+
+    quiet = Application()
+    quiet.__dict__["err_console"] = Console(file=io.StringIO(), force_terminal=False)
+    assert not exec_module._Progress(quiet, 3).enabled  # not a terminal
+    quiet.format = "json"
+    quiet.__dict__["err_console"] = Console(file=io.StringIO(), force_terminal=True)
+    assert not exec_module._Progress(quiet, 3).enabled  # JSON mode
