@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GOAL_P50_S, GOAL_P99_S = 0.300, 1.0
 
 
-def lab_like_site(tmp: Path):
+def lab_like_site(tmp: Path, nics: str):
     sample = json.loads((ROOT / "docs/simulated-gpus.md").read_text().split("```json", 1)[1].split("```", 1)[0])
     sample["gpus"] = [dict(sample["gpus"][0], index=i) for i in range(4)]
     node = tmp / "node1"
@@ -54,7 +54,7 @@ name = "h100"
 nodes = "node1"
 mounts = ["/"]
 gpus = {{ count = 4, model = "NVIDIA H100 80GB HBM3" }}
-nics = [{{ name = "vA", mtu = 9000 }}, {{ name = "vB" }}]
+nics = [{nics}]
 """
     return parse_site(text, source="bench-site.toml"), "node1"
 
@@ -101,7 +101,8 @@ def measure(opts) -> int:
         if opts.site:
             site, node = load_site(opts.site), opts.node
         else:
-            site, node = lab_like_site(Path(tmp))
+            in_netns = '{ name = "vA", mtu = 9000 }, { name = "vB" }'
+            site, node = lab_like_site(Path(tmp), in_netns if opts.own_netns else '{ name = "lo" }')
         args = payload_args(site, node, "quick", since=time.time() - 86400 * 3650)
         args["state_file"] = str(Path(tmp) / "state.json")  # never touch a real node's state
         args = json.dumps(args)
