@@ -246,6 +246,7 @@ class SshTransport(Transport):
             return HostResult(node, TIMEOUT, None, decode(out), decode(err), time.monotonic() - start,
                               f"command timed out after {timeout:g} s")
         code = chan.exit_status
+        chan.close()  # frees the pipe behind fileno() now rather than at garbage collection
         duration = time.monotonic() - start
         if code < 0:
             return HostResult(node, FAILED, None, decode(out), decode(err), duration,
