@@ -131,3 +131,14 @@ def test_management_addresses_answer(lab):
     for node in lab.nodes:
         with socket.create_connection((lab.state["addresses"]["mgmt"][node], 22), timeout=2):
             pass
+
+
+def test_clock_truth_is_readable_by_the_probe_agent(lab):
+    from fleetctl.lab.clock import host_clocks
+
+    clocks = host_clocks(lab.site.lab["state_dir"])
+    assert set(clocks) == set(lab.nodes) and lab.site.lab["clock_skew"] is True
+    c = clocks["node1"]
+    truth = lab.state["clock"]["hosts"]["node1"]
+    assert c.offset_at(c.t0) == truth["offset_ms"] / 1000
+    assert abs(c.offset_at(c.t0 + 1000) - c.offset_at(c.t0) - truth["drift_ppm"] * 1e-3) < 1e-12
