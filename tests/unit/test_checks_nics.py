@@ -154,13 +154,21 @@ def test_ib_rate_parsing():
     assert ib_rate_gbps("garbage") is None
 
 
-def test_two_samples_catch_a_counter_increase(tmp_path):
-    """Standard level: the payload samples, waits, samples again; a link_downed rise in between fails."""
-    import threading
+def test_two_samples_catch_a_counter_increase(tmp_path, monkeypatch):
+    """Standard level: the payload samples, waits, samples again; a link_downed rise in between fails.
+    The rise is written while the check sleeps between its two samples (deterministic, no timer race)."""
+    import time
+    import types
+    from fleetctl.checks.payload import nics as nics_module
     dev = ib_device(tmp_path)
     counter = dev / "ports/1/counters/link_downed"
-    threading.Timer(0.1, lambda: counter.write_text("1\n")).start()
-    results, _ = run(tmp_path, [IB], counter_interval_s=0.4)
+
+    def sleep_and_flap(seconds):
+        counter.write_text("1\n")
+        time.sleep(seconds)
+
+    monkeypatch.setattr(nics_module, "time", types.SimpleNamespace(sleep=sleep_and_flap, time=time.time))
+    results, _ = run(tmp_path, [IB], counter_interval_s=0.2)
     r = find(results, "nic.counters", "mlx5_0/1")
     assert r["status"] == "fail" and "link_downed rose by 1" in r["message"]
 
