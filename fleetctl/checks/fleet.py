@@ -132,14 +132,26 @@ def _memory_baseline(docs, where):
 
 
 def _bandwidth_baseline(docs, where):
-    bw = {n: ((d.get("facts") or {}).get("deep") or {}).get("nccl_busbw_gbs") for n, d in docs.items()}
-    bw = {n: v for n, v in bw.items() if v}
-    if len(bw) < 3:  # a baseline of fewer than three nodes says nothing about which one is slow
-        return []
-    median = statistics.median(bw.values())
-    bad = sorted(n for n, v in bw.items() if v < median * BASELINE_FRACTION)
-    if not bad:
-        return []
-    return [_finding("fleet.deep.nccl_busbw", "", "fail", f"NCCL bus bandwidth on {NodeSet.fromlist(bad)} is "
-                     f"below 90 % of the fleet median {median:.1f} GB/s{where}", bad,
-                     {"median_gbs": median, "values": {n: bw[n] for n in bad}}, "inspect-hardware")]
+    """Deep-test bandwidths against the class median: NCCL bus bandwidth, ib_write_bw per NIC."""
+    series = {("fleet.deep.nccl_busbw", ""): {n: _deep(d).get("nccl_busbw_gbs") for n, d in docs.items()}}
+    for node, doc in docs.items():
+        for nic, gbps in (_deep(doc).get("ib_write_bw_gbps") or {}).items():
+            series.setdefault(("fleet.deep.ib_write_bw", nic), {})[node] = gbps
+    out = []
+    for (code, subject), values in sorted(series.items()):
+        values = {n: v for n, v in values.items() if v}
+        if len(values) < 3:  # a baseline of fewer than three nodes says nothing about which one is slow
+            continue
+        median = statistics.median(values.values())
+        bad = sorted(n for n, v in values.items() if v < median * BASELINE_FRACTION)
+        if bad:
+            what = "NCCL bus bandwidth" if not subject else f"ib_write_bw of {subject}"
+            unit = "GB/s" if not subject else "Gb/s"
+            out.append(_finding(code, subject, "fail", f"{what} on {NodeSet.fromlist(bad)} is below 90 % of "
+                                f"the fleet median {median:.1f} {unit}{where}", bad,
+                                {"median": median, "values": {n: values[n] for n in bad}}, "inspect-hardware"))
+    return out
+
+
+def _deep(doc) -> dict:
+    return (doc.get("facts") or {}).get("deep") or {}

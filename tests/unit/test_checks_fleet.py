@@ -86,6 +86,15 @@ def test_unanswered_nodes_are_ignored_and_baselines_are_relative():
     bw = f[("fleet.deep.nccl_busbw", "")]
     assert bw["status"] == "fail" and bw["nodes"] == "gpu03"
     assert f[("fleet.host.memory_gb", "")]["nodes"] == "gpu03"
+    assert bw["evidence"]["median"] == 48.0
+
+
+def test_ib_write_bw_baseline_per_nic():
+    docs = {f"gpu0{i}": doc(deep__ib_write_bw_gbps={"mlx5_0": 380.0, "mlx5_1": 381.0}) for i in range(1, 6)}
+    docs["gpu02"] = doc(deep__ib_write_bw_gbps={"mlx5_0": 380.0, "mlx5_1": 190.0})
+    f = fleet(docs)
+    assert f[("fleet.deep.ib_write_bw", "mlx5_1")]["nodes"] == "gpu02"
+    assert ("fleet.deep.ib_write_bw", "mlx5_0") not in f
 
 
 def test_without_a_site_everything_is_one_group():

@@ -67,7 +67,14 @@ def _host_group(ctx):
 
 def _nccl_group(ctx):
     out = check_nccl(ctx["args"], ctx["deadline"], ctx.get("gpu_count", 0))
-    ctx["facts"]["deep"] = {"nccl_busbw_gbs": out[0]["evidence"].get("avg_busbw_gbs")}
+    ctx["facts"].setdefault("deep", {})["nccl_busbw_gbs"] = out[0]["evidence"].get("avg_busbw_gbs")
+    return out
+
+
+def _ib_write_bw_group(ctx):
+    out = check_ib_write_bw(ctx["args"], ctx["deadline"])
+    measured = {r["subject"]: r["evidence"].get("gbps") for r in out if r["subject"]}
+    ctx["facts"].setdefault("deep", {})["ib_write_bw_gbps"] = measured
     return out
 
 
@@ -80,7 +87,7 @@ GROUPS = (
     ("clock", "standard", lambda ctx: check_clock(ctx["args"].get("thresholds") or {}, ctx["deadline"])),
     ("deep.dcgm", "deep", lambda ctx: check_dcgm(ctx["args"], ctx["deadline"])),
     ("deep.nccl", "deep", _nccl_group),
-    ("deep.ib_write_bw", "deep", lambda ctx: check_ib_write_bw(ctx["args"], ctx["deadline"])),
+    ("deep.ib_write_bw", "deep", _ib_write_bw_group),
 )
 
 
