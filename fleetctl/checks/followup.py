@@ -7,6 +7,7 @@ the job's Prolog against the one taken after the job: new Xids, ECC increases, c
 from __future__ import annotations
 
 LEVELS = ("quick", "standard", "deep")
+HARDWARE_ACTIONS = ("reset-gpu", "reboot", "inspect-hardware")
 RANK = {"ok": 0, "skipped": 0, "warn": 1, "error": 2, "fail": 3}
 
 
@@ -21,6 +22,13 @@ def suspects(docs: dict) -> list[str]:
     A node that already failed has its verdict; a node that did not answer is a transport matter."""
     return sorted(node for node, doc in docs.items()
                   if doc and any(r["status"] in ("warn", "error") for r in doc.get("results", ())))
+
+
+def hardware_failures(doc: dict) -> list[dict]:
+    """The failed results that mean broken hardware (GPU reset, reboot, inspection): what a Prolog may
+    refuse a job for. Configuration mismatches (action `drain`) and unfinished checks are not."""
+    return [r for r in (doc or {}).get("results", ())
+            if r["status"] == "fail" and r["action"] in HARDWARE_ACTIONS]
 
 
 def _by_key(doc: dict) -> dict:

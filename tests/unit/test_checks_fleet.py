@@ -104,7 +104,7 @@ def test_without_a_site_everything_is_one_group():
 
 
 # ------------------------------------------------------------------ escalation and epilog changes
-from fleetctl.checks.followup import changes, next_level, suspects  # noqa: E402
+from fleetctl.checks.followup import changes, hardware_failures, next_level, suspects  # noqa: E402
 
 
 def res(code, status, subject="", **evidence):
@@ -141,3 +141,10 @@ def test_ecc_change_is_reported_once_per_gpu():
                                                                "gpu1": {"volatile_dbe": 3}})]}
     assert [(c["code"], c["subject"]) for c in changes(before, after)] == [("change.gpu.ecc", "gpu0"),
                                                                            ("change.gpu.ecc", "gpu1")]
+
+
+def test_hardware_failures_exclude_config_mismatches_and_budget():
+    xid = dict(res("xid.79", "fail"), action="reboot")
+    doc = {"results": [xid, dict(res("host.kernel", "fail"), action="drain"), res("xid.budget", "error"),
+                       dict(res("gpu.throttle", "warn"), action="inspect-hardware")]}
+    assert hardware_failures(doc) == [xid]
