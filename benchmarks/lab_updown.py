@@ -61,8 +61,8 @@ def main() -> int:
     ap.add_argument("--pings", type=int, default=2000)
     a = ap.parse_args()
     os.environ["FLEETCTL_LAB_SESSION"] = "1"
-    result: dict = {"benchmark": "lab_updown", "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
-                    "repeat": a.repeat, "sizes": {}}
+    machine = {"cpus": os.cpu_count(), "kernel": platform.release()}
+    result: dict = {"benchmark": "lab_updown", "machine": machine, "repeat": a.repeat, "sizes": {}}
     with state.locked(state.SESSION_LOCK, timeout=3600, what="a test session"):
         lifecycle.down()
         for name, params in SIZES.items():

@@ -112,6 +112,8 @@ def add(target_text: str, kind: str, value=None, *, load_pct: float = 90.0) -> d
             raise UsageError(f"--loss {value}: a percentage above 0 and at most 100")
         if kind == "rate":
             parse_rate(value)
+            if not 0 <= load_pct <= 200:
+                raise UsageError(f"--load {load_pct:g}: a percentage of the rate between 0 and 200")
         if kind == "flap":
             parse_period(value)
         # The same kind on the same target replaces the fault in force.
@@ -179,12 +181,7 @@ def _apply(st: dict, plan: Plan, fault: dict, load_pct: float) -> None:
             fault["load_pct"] = load_pct
             _sync_nft(st, plan, {_end(plan, link_id, dst).netns for _, dst in fault["directions"]})
             for src, dst in fault["directions"]:
-                a, b = _end(plan, link_id, src), _end(plan, link_id, dst)
-                cmd = system.nsenter(a.netns) + [
-                    sys.executable, "-m", "fleetctl.lab.traffic", "send", "--src", a.address,
-                    "--dst", b.address, "--dport", str(SINK_PORT), "--rate-bps", str(int(bps * load_pct / 100)),
-                    "--size", "1000", "--duration", "0", "--burst-ms", "10"]
-                fault["processes"].append(services.spawn(cmd, lab / "logs" / "load.log", f"load:{src}->{dst}"))
+                fault["processes"].append(_start_load(plan, link_id, src, dst, bps * load_pct / 100))
     elif kind == "down":
         fabric.set_link(plan, link_id, False)
         fabric.apply_routes(plan, down_links(st))
@@ -192,6 +189,16 @@ def _apply(st: dict, plan: Plan, fault: dict, load_pct: float) -> None:
         period = parse_period(fault["value"])
         cmd = [sys.executable, "-m", "fleetctl.lab.flap", link_id, str(period), str(lab)]
         fault["processes"].append(services.spawn(cmd, lab / "logs" / "flap.log", f"flap:{link_id}"))
+
+
+def _start_load(plan: Plan, link_id: str, src: str, dst: str, bps: float) -> dict:
+    """Bursty UDP from one end of the cable to the discard port of the other (dropped there by nft)."""
+    a, b = _end(plan, link_id, src), _end(plan, link_id, dst)
+    cmd = system.nsenter(a.netns) + [
+        sys.executable, "-m", "fleetctl.lab.traffic", "send", "--src", a.address, "--dst", b.address,
+        "--dport", str(SINK_PORT), "--rate-bps", str(int(bps)), "--size", "1000", "--duration", "0",
+        "--burst-ms", "10"]
+    return services.spawn(cmd, paths.lab_dir() / "logs" / "load.log", f"load:{src}->{dst}")
 
 
 def _undo(st: dict, plan: Plan, fault: dict) -> None:

@@ -24,7 +24,7 @@ STEPS = ("preflight", "namespaces", "links", "addresses", "hostnames", "munge", 
          "gpus", "site")
 # What `up` writes into the lab dir; `down` removes these names only (the dir may be shared).
 _OWN_ENTRIES = ("site.toml", "slurm.conf", "cgroup.conf", "hooks", "munge", "slurm", "logs", "ssh", "uts",
-                "hosts", "faults")
+                "hosts")
 
 
 def up(params: LabParams, progress: Callable[[str], None] = lambda _m: None) -> dict:

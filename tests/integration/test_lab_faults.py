@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
 import pytest
 
