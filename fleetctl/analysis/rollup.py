@@ -39,7 +39,10 @@ class Rollup:
 
     def __init__(self, topo: Topology, incidence: csc_matrix, th: Thresholds):
         self.topo = topo
-        self.inc = incidence  # all paths x all elements
+        self.inc = incidence.tocsc()  # all paths x all elements
+        self.inc.sort_indices()
+        self.is_link = topo.element_types() == 0
+        self._twins: dict[int, list[int]] | None = None
         self.th = th
         self.nic_links: dict[int, tuple[int, int]] = {}  # nic elem -> (up, down) link dirs
         for lid, (a, b) in topo.links.items():
@@ -92,9 +95,14 @@ class Rollup:
         by_link: dict[str, list[int]] = {}
         for e in sorted(left):
             by_link.setdefault(self.topo.elements[e].id, []).append(e)
+        reported: set[int] = set()
         for lid, dirs in by_link.items():
+            if len(dirs) == 1 and dirs[0] in reported:
+                continue  # an indistinguishable twin of a link already reported
             direction = self.topo.elements[dirs[0]].direction if len(dirs) == 1 else "both"
             groups.append((Element("link", lid, direction), dirs, dirs))
+            if len(dirs) == 1:
+                reported.update(self.twins(dirs[0]))
         total_bad = max(1, int(bad.sum()))
         out = []
         for el, path_elems, links in groups:
@@ -150,6 +158,11 @@ class Rollup:
             evidence["estimate_delay_us"] = round(float(max(blamed.get(l, 0.0) for l in links)), 1)
         if el.type == "nic":
             evidence["alternatives"] = self._nic_alternatives(el.id)
+        if el.type == "link" and len(links) == 1:
+            twins = self.twins(links[0])
+            if twins:  # the data cannot tell these apart: say so, and share the confidence
+                evidence["indistinguishable_from"] = [self.topo.elements[t].label for t in twins]
+                confidence = round(confidence / (1 + len(twins)), 3)
         return {
             "element": el.to_dict(),
             "metric": kind,
@@ -157,6 +170,23 @@ class Rollup:
             "confidence": confidence,
             "evidence": evidence,
         }
+
+    def twins(self, elem: int) -> list[int]:
+        """Other link directions crossed by exactly the same paths with the same weights.
+
+        With traced paths there are hardly any; with untraced flows (ECMP candidate sets) the
+        uplinks of a leaf are all alike, and no solver can say which one is at fault."""
+        if self._twins is None:
+            groups: dict[tuple, list[int]] = {}
+            for e in np.flatnonzero(self.is_link):
+                lo, hi = self.inc.indptr[e], self.inc.indptr[e + 1]
+                if hi == lo:
+                    continue
+                key = (self.inc.indices[lo:hi].tobytes(),
+                       np.round(self.inc.data[lo:hi], 6).tobytes())
+                groups.setdefault(key, []).append(int(e))
+            self._twins = {e: g for g in groups.values() if len(g) > 1 for e in g}
+        return [t for t in self._twins.get(elem, []) if t != elem]
 
     def _nic_alternatives(self, nic: str) -> list[dict]:
         out = []

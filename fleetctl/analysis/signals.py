@@ -3,9 +3,11 @@
 Thresholds are robust on purpose: a real fabric has microseconds of jitter and rare single losses,
 and a run without a fault must give no finding. A path is
 - down when it sent enough probes and none came back,
-- lossy when it lost at least `min_lost` probes; single background drops are filtered later, at
-  the element: a finding needs the pooled loss of its bad paths to be improbable under the
-  background rate (binomial tail below `loss_alpha`),
+- lossy when it lost at least `min_lost` probes and that many losses are somewhat unlikely under
+  the background rate (binomial tail below `path_alpha`: with 100 probes one loss is enough, with
+  1,000 it takes three). Single drops are filtered again at the element: a finding needs the
+  pooled loss of its bad paths to be improbable under the background rate (tail below
+  `loss_alpha`),
 - delayed when its excess delay over the baseline exceeds both an absolute floor and a robust
   z-score of all paths' excess delays in the window (centre and scale from the lower quantiles).
 """
@@ -16,6 +18,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom
 
 from fleetctl.errors import DataError
 
@@ -25,7 +28,8 @@ class Thresholds:
     min_probes: int = 5  # a path with fewer probes in a window says nothing
     background_loss: float = 1e-3  # loss rate assumed healthy (rare single drops)
     loss_alpha: float = 1e-6  # binomial tail of an element's pooled loss, below = significant
-    min_lost: int = 1  # a path with at least this many lost probes is lossy
+    min_lost: int = 1  # a path with at least this many lost probes is lossy ...
+    path_alpha: float = 0.1  # ... if that many losses have a background tail below this
     delay_floor_us: float = 20.0  # excess delay below this is never a fault
     delay_z: float = 6.0  # robust z-score of excess delay
     min_bad_paths: int = 2  # a finding needs at least this many bad paths
@@ -101,7 +105,8 @@ def window_signals(sent: np.ndarray, lost: np.ndarray, delay: np.ndarray, baseli
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(sent > 0, lost / np.maximum(sent, 1), 0.0)
     down = valid & (lost == sent)
-    lossy = valid & (lost >= th.min_lost) | down
+    tail = binom.sf(lost - 1, sent, th.background_loss)  # P(X >= lost) under the background
+    lossy = valid & (lost >= th.min_lost) & (tail < th.path_alpha) | down
     y_loss = np.where(lossy, -np.log1p(-np.minimum(rate, 0.999)), 0.0)
 
     excess = delay - baseline

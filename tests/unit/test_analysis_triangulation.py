@@ -12,7 +12,7 @@ from fleetctl.analysis.triangulate import triangulate
 from fleetctl.errors import DataError, UsageError
 from fleetctl.mesh.fattree import fat_tree, leaf_spine
 
-SOLVERS = ["nnls", "l1", "vote", "netbouncer"]
+SOLVERS = ["nnls", "l1", "vote", "netbouncer", "flock"]
 
 
 @pytest.fixture(scope="module")
@@ -126,20 +126,26 @@ def test_fat_tree_core_link_and_aggregation_switch(solver):
     assert named(triangulate(t, paths, stats, solver)) == [("switch", "p5-a2", "delay")]
 
 
-def test_untraced_flows_use_expected_ecmp_rows(lab):
-    """Flows whose path is not traced: one expected row per pair, true paths spread over ECMP."""
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("faulty", ["spine1->leaf2", "spine2->leaf2", "leaf3->spine2"])
+def test_untraced_flows_report_what_they_cannot_tell_apart(lab, solver, faulty):
+    """Flows whose path is not traced: one expected ECMP row per pair. Into a leaf, spine1 and
+    spine2 carry the same candidate flows with the same odds: no solver can tell which one is
+    bad, and the finding says so (twin listed, confidence halved) instead of guessing boldly."""
     t, traced = lab
-    stats = simulate(t, traced, [Fault("spine1->leaf2", "loss", 0.04)], windows=2, seed=6)
-    # aggregate the 8 flows of each pair, as an analysis without traceroute would
+    stats = simulate(t, traced, [Fault(faulty, "loss", 0.04)], windows=2, seed=6)
     import numpy as np
     pairs = t.path_table([(t.nics[a], t.nics[b], 0) for a, b in
                           zip(traced.src_nic[::8], traced.dst_nic[::8])], traced=False)
-    sent = stats.sent.reshape(2, -1, 8).sum(axis=2)
+    sent = stats.sent.reshape(2, -1, 8).sum(axis=2)  # the 8 flows of each pair, aggregated
     lost = stats.lost.reshape(2, -1, 8).sum(axis=2)
     delay = np.nanmedian(stats.delay.reshape(2, -1, 8), axis=2)
     th = Thresholds(candidate_share=0.25)  # a pair crosses the faulty spine with probability 1/2
-    found = triangulate(t, pairs, WindowStats(sent, lost, delay), "nnls", th)
-    assert named(found) == [("link", "spine1->leaf2", "loss")]
+    (f,) = triangulate(t, pairs, WindowStats(sent, lost, delay), solver, th)
+    twin = faulty.replace("spine1", "SPINE").replace("spine2", "spine1").replace("SPINE", "spine2")
+    assert {f["element"]["direction"]} | set(f["evidence"]["indistinguishable_from"]) == \
+        {faulty, twin}
+    assert f["metric"] == "loss" and f["confidence"] <= 0.5
 
 
 def test_mismatched_stats_are_a_data_error(lab):

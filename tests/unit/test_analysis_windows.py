@@ -64,7 +64,7 @@ def test_one_way_delays_with_and_without_clock_sync(topo):
     assert abs(np.nanmedian(w.delay_p50_us) - np.nanmedian(raw.delay_p50_us)) < 3
 
 
-@pytest.mark.parametrize("solver", ["nnls", "l1", "vote", "netbouncer"])
+@pytest.mark.parametrize("solver", ["nnls", "l1", "vote", "netbouncer", "flock"])
 @pytest.mark.parametrize("fault,expected", [
     (Fault("leaf3->spine2", "loss", 0.05), ("link", "leaf3->spine2", "loss")),
     (Fault("spine2->leaf3", "delay", 150.0), ("link", "spine2->leaf3", "delay")),

@@ -28,7 +28,7 @@ def solver_names() -> list[str]:
 
 def _load() -> None:
     # Imported here, not at the top: the solver modules import `register` from this module.
-    from fleetctl.analysis.solvers import netbouncer, tomography, vote  # noqa: F401
+    from fleetctl.analysis.solvers import flock, netbouncer, tomography, vote  # noqa: F401
 
 
 __all__ = ["Problem", "Solver", "get_solver", "register", "solver_names"]
