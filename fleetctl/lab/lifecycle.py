@@ -124,7 +124,10 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
     def step_ssh():
         if not params.ssh:
             return
-        context["ssh"] = services.write_ssh_keys(lab, plan)
+        env = {"FLEETCTL_SITE": str(paths.site_file())}
+        if "slurm" in st:
+            env["SLURM_CONF"] = st["slurm"]["conf"]
+        context["ssh"] = services.write_ssh_keys(lab, plan, env)
         st["ssh"] = context["ssh"]
         records = services.start_sshds(lab, plan, st["uts"])
         _track(st, records)

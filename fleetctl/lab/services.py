@@ -147,10 +147,12 @@ PrintMotd no
 MaxStartups 200:30:400
 MaxSessions 64
 Subsystem sftp internal-sftp
-"""
+{setenv}"""
 
 
-def write_ssh_keys(lab: Path, plan: Plan) -> dict:
+def write_ssh_keys(lab: Path, plan: Plan, env: dict[str, str]) -> dict:
+    """Keys, known_hosts and per-host sshd configs. `env` is set in every session (SLURM_CONF, so that
+    srun and scontrol work on the nodes as on a real cluster)."""
     d = lab / "ssh"
     d.mkdir(mode=0o700, exist_ok=True)
     client = d / "id_ed25519"
@@ -166,8 +168,9 @@ def write_ssh_keys(lab: Path, plan: Plan) -> dict:
                    "ssh keys")
         kind, blob = Path(f"{key}.pub").read_text().split()[:2]
         known.append(f"{host.name},{host.mgmt_address} {kind} {blob}")
+        setenv = "SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()) + "\n" if env else ""
         (hd / "sshd_config").write_text(_SSHD_CONF.format(
-            address=host.mgmt_address, host_key=key, authorized=d / "authorized_keys"))
+            address=host.mgmt_address, host_key=key, authorized=d / "authorized_keys", setenv=setenv))
     (d / "known_hosts").write_text("\n".join(known) + "\n")
     return {"identity_file": str(client), "known_hosts": str(d / "known_hosts")}
 

@@ -34,12 +34,12 @@ def test_ssh_strict_host_keys(lab):
         client.connect(ssh["addresses"][node], username=ssh["user"], key_filename=ssh["identity_file"],
                        look_for_keys=False, allow_agent=False, timeout=10)
         try:
-            _, stdout, _ = client.exec_command("hostname; ip -o -4 addr show dev eth0")
+            _, stdout, _ = client.exec_command("hostname; ip -o -4 addr show dev eth0; echo $SLURM_CONF")
             text = stdout.read().decode()
         finally:
             client.close()
-        hostname, addr_line = text.splitlines()[:2]
-        assert hostname == node
+        hostname, addr_line, slurm_conf = text.splitlines()[:3]
+        assert hostname == node and slurm_conf == lab.env["SLURM_CONF"]
         nic_address = lab.state["addresses"]["nics"][f"{node}:eth0"]
         assert f"{nic_address}/30" in addr_line
 
@@ -117,14 +117,17 @@ def test_status_and_env(lab, capsys):
 def test_prolog_hooks_are_installed_by_dropping_a_file(lab, tmp_path):
     marker = tmp_path / "prolog-ran"
     hook = lab.lab_dir / "hooks" / "prolog.d" / "50-test"
-    hook.write_text(f"#!/bin/sh\necho \"$SLURMD_NODENAME $SLURM_JOB_ID\" >> {marker}\n")
+    hook.write_text(f"#!/bin/sh\necho \"$SLURMD_NODENAME $SLURM_JOB_ID $SLURM_CONF\" >> {marker}\n")
     hook.chmod(0o755)
     try:
         subprocess.run(["srun", "-N2", "true"], env=lab.command_env(), check=True, timeout=60)
     finally:
         hook.unlink()
-    nodes = {line.split()[0] for line in marker.read_text().splitlines()}
+    lines = [line.split() for line in marker.read_text().splitlines()]
+    nodes = {words[0] for words in lines}
     assert len(nodes) == 2 and nodes <= set(lab.nodes)
+    # hooks can call scontrol (to drain a node): they see the lab's slurm.conf
+    assert {words[2] for words in lines} == {lab.env["SLURM_CONF"]}
 
 
 def test_management_addresses_answer(lab):
