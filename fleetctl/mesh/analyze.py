@@ -1,0 +1,197 @@
+"""Analysis of one probe run, fresh from the agents or re-read from its HDF5 file.
+
+records -> clock sync (offsets, drifts) -> per-window, per-path loss and delay -> triangulation,
+plus the discovery checks for links routing has withdrawn -> findings, and a per-link /
+per-switch health table. Writing the run file is here too, so `audit analyze FILE` re-analyses
+exactly what `audit --mesh` wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fleetctl.analysis.rollup import SEVERITY_RANK
+from fleetctl.analysis.signals import WindowStats
+from fleetctl.analysis.solvers import get_solver
+from fleetctl.analysis.triangulate import triangulate
+from fleetctl.analysis.windows import build_windows, host_clock
+from fleetctl.errors import DataError
+from fleetctl.mesh.collect import clock_error
+from fleetctl.mesh.discovery import Discovery, dead_link_findings
+from fleetctl.mesh.store import RunWriter
+from fleetctl.mesh.topology import PathTable, Topology
+
+
+@dataclass
+class RunData:
+    """Everything a run consists of, before or after the HDF5 file."""
+
+    run_id: str
+    cluster: str
+    topo: Topology
+    paths: PathTable
+    flows: np.ndarray
+    probes: np.ndarray
+    epoch_ns: int
+    parameters: dict
+    switch_results: dict[str, bool] = field(default_factory=dict)
+    agents: dict = field(default_factory=dict)
+    discovery: dict = field(default_factory=dict)
+    clock_truth: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    findings: list[dict]
+    clock: object  # ClockModel
+    windows: object  # analysis.windows.Windows
+    solver: str
+    health: dict
+    clock_summary: dict
+
+
+def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
+            statistic: str = "p50") -> Analysis:
+    get_solver(solver)  # an unknown name fails before any work
+    if run.probes.size == 0:
+        raise DataError(f"run {run.run_id}: no probe records (did any agent run?)")
+    topo = run.topo
+    hosts = list(dict.fromkeys(topo.nic_host))
+    hpos = {h: i for i, h in enumerate(hosts)}
+    nic_host = np.array([hpos[h] for h in topo.nic_host])
+    window_s = float(window_s or run.parameters.get("window_s") or 5.0)
+    clock = host_clock(run.probes, nic_host, hosts, run.epoch_ns)
+    w = build_windows(run.probes, run.flows, len(run.paths), len(topo.nics), nic_host, window_s,
+                      run.epoch_ns, clock)
+    delay = w.path_p50_us if statistic == "p50" else w.path_p99_us
+    stats = WindowStats(w.path_sent, w.path_lost, delay)
+    findings = triangulate(topo, run.paths, stats, solver=solver)
+    disc = Discovery(run.paths, run.flows, 0, 0, run.switch_results)
+    have = {(f["element"]["type"], f["element"]["id"]) for f in findings}
+    for f in dead_link_findings(topo, disc):
+        if ("link", f["element"]["id"]) not in have:
+            findings.append(f)
+    findings.sort(key=lambda f: (-SEVERITY_RANK[f["severity"]], -f["confidence"],
+                                 f["element"]["id"]))
+    span = float((run.probes["t_send"].max() - run.probes["t_send"].min()) * 1e-9)
+    csum = {"hosts": len(hosts), "synchronized": int(np.isfinite(clock.offset).sum()),
+            "pairs": len(clock.pairs),
+            "max_pair_residual_us": round(float(np.nanmax(np.abs(clock.residual))) * 1e6, 2)
+            if len(clock.residual) else None}
+    if run.clock_truth:
+        csum["truth"] = clock_error(clock, hosts, run.clock_truth, run.epoch_ns, span)
+    return Analysis(findings, clock, w, solver, health_table(topo, run.paths, w), csum)
+
+
+def health_table(topo: Topology, paths: PathTable, w) -> dict:
+    """Per switch-to-switch link direction, NIC cable direction and switch: probes over it (traced
+    paths count 1, candidate rows their crossing probability), lost %, median path delay."""
+    inc = paths.matrix(topo.n_elements).tocsc()
+    sent = w.path_sent.sum(axis=0).astype(float)
+    lost = w.path_lost.sum(axis=0).astype(float)
+    with np.errstate(all="ignore"):
+        p50 = np.nanmedian(np.where(w.path_sent > 0, w.path_p50_us, np.nan), axis=0) \
+            if w.path_sent.shape[0] else np.full(len(paths), np.nan)
+    el_sent = inc.T @ sent
+    el_lost = inc.T @ lost
+    rows = {"links": [], "switches": []}
+    for e, el in enumerate(topo.elements):
+        if el.type not in ("link", "switch"):
+            continue
+        col = inc.getcol(e)
+        through = col.indices[col.data > 0]
+        delays = p50[through]
+        delays = delays[np.isfinite(delays)]
+        entry = {"id": el.id, "probes": int(round(el_sent[e])),
+                 "loss_pct": round(100 * el_lost[e] / el_sent[e], 3) if el_sent[e] else None,
+                 "paths": int(through.size),
+                 "p50_us": round(float(np.median(delays)), 1) if delays.size else None}
+        if el.type == "link":
+            entry["direction"] = el.direction
+            rows["links"].append(entry)
+        else:
+            entry["tier"] = topo.switch_tier.get(el.id, 0)
+            rows["switches"].append(entry)
+    return rows
+
+
+def to_dict(run: RunData, a: Analysis, path: Path | None = None, elapsed: float | None = None) -> dict:
+    """The JSON object of `audit --mesh --format json` and `audit analyze`."""
+    probes = run.probes
+    sent = int(probes.size)
+    lost = int((probes["lost"] != 0).sum())
+    out = {
+        "schema": "fleetctl.mesh/1",
+        "run_id": run.run_id,
+        "cluster": run.cluster,
+        "file": str(path) if path else None,
+        "summary": {
+            "nics": len({int(x) for x in probes["src_nic"]} | {int(x) for x in probes["dst_nic"]}),
+            "pairs": len({(int(a), int(b)) for a, b in zip(probes["src_nic"], probes["dst_nic"])}),
+            "flows": int(len(run.flows)), "paths": len(run.paths),
+            "paths_traced": int(run.paths.traced.sum()),
+            "probes": sent, "lost": lost, "loss_pct": round(100 * lost / max(1, sent), 4),
+            "windows": int(a.windows.path_sent.shape[0]), "window_s": a.windows.window_s,
+            "solver": a.solver, "findings": len(a.findings),
+        },
+        "findings": a.findings,
+        "clock": a.clock_summary,
+        "health": a.health,
+        "parameters": run.parameters,
+        "discovery": run.discovery,
+        "agents": run.agents,
+        "warnings": run.warnings,
+    }
+    if elapsed is not None:
+        out["elapsed_s"] = round(elapsed, 2)
+    return out
+
+
+def write_run(path: str | Path, run: RunData, a: Analysis) -> Path:
+    """The HDF5 run file (store.RunWriter: .tmp, fsync, rename). Extra root attributes (optional
+    in schema 1): `agents`, `discovery`, `switch_probes`, `clock_truth` as JSON."""
+    path = Path(path)
+    w = a.windows
+    with RunWriter(path, run_id=run.run_id, cluster=run.cluster, parameters=run.parameters,
+                   epoch_ns=run.epoch_ns) as wr:
+        wr.write_topology(run.topo)
+        wr.write_paths(run.paths)
+        wr.write_flows(run.flows)
+        wr.append_probes(run.probes)
+        wr.write_windows(window_s=w.window_s, start_ns=w.start_ns, path_sent=w.path_sent,
+                         path_lost=w.path_lost, path_p50_us=w.path_p50_us,
+                         path_p99_us=w.path_p99_us, delay_p50_us=w.delay_p50_us,
+                         delay_p99_us=w.delay_p99_us, loss=w.loss, one_way=w.one_way)
+        wr.write_clock(a.clock)
+        wr.write_findings(a.findings, a.solver)
+        for name, value in (("agents", run.agents), ("discovery", run.discovery),
+                            ("switch_probes", run.switch_results),
+                            ("clock_truth", run.clock_truth)):
+            wr.f.attrs[name] = json.dumps(value, sort_keys=True)
+    return path
+
+
+def read_run(path: str | Path) -> RunData:
+    """A stored run back as RunData (the reader validates the file first)."""
+    from fleetctl.mesh.reader import open_run
+
+    with open_run(path) as r:
+        attrs = r.attrs
+        topo = r.topology()
+
+        def extra(name, default):
+            try:
+                return json.loads(attrs.get(name) or "null") or default
+            except ValueError:
+                raise DataError(f"{path}: root attribute {name!r} is not JSON") from None
+
+        return RunData(run_id=str(attrs.get("run_id", "")), cluster=str(attrs.get("cluster", "")),
+                       topo=topo, paths=r.paths(), flows=r.flows(), probes=r.probes(),
+                       epoch_ns=int(attrs.get("epoch_ns", 0)), parameters=attrs["parameters"],
+                       switch_results=extra("switch_probes", {}), agents=extra("agents", {}),
+                       discovery=extra("discovery", {}), clock_truth=extra("clock_truth", None))

@@ -1,0 +1,160 @@
+"""One probe run over the fleet: pairs, path discovery, agents on every node, records, analysis.
+
+    result = probe_run(site, nodes, transport, MeshOptions(duration=5, rate=50))
+    data = to_dict(result.run, result.analysis, path)
+
+1. pairs: `select_pairs` (full mesh when small, covering design when large), restricted to the
+   NICs of the chosen nodes that have an address in the site file;
+2. flows: one per pair and source port (the ports spread a pair over its ECMP paths);
+3. discovery: the tracer payload on every node at once (discovery.py maps hops to elements);
+4. probing: the agent payload on every node at once, all starting at one wall-clock instant;
+5. records -> analysis (analyze.py). Agents that fail are reported and their NICs left out.
+The per-run HMAC key and the configuration travel inside the payload text (stdin), never argv.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fleetctl.errors import UsageError
+from fleetctl.fanout import run_python
+from fleetctl.fanout.payload import json_output
+from fleetctl.mesh import agent as agent_module
+from fleetctl.mesh import discovery, trace_agent
+from fleetctl.mesh.analyze import Analysis, RunData, analyze
+from fleetctl.mesh.collect import lab_clock, probe_records
+from fleetctl.mesh.pairs import select_pairs
+from fleetctl.mesh.topology import Topology
+
+
+@dataclass
+class MeshOptions:
+    duration: float = 5.0  # seconds of probing
+    rate: float = 50.0  # probes per second per NIC pair (spread over its source ports)
+    sports: int = 8  # source ports per pair: covers 2-4 ECMP next hops per tier with margin
+    port: int = 61100  # responder port; source ports start at sport_base
+    sport_base: int = 61000  # above Linux's ephemeral range (32768-60999): no clash with clients
+    window_s: float = 5.0
+    solver: str = "nnls"
+    statistic: str = "p50"
+    coverage_k: int = 3
+    linger: float = 1.0  # seconds an agent keeps answering after its last probe
+    start_delay: float = 1.5  # seconds between launching the agents and the first probe
+    max_records: int = 2_000_000  # per agent; bounds its memory (~50 bytes a record)
+    trace: bool = True
+
+    def validate(self) -> None:
+        if not 0.2 <= self.duration <= 3600:
+            raise UsageError(f"--duration {self.duration:g}: between 0.2 and 3600 seconds")
+        if not 0.1 <= self.rate <= 10_000:
+            raise UsageError(f"--rate {self.rate:g}: between 0.1 and 10000 probes/s per pair")
+        if not 1 <= self.sports <= 64:
+            raise UsageError(f"--sports {self.sports}: between 1 and 64 source ports")
+        if self.window_s <= 0:
+            raise UsageError(f"--window {self.window_s:g}: must be positive")
+        ports = range(self.sport_base, self.sport_base + self.sports + 2)
+        if self.port in ports or self.sport_base + self.sports + 1 > 65535:
+            raise UsageError("probe ports overlap or exceed 65535")
+
+
+@dataclass
+class ProbeResult:
+    run: RunData
+    analysis: Analysis
+    elapsed_s: float
+
+
+def _payload(module, config: dict) -> str:
+    """The module's source with the configuration embedded (the marker line is replaced)."""
+    source = Path(module.__file__).read_text()
+    marker = "_EMBEDDED_CONFIG = None"
+    if marker not in source:
+        raise RuntimeError(f"{module.__name__}: payload marker missing")
+    return source.replace(marker, f"_EMBEDDED_CONFIG = {json.dumps(json.dumps(config))}", 1)
+
+
+def _fan_out(transport, nodes, module, config, timeout, what, warnings, failed) -> dict[str, dict]:
+    docs = {}
+    for r in run_python(transport, nodes, _payload(module, config), timeout=timeout):
+        doc = json_output(r)
+        if doc is None:
+            why = r.error or (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1]
+            warnings.append(f"{r.node}: {what} failed ({r.status}): {why[:200]}")
+            failed.add(r.node)
+        else:
+            docs[r.node] = doc
+    return docs
+
+
+def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
+              progress=lambda _m: None) -> ProbeResult:
+    opts.validate()
+    get_started = time.monotonic()
+    topo = Topology.from_site(site)
+    nics = discovery.nic_table(site, topo)
+    chosen = set(nodes)
+    usable = {n: i for n, i in nics.items() if i.node in chosen and topo.attached(n)}
+    warnings: list[str] = []
+    missing = sorted({n for n in chosen} - {i.node for i in usable.values()})
+    if missing:
+        warnings.append(f"no NIC with an address in the site file: {', '.join(missing[:8])}")
+    idx = {i.index for i in usable.values()}
+    plan = select_pairs(topo, k=opts.coverage_k)
+    pairs = [(a, b) for a, b in plan.pairs if a in idx and b in idx]
+    if not pairs:
+        raise UsageError("no NIC pairs to probe: the mesh needs NICs with addresses in the site "
+                         "file (links' a_address/b_address) on at least two nodes")
+    sports = [opts.sport_base + j for j in range(opts.sports)]
+    fplan = discovery.FlowPlan(pairs, sports, opts.port)
+    hosts_used = sorted({topo.nic_host[a] for p in pairs for a in p})
+    failed: set[str] = set()
+
+    traces = {}
+    if opts.trace:
+        progress(f"tracing {len(fplan.flows)} flows from {len(hosts_used)} nodes")
+        tcfg = discovery.trace_config(topo, fplan, usable, site)
+        tcfg["limit"] = 60
+        traces = _fan_out(transport, hosts_used, trace_agent, tcfg, 90, "path tracing",
+                          warnings, set())
+    disc = discovery.resolve(topo, site, fplan, traces)
+
+    run_id = uuid.uuid4().hex[:16]
+    truth = lab_clock(site)
+    node_cfg = {}
+    for nic_id, info in usable.items():
+        entry = node_cfg.setdefault(info.node, {"nics": []})
+        entry["nics"].append([info.index, info.address, info.device])
+        if truth and info.node in truth.get("hosts", {}):
+            entry["clock"] = {**truth["hosts"][info.node], "t0": truth["t0"]}
+    start_at = time.time() + opts.start_delay
+    acfg = {"run_id": run_id, "key": secrets.token_hex(32), "port": opts.port, "sports": sports,
+            "rate": opts.rate, "duration": opts.duration, "linger": opts.linger,
+            "start_at": start_at, "max_records": opts.max_records, "nodes": node_cfg,
+            "pairs": [[p * len(sports), a, b, nics[topo.nics[b]].address]
+                      for p, (a, b) in enumerate(pairs)]}
+    progress(f"probing {len(pairs)} NIC pairs for {opts.duration:g} s at {opts.rate:g}/s per pair")
+    timeout = opts.start_delay + opts.duration + opts.linger + 30
+    docs = _fan_out(transport, hosts_used, agent_module, acfg, timeout, "probe agent", warnings,
+                    failed)
+    agents = {}
+    for node, doc in docs.items():
+        agents[node] = {"counters": doc.get("counters", {}), "rx_timestamps": doc.get("rx_timestamps"),
+                        "errors": doc.get("errors", [])}
+        warnings += [f"{node}: {e}" for e in doc.get("errors", [])]
+    probes = probe_records(docs, disc.flows, [topo.nic_host[i] for i in range(len(topo.nics))],
+                           failed)
+    params = {**asdict(opts), "pairs_design": plan.design, "pairs": len(pairs),
+              "nodes": hosts_used, "transport": getattr(transport, "name", "")}
+    run = RunData(run_id, site.name, topo, disc.paths, disc.flows, probes,
+                  int(start_at * 1e9), params, disc.switch_results, agents, disc.summary(),
+                  truth, warnings)
+    progress("analysing")
+    # a window as long as the run would leave its last probes alone in a second, useless window
+    window = opts.window_s if opts.window_s < opts.duration else opts.duration + opts.linger
+    result = analyze(run, opts.solver, window, opts.statistic)
+    return ProbeResult(run, result, time.monotonic() - get_started)
