@@ -42,7 +42,7 @@ class Rollup:
         self.inc = incidence.tocsc()  # all paths x all elements
         self.inc.sort_indices()
         self.is_link = topo.element_types() == 0
-        self._twins: dict[int, list[int]] | None = None
+        self._twins: dict[int, list[int]] = {}
         self.th = th
         self.nic_links: dict[int, tuple[int, int]] = {}  # nic elem -> (up, down) link dirs
         for lid, (a, b) in topo.links.items():
@@ -176,17 +176,15 @@ class Rollup:
 
         With traced paths there are hardly any; with untraced flows (ECMP candidate sets) the
         uplinks of a leaf are all alike, and no solver can say which one is at fault."""
-        if self._twins is None:
-            groups: dict[tuple, list[int]] = {}
-            for e in np.flatnonzero(self.is_link):
-                lo, hi = self.inc.indptr[e], self.inc.indptr[e + 1]
-                if hi == lo:
-                    continue
-                key = (self.inc.indices[lo:hi].tobytes(),
-                       np.round(self.inc.data[lo:hi], 6).tobytes())
-                groups.setdefault(key, []).append(int(e))
-            self._twins = {e: g for g in groups.values() if len(g) > 1 for e in g}
-        return [t for t in self._twins.get(elem, []) if t != elem]
+        if elem not in self._twins:
+            ptr, idx, data = self.inc.indptr, self.inc.indices, self.inc.data
+            nnz = np.diff(ptr)
+            mine = slice(ptr[elem], ptr[elem + 1])
+            same = np.flatnonzero(self.is_link & (nnz == nnz[elem]) & (nnz > 0))
+            self._twins[elem] = [int(e) for e in same if e != elem
+                                 and np.array_equal(idx[ptr[e]:ptr[e + 1]], idx[mine])
+                                 and np.allclose(data[ptr[e]:ptr[e + 1]], data[mine])]
+        return self._twins[elem]
 
     def _nic_alternatives(self, nic: str) -> list[dict]:
         out = []
