@@ -83,6 +83,7 @@ def main() -> None:
                             "findings": [list(g) for g in got]})
     accuracy = lab_accuracy(args.trials, args.solvers.split(",")) if args.trials else None
     untraced = untraced_fat_tree(args.trials // 2, args.solvers.split(",")) if args.trials else None
+    sensitivity = loss_sensitivity(args.solvers.split(",")) if args.trials else None
     print(json.dumps({
         "benchmark": "triangulation",
         "topology": {"name": topo.name, "links": len(topo.links),
@@ -97,7 +98,31 @@ def main() -> None:
         "all_correct": all(r["correct"] for r in results),
         "lab_shape_accuracy": accuracy,
         "untraced_fat_tree_k8": untraced,
+        "lab_shape_loss_sensitivity": sensitivity,
     }, indent=2))
+
+
+def loss_sensitivity(solvers: list[str], seeds: int = 5) -> dict:
+    """Lab shape, traced, 3 windows of 100 probes per path: how often each solver names a lossy
+    leaf uplink (and nothing else) at low loss rates, out of `seeds` runs."""
+    from fleetctl.mesh.fattree import leaf_spine
+
+    topo = leaf_spine(4, 2, 2, 2)
+    flows = [(a, b, f) for a in topo.nics for b in topo.nics
+             if topo.nic_host[topo.nic_index(a)] != topo.nic_host[topo.nic_index(b)]
+             for f in range(8)]
+    paths = topo.path_table(flows)
+    out: dict[str, dict] = {}
+    for rate in (0.003, 0.005, 0.01):
+        for solver in solvers:
+            hits = 0
+            for seed in range(seeds):
+                stats = simulate(topo, paths, [Fault("leaf2->spine1", "loss", rate)], windows=3,
+                                 probes=100, seed=seed)
+                found = triangulate(topo, paths, stats, solver)
+                hits += [f["element"].get("direction") for f in found] == ["leaf2->spine1"]
+            out.setdefault(f"{100 * rate:g}%", {})[solver] = f"{hits}/{seeds}"
+    return out
 
 
 def untraced_fat_tree(trials: int, solvers: list[str]) -> dict:
