@@ -108,3 +108,72 @@ def test_strict_policy_needs_the_known_hosts_file(tmp_path):
     with pytest.raises(ConfigError, match="known_hosts file .* not found"):
         KnownHosts(str(tmp_path / "absent"), "strict")
     KnownHosts(str(tmp_path / "absent"), "accept-new")  # created on first contact
+
+
+def _keys(tmp_path, *names, keytype="ed25519"):
+    """Real keys from ssh-keygen, loaded with paramiko: (PKey, base64 blob) per name."""
+    import subprocess
+
+    import paramiko
+
+    out = []
+    for name in names:
+        path = tmp_path / name
+        subprocess.run(["ssh-keygen", "-q", "-t", keytype, *(["-b", "1024"] if keytype == "rsa" else []),
+                        "-N", "", "-f", str(path)], check=True)
+        key = paramiko.PKey.from_path(str(path))
+        out.append((key, key.get_base64()))
+    return out
+
+
+def test_known_hosts_plain_hashed_revoked_and_junk_lines(tmp_path):
+    import base64
+    import hashlib
+    import hmac
+
+    from fleetctl.fanout.hostkeys import HostKeyRefused, KnownHosts
+
+    (one, one_b), (two, two_b), (bad, bad_b), (other, _) = _keys(tmp_path, "one", "two", "bad", "other")
+    [(rsa, rsa_b)] = _keys(tmp_path, "rsa", keytype="rsa")
+    salt = b"0123456789abcdefghij"
+    hashed = "|1|{}|{}".format(base64.b64encode(salt).decode(),
+                               base64.b64encode(hmac.new(salt, b"[10.0.0.2]:2222", hashlib.sha1).digest()).decode())
+    path = tmp_path / "known_hosts"
+    path.write_text("\n".join([
+        "# comment",
+        f"node1,10.0.0.1 ssh-ed25519 {one_b}",
+        f"{hashed} ssh-ed25519 {two_b}",
+        f"@cert-authority *.example.com ssh-ed25519 {other.get_base64()}",
+        f"@revoked * ssh-ed25519 {bad_b}",
+        "garbage",
+        f"node3 ssh-rsa {rsa_b}",
+    ]) + "\n")
+    kh = KnownHosts(str(path), "strict")
+    kh.check("node1", ["node1", "10.0.0.1"], one)
+    kh.check("node2", ["[node2]:2222", "[10.0.0.2]:2222"], two)
+    kh.check("node3", ["node3"], rsa)
+    with pytest.raises(HostKeyRefused) as exc:
+        kh.check("node1", ["node1"], other)
+    assert exc.value.status == "hostkey-mismatch" and "HOST KEY MISMATCH for node1" in exc.value.message
+    with pytest.raises(HostKeyRefused, match="@revoked"):
+        kh.check("node1", ["node1"], bad)
+    with pytest.raises(HostKeyRefused, match="holds only ssh-rsa"):
+        kh.check("node3", ["node3"], one)
+    with pytest.raises(HostKeyRefused) as exc:
+        kh.check("node9", ["node9"], one)
+    assert exc.value.status == "hostkey-unknown"
+    # RSA known: offer the SHA-2 RSA algorithms first
+    offered = ["ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256"]
+    assert kh.preferred_key_types(["node3"], offered)[:2] == ["rsa-sha2-512", "rsa-sha2-256"]
+
+
+def test_known_hosts_accept_new_records_once(tmp_path):
+    from fleetctl.fanout.hostkeys import KnownHosts
+
+    [(key, blob)] = _keys(tmp_path, "new")
+    path = tmp_path / "sub" / "known_hosts"
+    kh = KnownHosts(str(path), "accept-new")
+    kh.check("n1", ["n1", "10.0.0.1"], key)
+    kh.check("n1", ["n1", "10.0.0.1"], key)
+    assert path.read_text() == f"10.0.0.1 ssh-ed25519 {blob}\n"
+    KnownHosts(str(path), "strict").check("n1", ["n1", "10.0.0.1"], key)
