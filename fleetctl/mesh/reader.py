@@ -102,8 +102,11 @@ class Run:
                 if not links or links[-1][0] != i:  # both directions are stored in a row
                     links.append((i, a, b))
         name = _s(self.f["elements"].attrs.get("topology", self.f.attrs.get("cluster", "")))
+        ports = {}
+        if "links" in self.f:  # optional in schema 1
+            ports = {_s(r["id"]): (_s(r["a_port"]), _s(r["b_port"])) for r in self._read("links")}
         return Topology.build(name, [(_s(n["name"]), _s(n["host"])) for n in nics], switches,
-                              links)
+                              links, ports)
 
     def paths(self) -> PathTable:
         return PathTable(self._read("paths/indptr"), self._read("paths/elements").astype(np.int64),

@@ -87,6 +87,12 @@ class RunWriter:
                        dtype=[("type", STR), ("id", STR), ("direction", STR), ("tier", "<i2")])
         self.f.create_dataset("elements", data=els)
         self.f["elements"].attrs["topology"] = topo.name
+        # optional: the site file's port names of each link end (`leaf2:swp7`), for findings
+        links = np.array([(lid, a, b, *topo.link_ports.get(lid, ("", "")))
+                          for lid, (a, b) in topo.links.items()],
+                         dtype=[("id", STR), ("a", STR), ("b", STR), ("a_port", STR),
+                                ("b_port", STR)])
+        self.f.create_dataset("links", data=links)
 
     def write_paths(self, paths: PathTable) -> None:
         g = self.f.create_group("paths")

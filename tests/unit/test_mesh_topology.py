@@ -177,5 +177,7 @@ def test_site_to_findings_pipeline(tmp_path, site_topo):
                          path_p99_us=w.path_p99_us, delay_p50_us=w.delay_p50_us,
                          delay_p99_us=w.delay_p99_us, loss=w.loss, one_way=True)
     with open_run(tmp_path / "r.h5") as r:
-        (f,) = triangulate(r.topology(), r.paths(), r.window_stats(), "l1")
+        t2 = r.topology()
+        assert t2.link_ports == t.link_ports  # port names survive the file
+        (f,) = triangulate(t2, r.paths(), r.window_stats(), "l1")
     assert f["element"] == {"type": "link", "id": "leaf1--spine2", "direction": "spine2->leaf1"}

@@ -37,8 +37,7 @@ class Problem:
         n_bad, n_all = self.column_counts()
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(n_all > 0, n_bad / n_all, 0.0)
-        return np.flatnonzero((n_bad >= min(1.0, self.th.min_bad_paths))
-                              & (share >= self.th.candidate_share))
+        return np.flatnonzero((n_bad > 0) & (share >= self.th.candidate_share))
 
 
 class Solver(ABC):
