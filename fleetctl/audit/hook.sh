@@ -1,6 +1,8 @@
 #!/bin/sh
 # fleetctl Slurm hook wrapper: Prolog, Epilog or HealthCheckProgram, chosen by this file's name
-# (fleetctl-prolog, fleetctl-epilog, fleetctl-healthcheck). Installed by `fleetctl hook install DIR`.
+# (fleetctl-prolog, fleetctl-epilog, fleetctl-healthcheck, or any name containing prolog, epilog or
+# healthcheck, e.g. a link 50-fleetctl-prolog in a prolog.d directory). Installed by
+# `fleetctl hook install DIR`.
 #
 # It bounds fleetctl's time and fails open: only a definite hardware verdict (fleetctl exit 2) makes
 # a Prolog fail. A fleetctl that crashes, is missing, or runs out of time lets the job run, unless
@@ -10,12 +12,14 @@ if [ -r "$here/fleetctl-hooks.env" ]; then . "$here/fleetctl-hooks.env"
 elif [ -r /etc/default/fleetctl ]; then . /etc/default/fleetctl
 fi
 export FLEETCTL_SITE FLEETCTL_HOOK_LOG FLEETCTL_HOOK_STATE_DIR
-hook=$(basename "$0" | sed -e 's/^fleetctl-//' -e 's/\.sh$//')
-case "$hook" in
-    prolog) budget=${FLEETCTL_PROLOG_BUDGET:-5} ;;
-    epilog) budget=${FLEETCTL_EPILOG_BUDGET:-10} ;;
-    healthcheck) budget=${FLEETCTL_HEALTHCHECK_BUDGET:-30} ;;  # Slurm kills it at 60 s
-    *) echo "fleetctl hook: unknown hook name '$hook' (from $0)" >&2; exit 0 ;;
+# slurmd gives hooks no PATH.
+PATH=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}
+export PATH
+case "$(basename "$0")" in
+    *prolog*) hook=prolog budget=${FLEETCTL_PROLOG_BUDGET:-5} ;;
+    *epilog*) hook=epilog budget=${FLEETCTL_EPILOG_BUDGET:-10} ;;
+    *healthcheck*) hook=healthcheck budget=${FLEETCTL_HEALTHCHECK_BUDGET:-30} ;;  # Slurm kills it at 60 s
+    *) echo "fleetctl hook: cannot tell the hook from the name $0; doing nothing" >&2; exit 0 ;;
 esac
 fail_open() {
     msg="fleetctl $hook: $1; job allowed (fail-open)"

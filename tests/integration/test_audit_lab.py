@@ -112,8 +112,9 @@ def test_nic_down_is_a_failed_check(lab, capsys, clean):
     assert cli_run(["lab", "fault", "add", "node4:eth1", "--down"]) == 0
     rc, report = fleetctl_json(capsys, "audit", "node4", "--level", "quick", "--since", "1s")
     assert rc == 2
-    link = [r for r in by_node(report)["node4"]["results"] if r["code"] == "nic.link"]
-    assert link and link[0]["status"] == "fail" and "eth1" in link[0]["subject"]
+    links = {r["subject"]: r for r in by_node(report)["node4"]["results"] if r["code"] == "nic.link"}
+    assert links["eth1"]["status"] == "fail", links
+    assert links["eth0"]["status"] == "ok", links
 
 
 def test_mtu_change_is_a_fleet_finding(lab, capsys, clean):
