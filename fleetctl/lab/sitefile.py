@@ -24,7 +24,9 @@ def site_document(plan: Plan, lab: Path, *, slurm_conf: str, ssh: dict, cpus: in
         node_class["gpus"] = {"count": p.gpus_per_host, "model": gpusim.MODEL,
                               "driver_version": gpusim.DRIVER, "vbios_version": gpusim.VBIOS,
                               "pcie_gen": 5, "pcie_width": 16, "nvlinks": gpusim.NVLINKS}
-    checks = {"kernel_log": str(lab / "hosts" / "{node}" / "kern.log")}
+    checks = {"kernel_log": str(lab / "hosts" / "{node}" / "kern.log"),
+              # Every emulated node shares this file system: one state file per node.
+              "state_file": str(lab / "hosts" / "{node}" / "checks-state.json")}
     if p.gpus_per_host:
         checks["simulated_gpus"] = str(lab / "hosts" / "{node}" / "gpus.json")
     access = {"transport": "ssh" if p.ssh else "local",
