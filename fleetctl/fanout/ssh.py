@@ -23,11 +23,12 @@ import sys
 import threading
 import time
 
-from fleetctl.errors import ConfigError, TransportError
 from fleetctl.fanout.base import OnResult, Transport, run_parallel
 from fleetctl.fanout.hostkeys import HostKeyRefused, KnownHosts, known_hosts_name
 from fleetctl.fanout.result import (AUTH_FAILED, ERROR, FAILED, OK, REFUSED, TIMEOUT, UNREACHABLE, Command,
                                     HostResult, decode)
+from fleetctl.fanout.ssh_jump import OpenFailureReasons, parse_jump_host
+from fleetctl.fanout.ssh_keys import load_keys
 
 
 def _import_paramiko():
@@ -45,9 +46,6 @@ def _import_paramiko():
 
 
 paramiko = _import_paramiko()
-
-DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
-
 
 class HostFailure(Exception):
     """A per-host failure before the command ran: becomes that host's result."""
@@ -207,7 +205,7 @@ class SshTransport(Transport):
             try:
                 sock = _tcp(host, port, _left(deadline, host))
                 self._jump = self._handshake(host, names, sock, deadline, user)
-                self._jump.reasons = _OpenFailureReasons(self._jump)
+                self._jump.reasons = OpenFailureReasons(self._jump)
             except HostFailure as exc:
                 self._jump = HostFailure(exc.status, f"jump host {self.options.jump_host}: {exc.message}")
             except OSError as exc:
@@ -254,43 +252,6 @@ class SshTransport(Transport):
         return HostResult(node, OK if code == 0 else FAILED, code, decode(out), decode(err), duration)
 
 
-class _OpenFailureReasons:
-    """Keeps the jump server's reason for each refused direct-tcpip channel ("Connection refused",
-    "No route to host"): paramiko raises only the generic text of the code ("Connect failed").
-    Uses paramiko's per-instance handler table (meant for such twiddling) and notes, per thread,
-    the channel id our open_channel call allocated; without these hooks it reports nothing."""
-
-    def __init__(self, t):
-        self._reasons: dict[int, str] = {}  # channel id -> "Connection refused (Connect failed)"
-        self._local = threading.local()
-        try:
-            table, allocate = t._handler_table, t._next_channel
-            original = table[paramiko.common.MSG_CHANNEL_OPEN_FAILURE]
-        except (AttributeError, KeyError):
-            return
-
-        def next_channel():
-            self._local.chanid = chanid = allocate()
-            return chanid
-
-        def open_failure(m):
-            try:
-                peek = paramiko.Message(m.get_remainder())
-                chanid, code, reason = peek.get_int(), peek.get_int(), peek.get_text()
-                generic = paramiko.common.CONNECTION_FAILED_CODE.get(code, f"code {code}")
-                self._reasons[chanid] = f"{reason} ({generic})" if reason != generic else reason
-            finally:
-                original(m)
-
-        t._next_channel = next_channel
-        table[paramiko.common.MSG_CHANNEL_OPEN_FAILURE] = open_failure
-
-    def last(self) -> str:
-        """The reason given for the channel this thread last tried to open."""
-        chanid = getattr(self._local, "chanid", None)
-        return self._reasons.pop(chanid, "") if chanid is not None else ""
-
-
 def _collect(chan, out: bytearray, err: bytearray, deadline: float) -> bool:
     """Read stdout and stderr together until EOF and the exit status (or close); False on timeout.
     Reading both keeps the shared flow-control window open however much either stream carries.
@@ -329,48 +290,6 @@ def _kill(chan) -> None:
     except Exception:  # noqa: BLE001 - best effort: closing below still ends the session
         pass
     chan.close()
-
-
-def load_keys(identity_file: str) -> list:
-    """The private keys to offer: the identity file alone, else the agent's keys and ~/.ssh/id_*."""
-    import os
-
-    if identity_file:
-        path = os.path.expanduser(identity_file)
-        try:
-            return [paramiko.PKey.from_path(path)]
-        except FileNotFoundError:
-            raise ConfigError(f"identity file {path} not found", key="access.ssh.identity_file") from None
-        except paramiko.PasswordRequiredException:
-            raise ConfigError(f"identity file {path} is encrypted; load it into ssh-agent and leave "
-                              "identity_file empty", key="access.ssh.identity_file") from None
-        except (paramiko.SSHException, OSError, ValueError) as exc:
-            raise ConfigError(f"cannot load identity file {path}: {exc}",
-                              key="access.ssh.identity_file") from None
-    keys: list = []
-    try:
-        keys += list(paramiko.Agent().get_keys())
-    except paramiko.SSHException:
-        pass
-    for name in DEFAULT_KEY_FILES:
-        path = os.path.expanduser(name)
-        if os.path.exists(path):
-            try:
-                keys.append(paramiko.PKey.from_path(path))
-            except (paramiko.SSHException, OSError, ValueError):
-                continue  # encrypted or unreadable: OpenSSH would skip it too without a passphrase
-    return keys
-
-
-def parse_jump_host(text: str, default_user: str) -> tuple[str, str, int]:
-    """`[user@]host[:port]` -> (user, host, port)."""
-    user, _, hostport = text.rpartition("@")
-    host, sep, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "22")
-    if not sep:
-        host = hostport
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise TransportError(f"invalid jump host {text!r}: expected [user@]host[:port]")
-    return user or default_user, host, int(port)
 
 
 def _tcp(address: str, port: int, timeout: float) -> socket.socket:

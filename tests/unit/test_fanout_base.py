@@ -11,7 +11,7 @@ from fleetctl.config import parse_site
 from fleetctl.errors import ConfigError, UsageError
 from fleetctl.fanout import Command, FanoutOptions, HostResult, get_transport, transport_class
 from fleetctl.fanout.base import run_parallel
-from fleetctl.fanout.ssh import parse_jump_host
+from fleetctl.fanout.ssh_jump import parse_jump_host
 from fleetctl.errors import TransportError
 
 
