@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from fleetctl.analysis.signals import WindowStats
-from fleetctl.errors import DataError
+from fleetctl.errors import ConfigError, DataError
 from fleetctl.mesh.store import FORMAT, REQUIRED, SCHEMA_VERSION
 from fleetctl.mesh.topology import PathTable, Topology
 
@@ -85,7 +85,10 @@ class Run:
     @property
     def attrs(self) -> dict:
         out = {k: _plain(v) for k, v in self.f.attrs.items()}
-        out["parameters"] = json.loads(out.get("parameters") or "{}")
+        try:
+            out["parameters"] = json.loads(out.get("parameters") or "{}")
+        except (TypeError, ValueError):
+            raise DataError(f"{self.path}: root attribute 'parameters' is not JSON") from None
         return out
 
     # ------------------------------------------------------------------ tables
@@ -105,15 +108,38 @@ class Run:
         ports = {}
         if "links" in self.f:  # optional in schema 1
             ports = {_s(r["id"]): (_s(r["a_port"]), _s(r["b_port"])) for r in self._read("links")}
-        return Topology.build(name, [(_s(n["name"]), _s(n["host"])) for n in nics], switches,
-                              links, ports)
+        try:
+            return Topology.build(name, [(_s(n["name"]), _s(n["host"])) for n in nics],
+                                  switches, links, ports)
+        except (ConfigError, ValueError, KeyError) as exc:
+            raise DataError(f"{self.path}: the element table is inconsistent: "
+                            f"{getattr(exc, 'message', exc)}") from None
 
     def paths(self) -> PathTable:
-        return PathTable(self._read("paths/indptr"), self._read("paths/elements").astype(np.int64),
-                         self._read("paths/weights").astype(np.float64),
-                         self._read("paths/src_nic").astype(np.int64),
-                         self._read("paths/dst_nic").astype(np.int64),
-                         self._read("paths/traced").astype(bool))
+        t = PathTable(self._read("paths/indptr").astype(np.int64),
+                      self._read("paths/elements").astype(np.int64),
+                      self._read("paths/weights").astype(np.float64),
+                      self._read("paths/src_nic").astype(np.int64),
+                      self._read("paths/dst_nic").astype(np.int64),
+                      self._read("paths/traced").astype(bool))
+        n_el, n_nic = len(self.f["elements"]), len(self.f["nics"])
+        p = len(t.indptr) - 1
+        problems = [
+            (p < 0 or t.indptr[0] != 0 or np.any(np.diff(t.indptr) < 0)
+             or t.indptr[-1] != len(t.elements), "indptr is not a valid CSR pointer"),
+            (len(t.weights) != len(t.elements), "weights and elements differ in length"),
+            (not len(t.src_nic) == len(t.dst_nic) == len(t.traced) == p,
+             "src_nic, dst_nic, traced do not have one entry per path"),
+            (len(t.elements) and (t.elements.min() < 0 or t.elements.max() >= n_el),
+             "an element index is outside /elements"),
+            (p and (min(t.src_nic.min(), t.dst_nic.min()) < 0
+                    or max(t.src_nic.max(), t.dst_nic.max()) >= n_nic),
+             "a NIC index is outside /nics"),
+        ]
+        for bad, what in problems:
+            if bad:
+                raise DataError(f"{self.path}: /paths: {what}")
+        return t
 
     def flows(self) -> np.ndarray:
         return self._read("flows")

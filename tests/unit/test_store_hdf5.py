@@ -170,3 +170,33 @@ def test_optional_groups_missing_read_as_error_or_empty(tmp_path, run_data):
             r.window_stats()
         with pytest.raises(DataError, match="unknown delay statistic"):
             r.window_stats("p90")
+
+
+@pytest.mark.parametrize("damage,match", [
+    (lambda f: f["paths/elements"].__setitem__(0, 10 ** 6), "element index is outside"),
+    (lambda f: f["paths/indptr"].__setitem__(1, -5), "not a valid CSR pointer"),
+    (lambda f: f["paths/src_nic"].__setitem__(0, 999), "NIC index is outside"),
+])
+def test_inconsistent_path_table(tmp_path, run_data, damage, match):
+    path = write(tmp_path / "run.h5", run_data)
+    with h5py.File(path, "a") as f:
+        damage(f)
+    with open_run(path) as r, pytest.raises(DataError, match=match):
+        r.paths()
+
+
+def test_inconsistent_elements_and_parameters(tmp_path, run_data):
+    path = write(tmp_path / "run.h5", run_data)
+    with h5py.File(path, "a") as f:
+        els = f["elements"][()]
+        i = next(k for k, e in enumerate(els) if e["type"] == b"link")
+        els[i]["direction"] = b"ghost->node1:eth0"
+        els[i + 1]["direction"] = b"node1:eth0->ghost"
+        del f["elements"]
+        f["elements"] = els
+        f.attrs["parameters"] = "{not json"
+    with open_run(path) as r:
+        with pytest.raises(DataError, match="element table is inconsistent.*ghost"):
+            r.topology()
+        with pytest.raises(DataError, match="'parameters' is not JSON"):
+            r.attrs
