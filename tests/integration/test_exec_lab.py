@@ -125,3 +125,24 @@ def test_unreachable_lab_address(site_env):
     with get_transport("ssh", options) as t:
         [ghost, real] = t.run(["ghost", lab.nodes[0]], "true")
     assert ghost.status == "unreachable" and real.ok
+
+
+def test_srun_with_a_drained_node_fails_every_node_with_sruns_message(site_env):
+    """The documented srun limit: all nodes or none. Each node gets srun's own reason."""
+    lab = site_env
+    victim = lab.nodes[-1]
+    env = lab.command_env()
+    subprocess.run(["scontrol", "update", f"nodename={victim}", "state=drain",
+                    "reason=fleetctl-test: srun all-or-nothing"], env=env, check=True)
+    try:
+        options = FanoutOptions.from_site(lab.site)
+        options.connect_timeout = 2
+        with get_transport("srun", options) as t:
+            start = time.monotonic()
+            results = t.run(lab.nodes, "true", timeout=10)
+            took = time.monotonic() - start
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={victim}", "state=resume"], env=env, check=True)
+    assert {r.status for r in results} == {"error"}, results
+    assert all(r.error.startswith("no exit status from srun for this node: srun: error:") for r in results)
+    assert took < 10  # --immediate: no waiting in the queue for the drained node
