@@ -15,7 +15,7 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 
 @click.command("audit")
 @common_options
-@click.argument("nodeset", required=False)
+@click.argument("nodeset", nargs=-1, metavar="[NODESET | analyze FILE.h5]")
 @click.option("--level", type=click.Choice(["quick", "standard", "deep"]), default="standard",
               show_default=True, help="quick fits a Slurm prolog; deep runs DCGM, NCCL and ib_write_bw tests.")
 @click.option("--escalate", is_flag=True, help="Re-run nodes that are not ok at the next level.")
@@ -31,13 +31,28 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 @click.option("--idle-only", is_flag=True, help="Audit only nodes Slurm reports idle (for cron).")
 @click.option("--prom", type=click.Path(dir_okay=False), help="Write a Prometheus textfile-collector file.")
 @click.option("--history", type=click.Path(file_okay=False), help="Keep JSON reports here; show what changed.")
+@click.option("--mesh", is_flag=True, help="Also probe the NIC mesh and locate network faults.")
+@click.option("--mesh-only", is_flag=True, help="Probe the NIC mesh only (no node checks).")
+@click.option("--duration", type=float, default=5.0, show_default=True, metavar="S",
+              help="Mesh: seconds of probing.")
+@click.option("--rate", type=float, default=50.0, show_default=True, metavar="HZ",
+              help="Mesh: probes per second per NIC pair.")
+@click.option("--out", type=click.Path(dir_okay=False), metavar="FILE.h5",
+              help="Mesh: write the run (records, matrices, clock, findings) to this HDF5 file.")
+@click.option("--solver", default=None, metavar="NAME",
+              help="Mesh: triangulation solver (nnls, l1, vote, netbouncer, ...; default nnls).")
 @pass_app
 def audit(app: Application, nodeset, level, escalate, local, node, transport, since, budget, drain,
-          resume, dry_run, idle_only, prom, history) -> int:
+          resume, dry_run, idle_only, prom, history, mesh, mesh_only, duration, rate, out,
+          solver) -> int:
     """Check node health (GPU, Xid, NICs, host, deep tests) and fleet consistency.
 
-    Exit codes: 0 healthy, 1 warnings only (or nodes that could not be checked), 2 failures found,
-    3 the audit itself could not run.
+    With --mesh (or --mesh-only), also probe between all NIC pairs and triangulate loss, delay
+    and dead links to a link direction, port, switch, NIC or host. `fleetctl audit analyze
+    FILE.h5 [--solver NAME] [--out NEW.h5]` re-analyses a stored probe run.
+
+    Exit codes: 0 healthy, 1 warnings only (or nodes that could not be checked), 2 failures
+    (or network findings) found, 3 the audit itself could not run.
     """
     from pathlib import Path
 
@@ -48,7 +63,31 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
     from fleetctl.errors import UsageError
     from fleetctl.nodeset import parse_nodeset
 
+    from fleetctl.cli import mesh_view
+
+    if nodeset and nodeset[0] == "analyze":
+        if len(nodeset) != 2:
+            raise UsageError("usage: fleetctl audit analyze FILE.h5 [--solver NAME] [--out FILE.h5]")
+        data = mesh_view.analyze_file(nodeset[1], solver, out)
+        app.emit(data, lambda console: mesh_view.render(console, data))
+        return 2 if data["findings"] else 0
+    if len(nodeset) > 1:
+        raise UsageError(f"one node set expected, got {len(nodeset)} words: {' '.join(nodeset)} "
+                         "(join them with commas)")
+    nodeset = nodeset[0] if nodeset else None
+    if mesh_only and local:
+        raise UsageError("--mesh-only probes between nodes: it cannot run with --local")
     site = app.site
+    if mesh or mesh_only:
+        mesh_nodes = list(parse_nodeset(nodeset)) if nodeset else list(site.nodes)
+        unknown = [n for n in mesh_nodes if site.node_class(n) is None]
+        if unknown:
+            raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
+    if mesh_only:
+        data = mesh_view.run_mesh(app, site, mesh_nodes, transport, duration, rate, out,
+                                  solver or "nnls")
+        app.emit(data, lambda console: mesh_view.render(console, data))
+        return 2 if data["findings"] else 0
     since_ts = since_epoch(since)
     started = time.time()
     backend = None
@@ -88,7 +127,18 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
         write_history(Path(history), data)
     if prom:
         write_atomic(Path(prom), prometheus_text(report))
-    app.emit(data, lambda console: render(console, report, data))
+    if mesh:
+        data["mesh"] = mesh_view.run_mesh(app, site, mesh_nodes, transport, duration, rate, out,
+                                          solver or "nnls")
+
+    def render_all(console):
+        render(console, report, data)
+        if mesh:
+            mesh_view.render(console, data["mesh"])
+
+    app.emit(data, render_all)
+    if mesh and data["mesh"]["findings"]:
+        return max(report.exit_code, 2)
     return report.exit_code
 
 

@@ -56,6 +56,9 @@ PROBE_LEN = HEAD.size + MAC_LEN
 ECHO_LEN = HEAD.size + TIMES.size + MAC_LEN
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 SO_BINDTODEVICE = getattr(socket, "SO_BINDTODEVICE", 25)
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
+LOOP_DPORT = 33434  # loop probes go to a closed port of the switch: it answers port-unreachable
 CMSG_SPACE = socket.CMSG_SPACE(16)
 REPLAY_WINDOW = 64
 MAX_BURST = 64  # probes sent per loop turn at most: catching up must not become a flood
@@ -63,7 +66,7 @@ MAX_LAG_S = 0.25  # further behind schedule than this: skip ahead (counted), do 
 # record states (the collector turns 1 into "lost out" or "lost back" with the responders' logs)
 ANSWERED, UNANSWERED, SEND_FAILED, PENDING = 0, 1, 4, 255
 COUNTERS = ("sent", "send_errors", "skipped", "echoes", "answered", "foreign", "garbled", "bad_mac",
-            "replayed", "unexpected", "records_dropped", "log_dropped")
+            "replayed", "unexpected", "records_dropped", "log_dropped", "loop_errors")
 
 
 def run_tag(run_id: str) -> bytes:
@@ -153,11 +156,16 @@ class Agent:
         # pairs this node sends: (flow base, src nic, dst nic, dst address)
         self.pairs = [(int(f), int(s), int(d), a) for f, s, d, a in config["pairs"]
                       if int(s) in self.nics]
+        # loops this node sends: (flow, src nic, switch address) - to a switch and back
+        self.loop_port = int(config.get("loop_port", 0))
+        self.loops = [(int(f), int(s), a) for f, s, a in config.get("loops", [])
+                      if int(s) in self.nics]
+        self.loop_addr = {f: a for f, _s, a in self.loops}
         n_sp = len(self.sports)
         # flows answered here: flow -> [highest seq, bitmap] (bounded by the assignment)
         self.replay = {int(f) + j: [-1, 0] for f, _s, d, _a in config["pairs"] if int(d) in self.nics
                        for j in range(n_sp)}
-        expected = int(self.rate * self.duration * len(self.pairs) * 1.05) + 16
+        expected = int(self.rate * self.duration * (len(self.pairs) + len(self.loops)) * 1.05) + 16
         cap = int(config.get("max_records", 2_000_000))
         self.capacity = max(0, min(expected, cap))
         zero8 = bytes(8 * self.capacity)
@@ -173,6 +181,8 @@ class Agent:
         self.log_n = 0
         self.sel = selectors.DefaultSelector()
         self.senders: dict[tuple[int, int], socket.socket] = {}  # (nic, sport index) -> socket
+        self.loopers: dict[int, socket.socket] = {}  # nic -> loop socket (IP_RECVERR)
+        self.targets: list[tuple] = []  # the send schedule's round: see `open`
 
     # ------------------------------------------------------------------ sockets
     def _socket(self, addr: str, port: int, dev: str) -> socket.socket:
@@ -201,9 +211,20 @@ class Agent:
                     s = self._socket(addr, sp, dev)
                     self.senders[(nic, j)] = s
                     self.sel.register(s, selectors.EVENT_READ, (False, nic))
+                if self.loop_port and any(src == nic for _f, src, _a in self.loops):
+                    s = self._socket(addr, self.loop_port, dev)
+                    s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)  # ICMP answers -> error queue
+                    self.loopers[nic] = s
+                    self.sel.register(s, selectors.EVENT_READ, (None, nic))
             except OSError as exc:
                 self.errors.append(f"nic {nic} {addr}: {exc.strerror or exc}")
-        self.pairs = [p for p in self.pairs if (p[1], 0) in self.senders]
+        n_sp = len(self.sports)
+        # one round of the schedule: (flows, src nic, dst nic, address, port, sockets)
+        self.targets = [(tuple(b + j for j in range(n_sp)), s, d, a, self.port,
+                         tuple(self.senders[(s, j)] for j in range(n_sp)))
+                        for b, s, d, a in self.pairs if (s, 0) in self.senders]
+        self.targets += [((f,), s, s, a, LOOP_DPORT, (self.loopers[s],))
+                         for f, s, a in self.loops if s in self.loopers]
 
     def close(self) -> None:
         for key in list(self.sel.get_map().values()):
@@ -221,6 +242,41 @@ class Agent:
                 return data, addr, sec * 1_000_000_000 + nsec
         self.software_rx += 1
         return data, addr, time.time_ns()
+
+    def drain_loop(self, sock: socket.socket, nic: int) -> None:
+        """ICMP port-unreachable from the switch a loop probe was sent to: the loop is closed.
+        The error queue hands back our own probe (MAC checked), its slot finds the record."""
+        for _ in range(256):
+            try:
+                data, anc, _flags, _addr = sock.recvmsg(256, 512, MSG_ERRQUEUE)
+            except (BlockingIOError, InterruptedError):
+                try:  # nothing should arrive as data; read it away (counted) if it does
+                    sock.recv(256)
+                    self.counters["foreign"] += 1
+                    continue
+                except OSError:
+                    return
+            except OSError:
+                return
+            rx, err = None, None
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                    sec, nsec = struct.unpack_from("qq", payload)
+                    rx = sec * 1_000_000_000 + nsec
+                elif level == socket.IPPROTO_IP and kind == IP_RECVERR and len(payload) >= 24:
+                    err = payload
+            rx = rx or time.time_ns()
+            p = unpack(self.key, self.tag, data, self.counters)
+            if p is None or err is None:
+                continue
+            origin, icmp_type, icmp_code = err[4], err[5], err[6]
+            offender = socket.inet_ntoa(err[20:24])
+            _kind, src, _dst, flow, seq, slot = p[:6]
+            if origin != 2 or icmp_type != 3 or icmp_code != 3 or \
+                    offender != self.loop_addr.get(flow) or src != nic:
+                self.counters["loop_errors"] += 1  # answered by someone else: not closed
+                continue
+            self._echoed(nic, ECHO, src, flow, seq, slot, 0, 0, rx)
 
     def drain(self, sock: socket.socket, responder: bool, nic: int) -> None:
         for _ in range(256):  # bounded: the send schedule must not starve
@@ -281,11 +337,10 @@ class Agent:
 
     # ------------------------------------------------------------------ send
     def send(self, i: int) -> None:
-        n_pairs, n_sp = len(self.pairs), len(self.sports)
-        base, src, dst, daddr = self.pairs[i % n_pairs]
-        k = i // n_pairs
-        j = k % n_sp
-        flow, seq = base + j, k // n_sp
+        flows, src, dst, daddr, dport, socks = self.targets[i % len(self.targets)]
+        k = i // len(self.targets)
+        j = k % len(flows)
+        flow, seq = flows[j], k // len(flows)
         if self.n >= self.capacity:
             self.counters["records_dropped"] += 1
             return
@@ -293,9 +348,12 @@ class Agent:
         self.n += 1
         t1 = self.clock.host(time.time_ns())
         self.r_flow[slot], self.r_seq[slot], self.r_t1[slot] = flow, seq, t1
+        packet = pack_probe(self.key, self.tag, src, dst, flow, seq, slot, t1)
         try:
-            self.senders[(src, j)].sendto(
-                pack_probe(self.key, self.tag, src, dst, flow, seq, slot, t1), (daddr, self.port))
+            try:
+                socks[j].sendto(packet, (daddr, dport))
+            except ConnectionRefusedError:  # a loop socket's last ICMP answer, reported once
+                socks[j].sendto(packet, (daddr, dport))
             self.r_state[slot] = PENDING
             self.counters["sent"] += 1
         except OSError:  # NIC down, no route: the probe never left
@@ -306,7 +364,8 @@ class Agent:
         mono0 = time.monotonic() + max(0.0, self.start_at - time.time())
         send_end = mono0 + self.duration
         end = send_end + self.linger
-        interval = 1.0 / (self.rate * len(self.pairs)) if self.pairs and self.rate > 0 else None
+        interval = 1.0 / (self.rate * len(self.targets)) if self.targets and self.rate > 0 \
+            else None
         next_t, i = mono0, 0
         while True:
             now = time.monotonic()
@@ -329,7 +388,10 @@ class Agent:
                 wait = end - now
             for key, _ev in self.sel.select(min(wait, 0.05)):
                 responder, nic = key.data
-                self.drain(key.fileobj, responder, nic)
+                if responder is None:
+                    self.drain_loop(key.fileobj, nic)
+                else:
+                    self.drain(key.fileobj, responder, nic)
 
     # ------------------------------------------------------------------ output
     def report(self) -> dict:

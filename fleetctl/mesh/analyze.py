@@ -22,6 +22,7 @@ from fleetctl.analysis.windows import build_windows, host_clock
 from fleetctl.errors import DataError
 from fleetctl.mesh.collect import clock_error
 from fleetctl.mesh.discovery import Discovery, dead_link_findings
+from fleetctl.mesh.loops import add_loop_stats
 from fleetctl.mesh.store import RunWriter
 from fleetctl.mesh.topology import PathTable, Topology
 
@@ -65,9 +66,13 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     hpos = {h: i for i, h in enumerate(hosts)}
     nic_host = np.array([hpos[h] for h in topo.nic_host])
     window_s = float(window_s or run.parameters.get("window_s") or 5.0)
-    clock = host_clock(run.probes, nic_host, hosts, run.epoch_ns)
-    w = build_windows(run.probes, run.flows, len(run.paths), len(topo.nics), nic_host, window_s,
-                      run.epoch_ns, clock)
+    pair = run.probes["dst_nic"] >= 0  # the rest are loop probes to a switch (loops.py)
+    if not pair.any():
+        raise DataError(f"run {run.run_id}: no NIC-to-NIC probe records")
+    clock = host_clock(run.probes[pair], nic_host, hosts, run.epoch_ns)
+    w = build_windows(run.probes[pair], run.flows, len(run.paths), len(topo.nics), nic_host,
+                      window_s, run.epoch_ns, clock)
+    add_loop_stats(w, run.probes[~pair], run.flows, topo, run.paths)
     delay = w.path_p50_us if statistic == "p50" else w.path_p99_us
     stats = WindowStats(w.path_sent, w.path_lost, delay)
     findings = triangulate(topo, run.paths, stats, solver=solver)
@@ -78,7 +83,8 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
             findings.append(f)
     findings.sort(key=lambda f: (-SEVERITY_RANK[f["severity"]], -f["confidence"],
                                  f["element"]["id"]))
-    span = float((run.probes["t_send"].max() - run.probes["t_send"].min()) * 1e-9)
+    t_send = run.probes["t_send"][pair]
+    span = float((t_send.max() - t_send.min()) * 1e-9)
     csum = {"hosts": len(hosts), "synchronized": int(np.isfinite(clock.offset).sum()),
             "pairs": len(clock.pairs),
             "max_pair_residual_us": round(float(np.nanmax(np.abs(clock.residual))) * 1e6, 2)
@@ -131,8 +137,10 @@ def to_dict(run: RunData, a: Analysis, path: Path | None = None, elapsed: float 
         "cluster": run.cluster,
         "file": str(path) if path else None,
         "summary": {
-            "nics": len({int(x) for x in probes["src_nic"]} | {int(x) for x in probes["dst_nic"]}),
-            "pairs": len({(int(a), int(b)) for a, b in zip(probes["src_nic"], probes["dst_nic"])}),
+            "nics": len({int(x) for x in probes["src_nic"]}),
+            "pairs": len({(int(a), int(b)) for a, b in zip(probes["src_nic"], probes["dst_nic"])
+                          if b >= 0}),
+            "loops": int((run.flows["dst_nic"] < 0).sum()),
             "flows": int(len(run.flows)), "paths": len(run.paths),
             "paths_traced": int(run.paths.traced.sum()),
             "probes": sent, "lost": lost, "loss_pct": round(100 * lost / max(1, sent), 4),

@@ -79,7 +79,9 @@ def probe_records(docs: dict[str, dict], flows: np.ndarray, nic_node: list[str],
     out["t_recv"] = np.where(ok, cat["t4"], 0)
     key = (flow.astype(np.uint64) << np.uint64(32)) | cat["seq"].astype(np.uint64)
     back = np.isin(key, seen)
-    out["lost"] = np.where(ok, 0, np.where((state == agent.UNANSWERED) & back, 2, 1))
+    lost = np.where((state == agent.UNANSWERED) & back, 2, 1)
+    lost = np.where(out["dst_nic"] < 0, 3, lost)  # a loop: no responder, direction unknown
+    out["lost"] = np.where(ok, 0, lost)
     if failed:
         bad_nics = np.array([n in failed for n in nic_node] + [False])
         drop = bad_nics[out["src_nic"]] | bad_nics[out["dst_nic"]]

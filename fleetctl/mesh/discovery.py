@@ -109,7 +109,7 @@ def switch_probes(topo: Topology, nics: dict[str, NicInfo], site):
     for nic_id, info in sorted(nics.items()):
         if not topo.attached(nic_id):
             continue
-        own = topo._switches[topo.switch_of(nic_id)]
+        own = switch_name(topo, nic_id)
         for lid, (a, b) in topo.links.items():
             if own not in (a, b):
                 continue
@@ -117,6 +117,11 @@ def switch_probes(topo: Topology, nics: dict[str, NicInfo], site):
             if other in topo.switch_tier and site.switches[other].address:
                 out.append((f"s{info.index}:{lid}", info, other, lid))
     return out
+
+
+def switch_name(topo: Topology, nic: str) -> str:
+    """The id of the switch a NIC is cabled to."""
+    return list(topo.switch_tier)[topo.switch_of(nic)]
 
 
 def hops_to_path(topo: Topology, hops_by_addr: dict, src: str, dst: str,
@@ -220,7 +225,7 @@ def dead_link_findings(topo: Topology, disc: Discovery) -> list[dict]:
         nic_idx, _, lid = key[1:].partition(":")
         if lid not in topo.links:
             continue
-        own = topo._switches[topo.switch_of(topo.nics[int(nic_idx)])]
+        own = switch_name(topo, topo.nics[int(nic_idx)])
         by_link.setdefault(lid, {}).setdefault(own, []).append(ok)
     reached_switch: dict[str, bool] = {}
     for lid, per_side in by_link.items():
@@ -247,6 +252,8 @@ def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[dict]:
     expected = np.zeros(n_el)
     cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     for f in disc.flows:
+        if f["dst_nic"] < 0:  # a loop probe (loops.py): not a NIC-to-NIC flow
+            continue
         for col in ("fwd_path", "rev_path"):
             pi = int(f[col])
             if pi < 0 or not p.traced[pi]:

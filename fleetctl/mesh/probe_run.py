@@ -28,6 +28,7 @@ from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
 from fleetctl.mesh.analyze import Analysis, RunData, analyze
 from fleetctl.mesh.collect import lab_clock, probe_records
+from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.pairs import select_pairs
 from fleetctl.mesh.topology import Topology
 
@@ -47,6 +48,7 @@ class MeshOptions:
     start_delay: float = 1.5  # seconds between launching the agents and the first probe
     max_records: int = 2_000_000  # per agent; bounds its memory (~50 bytes a record)
     trace: bool = True
+    loops: bool = True  # loop probes to neighbouring switches (loops.py); needs traced switches
 
     def validate(self) -> None:
         if not 0.2 <= self.duration <= 3600:
@@ -122,6 +124,9 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
         traces = _fan_out(transport, hosts_used, trace_agent, tcfg, 90, "path tracing",
                           warnings, set())
     disc = discovery.resolve(topo, site, fplan, traces)
+    loop_list: list[list] = []
+    if opts.loops:
+        disc, loop_list = plan_loops(topo, site, disc, usable, len(fplan.flows), opts.port + 2)
 
     run_id = uuid.uuid4().hex[:16]
     truth = lab_clock(site)
@@ -136,7 +141,8 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
             "rate": opts.rate, "duration": opts.duration, "linger": opts.linger,
             "start_at": start_at, "max_records": opts.max_records, "nodes": node_cfg,
             "pairs": [[p * len(sports), a, b, nics[topo.nics[b]].address]
-                      for p, (a, b) in enumerate(pairs)]}
+                      for p, (a, b) in enumerate(pairs)],
+            "loops": loop_list, "loop_port": opts.port + 2}
     progress(f"probing {len(pairs)} NIC pairs for {opts.duration:g} s at {opts.rate:g}/s per pair")
     timeout = opts.start_delay + opts.duration + opts.linger + 30
     docs = _fan_out(transport, hosts_used, agent_module, acfg, timeout, "probe agent", warnings,

@@ -1,0 +1,122 @@
+"""`fleetctl audit --mesh` and `audit analyze`: running the probe mesh and rendering its result.
+
+The work is in fleetctl.mesh (probe_run, analyze); this module parses options into it and draws
+the human view: findings first, then a compact health table per switch and per link direction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleetctl.errors import UsageError
+
+SEV_STYLE = {"critical": "bold red", "major": "red", "minor": "yellow"}
+
+
+def run_mesh(app, site, nodes: list[str], transport_name: str | None, duration: float,
+             rate: float, out: str | None, solver: str) -> dict:
+    from fleetctl.analysis.solvers import get_solver
+    from fleetctl.fanout import get_transport
+    from fleetctl.mesh.analyze import to_dict, write_run
+    from fleetctl.mesh.probe_run import MeshOptions, probe_run
+
+    get_solver(solver)
+    opts = MeshOptions(duration=duration, rate=rate, solver=solver)
+    opts.validate()
+    target = _out_path(out)
+    with get_transport(transport_name, site=site) as t:
+        result = probe_run(site, nodes, t, opts, progress=app.info)
+    path = write_run(target, result.run, result.analysis) if target else None
+    return to_dict(result.run, result.analysis, path, result.elapsed_s)
+
+
+def analyze_file(file: str, solver: str | None, out: str | None = None) -> dict:
+    import time
+
+    from fleetctl.mesh.analyze import analyze, read_run, to_dict, write_run
+
+    started = time.monotonic()
+    run = read_run(file)
+    solver = solver or run.parameters.get("solver") or "nnls"
+    window = run.parameters.get("window_s")
+    if window and run.parameters.get("duration") and window >= run.parameters["duration"]:
+        window = run.parameters["duration"] + run.parameters.get("linger", 1.0)
+    result = analyze(run, solver, window, run.parameters.get("statistic", "p50"))
+    path = write_run(_out_path(out), run, result) if out else None
+    return to_dict(run, result, path, time.monotonic() - started)
+
+
+def _out_path(out: str | None) -> Path | None:
+    if not out:
+        return None
+    p = Path(out).expanduser()
+    if p.is_dir():
+        raise UsageError(f"--out {out}: is a directory; give a file name like run.h5")
+    if not p.parent.exists():
+        raise UsageError(f"--out {out}: directory {p.parent} does not exist")
+    return p
+
+
+def render(console, data: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    s = data["summary"]
+    console.print(f"[bold]fleetctl mesh[/bold] {data['cluster']} run {data['run_id']}: "
+                  f"{s['pairs']} NIC pairs, {s['probes']} probes, {s['loss_pct']:g} % lost, "
+                  f"{s['paths']} paths ({s['paths_traced']} traced), solver {s['solver']}")
+    if not data["findings"]:
+        console.print("[green]no network finding[/green]")
+    for f in data["findings"]:
+        el = f["element"]
+        name = el["id"] + (f" ({el['direction']})" if el.get("direction") else "")
+        ev = f["evidence"]
+        detail = []
+        if f["metric"] in ("loss", "down") and ev.get("loss_pct_bad_median") is not None:
+            detail.append(f"loss {ev['loss_pct_bad_median']:g} % on {ev['paths_bad']}/"
+                          f"{ev['paths_through']} paths")
+        if f["metric"] == "delay" and ev.get("excess_delay_us_bad_median") is not None:
+            detail.append(f"+{ev['excess_delay_us_bad_median']:g} us on {ev['paths_bad']}/"
+                          f"{ev['paths_through']} paths")
+        if ev.get("check"):
+            detail.append(ev.get("note", ev["check"]))
+        if ev.get("indistinguishable_from"):
+            detail.append("or " + ", ".join(ev["indistinguishable_from"]))
+        console.print(f"[{SEV_STYLE.get(f['severity'], '')}]{f['severity'].upper():8}[/] "
+                      f"{f['metric']:5} [bold]{el['type']} {escape(name)}[/bold] "
+                      f"confidence {f['confidence']:.2f}: {escape('; '.join(detail))}")
+    health = data.get("health") or {}
+    if health.get("switches"):
+        t = Table(title="switches", box=None, pad_edge=False)
+        for c in ("switch", "tier", "paths", "probes", "loss %", "p50 us"):
+            t.add_column(c, justify="left" if c == "switch" else "right")
+        for r in health["switches"]:
+            t.add_row(r["id"], str(r["tier"]), str(r["paths"]), str(r["probes"]),
+                      _num(r["loss_pct"]), _num(r["p50_us"]))
+        console.print(t)
+    links = [r for r in health.get("links", []) if r["probes"]]
+    if links:
+        t = Table(title="link directions", box=None, pad_edge=False)
+        for c in ("direction", "paths", "probes", "loss %", "p50 us"):
+            t.add_column(c, justify="left" if c == "direction" else "right")
+        for r in links:
+            t.add_row(r["direction"], str(r["paths"]), str(r["probes"]), _num(r["loss_pct"]),
+                      _num(r["p50_us"]))
+        console.print(t)
+    c = data.get("clock") or {}
+    line = f"clock: {c.get('synchronized', 0)}/{c.get('hosts', 0)} hosts synchronised"
+    if c.get("max_pair_residual_us") is not None:
+        line += f", largest pair residual {c['max_pair_residual_us']:g} us"
+    truth = c.get("truth") or {}
+    if truth.get("hosts"):
+        line += (f"; vs injected lab skew: p99 {truth['offset_error_us_p99']:g} us, "
+                 f"max {truth['offset_error_us_max']:g} us")
+    console.print(line)
+    for w in data.get("warnings", []):
+        console.print(f"[yellow]warning[/yellow] {escape(w)}")
+    if data.get("file"):
+        console.print(f"run file: {data['file']}")
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:g}"
