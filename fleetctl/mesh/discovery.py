@@ -241,6 +241,18 @@ def dead_link_findings(topo: Topology, disc: Discovery) -> list[dict]:
                     "check": "switch-probe", "from_switch": own, "to_switch": other,
                     "probes_from_nics": len(results), "answered": 0,
                     "note": f"{other} answers other switches' NICs but none under {own}"}))
+    dead = sorted(sw for sw, ok in reached_switch.items() if not ok)
+    if dead and any(reached_switch.values()):
+        for sw in dead:  # nobody reaches it, others are reached: the switch, not its links
+            links = [l for l in by_link if sw in topo.links[l]]
+            findings = [f for f in findings if f["element"]["id"] not in links]
+            findings.append({"element": {"type": "switch", "id": sw}, "metric": "down",
+                             "severity": "critical", "confidence": round(1 - 0.5 ** len(links), 3),
+                             "evidence": {"window": None, "check": "switch-probe",
+                                          "links_probed": len(links), "answered": 0,
+                                          "note": f"no NIC reaches {sw}; its neighbours answer"},
+                             "source": "discovery"})
+            checked.update(links)
     findings += _coverage(topo, disc, checked)
     return findings
 
