@@ -11,7 +11,9 @@ Order matters, largest element first:
 Confidence (0..1) = support * sqrt(lift), where support = 1 - 0.5^(bad paths through the element)
 and lift = (c - b) / (1 - b), c being the share of the element's paths that are bad and b the share
 of bad paths elsewhere (background noise): 1 when every path through it is bad and none elsewhere,
-0 when its paths are no worse than the rest.
+0 when its paths are no worse than the rest. Findings below `min_confidence` (0.4) are dropped:
+with heavy-tailed jitter a window's p99 makes scattered paths look slow, but never most of the
+paths through one element.
 """
 
 from __future__ import annotations
@@ -136,6 +138,10 @@ class Rollup:
         background = float(bad[outside].mean()) if outside.any() else 0.0
         lift = max(0.0, (consistency - background) / max(1e-9, 1.0 - background))
         confidence = round(float((1.0 - 0.5 ** n_bad) * np.sqrt(lift)), 3)
+        if confidence < self.th.min_confidence:
+            # paths through it are barely worse than the rest: noise (heavy-tailed p99 jitter,
+            # a few unlucky flows), not a faulty element
+            return None
         share = min(1.0, n_bad / total_bad)
         evidence = {
             "window": window,

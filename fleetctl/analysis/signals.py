@@ -33,6 +33,7 @@ class Thresholds:
     delay_floor_us: float = 20.0  # excess delay below this is never a fault
     delay_z: float = 6.0  # robust z-score of excess delay
     min_bad_paths: int = 2  # a finding needs at least this many bad paths
+    min_confidence: float = 0.4  # ... and this confidence (before sharing it among twins)
     candidate_share: float = 0.3  # element kept as a suspect when this share of its paths is bad
     switch_bad_share: float = 0.8  # switch blamed when this share of its paths is bad ...
     switch_min_links: int = 3  # ... and at least this many of its link directions are blamed

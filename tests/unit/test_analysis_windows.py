@@ -95,3 +95,20 @@ def test_bad_records(topo):
     with pytest.raises(DataError, match="flow table lacks"):
         build_windows(run.probes, run.flows[:1], len(run.paths), len(topo.nics), run.nic_host,
                       1.0, run.epoch_ns)
+
+
+@pytest.mark.parametrize("statistic", ["p50", "p99"])
+def test_heavy_tailed_jitter_gives_no_finding(topo, statistic):
+    """Blocking sockets: 80 us mean exponential wake-up jitter. A window's p99 over 100 probes
+    then makes scattered paths look slow; that must not become a finding."""
+    for seed in range(2):
+        run = synthetic_run(topo, all_pairs(topo), [], sports=8, rate_hz=20, duration=10,
+                            jitter_us=80.0, seed=seed)
+        clock = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns)
+        w = build_windows(run.probes, run.flows, len(run.paths), len(topo.nics), run.nic_host,
+                          5.0, run.epoch_ns, clock)
+        delay = w.path_p50_us if statistic == "p50" else w.path_p99_us
+        for solver in ("nnls", "vote", "flock"):
+            found = triangulate(topo, run.paths, WindowStats(w.path_sent, w.path_lost, delay),
+                                solver)
+            assert found == [], (solver, seed)
