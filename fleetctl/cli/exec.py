@@ -7,7 +7,9 @@ Exit status: 0 every node ok, 2 any node failed (non-zero exit, timeout, unreach
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections.abc import Iterable, Iterator
 
 import click
 
@@ -66,14 +68,15 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
         "results": [r.to_dict() for r in results],
         "groups": [g.to_dict() for g in groups],
     }
-    app.emit(data, lambda console: (_render_lines(console, results) if no_fold
-                                    else _render_groups(console, groups)))
+    if app.json:
+        app.emit(data)
+    else:
+        _write(app, _group_lines(groups) if not no_fold else _node_lines(results))
     failed = [r for r in results if not r.ok]
     if failed and not app.json:
-        by_status = data["summary"]["nodes_by_status"]
-        parts = [f"{status_counts(results)[s]} {s}: {by_status[s]}" for s in status_counts(results)]
-        app.err_console.print(f"fleetctl: {len(results)} nodes: " + ", ".join(parts), markup=False,
-                              highlight=False)
+        counts, by_status = status_counts(results), data["summary"]["nodes_by_status"]
+        parts = [f"{counts[s]} {s}: {by_status[s]}" for s in counts]
+        click.echo(f"fleetctl: {len(results)} nodes: " + ", ".join(parts), err=True)
     return EXIT_FAILURES if failed else EXIT_OK
 
 
@@ -86,49 +89,58 @@ def _site_or_none(app: Application):
     return app.site
 
 
-def _render_groups(console, groups) -> None:
-    from rich.text import Text
+Line = tuple[str, str]  # (text, rich style); text is printed verbatim
 
+
+def _group_lines(groups) -> Iterator[Line]:
+    """clubak -b style: a header per group of identical results, then the output once."""
     for g in groups:
         head = f"{g.nodeset} ({len(g.nodes)})"
         if g.status != "ok":
             head += f" {g.status}" + (f" exit {g.exit_code}" if g.exit_code is not None else "")
         style = "bold" if g.status == "ok" else "bold red"
         rule = "-" * min(max(len(head), 15), 79)
-        console.print(Text(f"{rule}\n{head}\n{rule}", style=style), soft_wrap=True)
+        yield from ((rule, style), (head, style), (rule, style))
         if g.error:
-            console.print(Text(g.error, style="red"), soft_wrap=True)
-        _print_raw(console, g.stdout)
-        _print_raw(console, g.stderr, style="yellow")
+            yield g.error, "red"
+        if g.stdout:
+            yield g.stdout.removesuffix("\n"), ""
+        if g.stderr:
+            yield g.stderr.removesuffix("\n"), "yellow"
 
 
-def _render_lines(console, results) -> None:
-    from rich.text import Text
-
+def _node_lines(results) -> Iterator[Line]:
+    """--no-fold: `node: line` for every output line, stdout then stderr, node by node."""
     for r in results:
         for line in r.stdout.splitlines():
-            console.print(Text(f"{r.node}: {line}"), soft_wrap=True)
+            yield f"{r.node}: {line}", ""
         for line in r.stderr.splitlines():
-            console.print(Text(f"{r.node}: {line}", style="yellow"), soft_wrap=True)
+            yield f"{r.node}: {line}", "yellow"
         if not r.ok:
             detail = r.error or (f"exit {r.exit_code}" if r.exit_code is not None else "")
-            console.print(Text(f"{r.node}: [{r.status}] {detail}".rstrip(), style="red"), soft_wrap=True)
+            yield f"{r.node}: [{r.status}] {detail}".rstrip(), "red"
 
 
-def _print_raw(console, text: str, style: str = "") -> None:
-    """Command output exactly as the node printed it: no markup, emoji or wrapping applied."""
+def _write(app: Application, lines: Iterable[Line]) -> None:
+    """Styled through rich on a colour terminal; plain otherwise, without importing rich at all
+    (it is a good part of a short run's start-up cost). Never markup, emoji or wrapping."""
+    if app.no_color or not sys.stdout.isatty():
+        for text, _style in lines:
+            click.echo(text)
+        return
     from rich.text import Text
 
-    if text:
-        console.print(Text(text.removesuffix("\n"), style=style), soft_wrap=True)
+    for text, style in lines:
+        app.console.print(Text(text, style=style), soft_wrap=True)
 
 
 class _Progress:
     """A transient rich progress bar on stderr, shown only on a terminal, in human mode, and only
     once a run has lasted PROGRESS_AFTER_S."""
 
-    def __init__(self, app: Application, total: int):
-        self.enabled = not app.json and app.err_console.is_terminal and total > 1
+    def __init__(self, app: Application, total: int, *, terminal: bool | None = None):
+        terminal = sys.stderr.isatty() if terminal is None else terminal
+        self.enabled = not app.json and terminal and total > 1
         self.app, self.total = app, total
         self._bar = self._task = self._timer = None
         self._lock = threading.Lock()

@@ -117,16 +117,27 @@ def test_progress_bar_only_on_a_terminal_and_only_for_long_runs(monkeypatch):
     app = Application()
     buffer = io.StringIO()
     app.__dict__["err_console"] = Console(file=buffer, force_terminal=True, width=60)
-    with exec_module._Progress(app, 3) as bar:
+    with exec_module._Progress(app, 3, terminal=True) as bar:
         bar.advance(HostResult("n1", "ok", 0))
         time.sleep(0.3)  # past the delay: the bar is shown
         bar.advance(HostResult("n2", "ok", 0))
         bar.advance(HostResult("n3", "ok", 0))
     assert "3/3" in buffer.getvalue() or "2/3" in buffer.getvalue()
 
+    assert not exec_module._Progress(Application(), 3, terminal=False).enabled  # not a terminal
+    assert not exec_module._Progress(Application(), 1, terminal=True).enabled  # one node
     quiet = Application()
-    quiet.__dict__["err_console"] = Console(file=io.StringIO(), force_terminal=False)
-    assert not exec_module._Progress(quiet, 3).enabled  # not a terminal
     quiet.format = "json"
-    quiet.__dict__["err_console"] = Console(file=io.StringIO(), force_terminal=True)
-    assert not exec_module._Progress(quiet, 3).enabled  # JSON mode
+    assert not exec_module._Progress(quiet, 3, terminal=True).enabled  # JSON mode
+
+
+def test_plain_output_does_not_import_rich(site):
+    """Piped human output is written without rich: part of a short run's start-up budget."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fleetctl.cli import run; rc = run(sys.argv[1:]); "
+            "print('RICH' if any(m.startswith('rich') for m in sys.modules) else 'NORICH'); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code, "--site", site, "exec", "n[1-2]", "--", "echo hi"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["---------------", "n[1-2] (2)", "---------------", "hi", "NORICH"]
