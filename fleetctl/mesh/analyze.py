@@ -9,6 +9,7 @@ exactly what `audit --mesh` wrote.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,7 +101,8 @@ def health_table(topo: Topology, paths: PathTable, w) -> dict:
     inc = paths.matrix(topo.n_elements).tocsc()
     sent = w.path_sent.sum(axis=0).astype(float)
     lost = w.path_lost.sum(axis=0).astype(float)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a path dead in every window: NaN
         p50 = np.nanmedian(np.where(w.path_sent > 0, w.path_p50_us, np.nan), axis=0) \
             if w.path_sent.shape[0] else np.full(len(paths), np.nan)
     el_sent = inc.T @ sent
