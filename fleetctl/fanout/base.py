@@ -92,7 +92,8 @@ class Transport(ABC):
             raise UsageError(f"invalid timeout {timeout!r}: must be a positive number of seconds")
         data = stdin.encode() if isinstance(stdin, str) else stdin
         by_node = {r.node: r for r in self._run(names, cmd, limit, data, on_result or _ignore)}
-        return [by_node[n] for n in names]
+        return [by_node.get(n) or HostResult(n, ERROR, error=f"internal error: the {self.name} "
+                                             "transport gave no result for this node") for n in names]
 
     @abstractmethod
     def _run(self, nodes: list[str], command: Command, timeout: float, stdin: bytes | None,
