@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 
 import click
@@ -54,9 +55,11 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
         options.connect_timeout = connect_timeout
     cmd = command[0] if len(command) == 1 else list(command)
 
+    start = time.monotonic()
     with get_transport(transport, options, site=site) as backend, _Progress(app, len(nodes)) as bar:
         app.debug(f"{backend.name}: {len(nodes)} nodes, fan-out {options.concurrency}")
         results = backend.run(nodes, cmd, timeout=timeout, on_result=bar.advance)
+    duration = time.monotonic() - start
 
     groups = group_results(results)
     data = {
@@ -64,7 +67,8 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
         "command": list(command) if len(command) > 1 else command[0],
         "nodes": fold(nodes),
         "summary": {"total": len(results), "ok": sum(r.ok for r in results),
-                    "by_status": status_counts(results), "nodes_by_status": nodes_by_status(results)},
+                    "by_status": status_counts(results), "nodes_by_status": nodes_by_status(results),
+                    "duration_s": round(duration, 4)},
         "results": [r.to_dict() for r in results],
         "groups": [g.to_dict() for g in groups],
     }
