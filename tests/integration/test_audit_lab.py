@@ -7,6 +7,7 @@ Every test leaves the lab as it found it: faults cleared, nodes resumed, hooks r
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -230,3 +231,52 @@ def test_broken_fleetctl_in_prolog_drains_nothing(lab, hooks, tmp_path, breakage
     assert "DRAIN" not in scontrol_node(lab, "node4")["State"]
     log = (hooks.parent / "hooks.log").read_text()
     assert "fail-open" in log
+
+
+def test_escalation_reruns_suspects_at_the_next_level(lab, capsys, clean):
+    assert cli_run(["lab", "fault", "add", "node2:gpu1", "--temp", "88"]) == 0  # a warning
+    rc, report = fleetctl_json(capsys, "audit", "node[1-2]", "--level", "quick", "--escalate",
+                               "--since", "1s")
+    nodes = by_node(report)
+    # Still warm at standard, so on to deep, whose tools the lab lacks: skipped, never passed.
+    assert nodes["node2"]["escalated_from"] == ["quick", "standard"] and nodes["node2"]["level"] == "deep"
+    deep = {r["code"]: r for r in nodes["node2"]["results"] if r["code"].startswith("deep.")}
+    assert deep and all(r["status"] == "skipped" and r["message"] for r in deep.values()), deep
+    assert nodes["node1"]["escalated_from"] == [] and nodes["node1"]["level"] == "quick"
+    assert rc == 1
+
+
+def test_epilog_drains_node_after_xid_during_job(lab, tmp_path, clean):
+    target = tmp_path / "hooks"
+    assert cli_run(["hook", "install", str(target), "--log", str(tmp_path / "hooks.log")]) == 0
+    link = Path(lab.lab_dir) / "hooks" / "epilog.d" / "50-fleetctl-epilog"
+    link.unlink(missing_ok=True)
+    link.symlink_to(target / "fleetctl-epilog")
+    try:
+        job = sbatch(lab, "-w", "node2", "-N1", "--wrap", "sleep 3")
+        wait_for(lambda: job_state(lab, job).get("JobState") == "RUNNING")
+        assert cli_run(["lab", "fault", "add", "node2:gpu0", "--xid", "48"]) == 0
+        state = wait_for(lambda: (s := scontrol_node(lab, "node2")) and "DRAIN" in s["State"] and s,
+                         timeout=60)
+        # Xid 48 comes with the double-bit ECC error it reports: either may be named first.
+        assert re.match(r"fleetctl:(xid\.48|gpu\.ecc) .*\(epilog\)$", state["Reason"]), state
+        assert job_state(lab, job).get("JobState") == "COMPLETED"
+    finally:
+        link.unlink(missing_ok=True)
+    assert "fleetctl epilog node=node2" in (tmp_path / "hooks.log").read_text()
+
+
+def test_healthcheck_drains_then_resumes_its_own_drain(lab, hooks):
+    hook = str(hooks / "fleetctl-healthcheck")
+    env = ["env", "SLURMD_NODENAME=node3"]
+    assert cli_run(["lab", "fault", "add", "node3:gpu1", "--pcie-width", "8"]) == 0
+    r = lab.run_in("node3", env + [hook], check=False)
+    assert r.returncode == 0, r.stderr  # Slurm ignores its exit status: it drains the node itself
+    state = scontrol_node(lab, "node3")
+    assert "DRAIN" in state["State"] and state["Reason"].startswith("fleetctl:gpu.pcie "), state
+    assert cli_run(["lab", "fault", "clear", "node3:gpu1"]) == 0
+    r = lab.run_in("node3", env + [hook], check=False)
+    assert r.returncode == 0, r.stderr
+    assert "DRAIN" not in scontrol_node(lab, "node3")["State"]
+    log = (hooks.parent / "hooks.log").read_text()
+    assert "verdict=fail drained=1" in log and "resumed=1" in log
