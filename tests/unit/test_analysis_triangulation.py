@@ -154,3 +154,23 @@ def test_mismatched_stats_are_a_data_error(lab):
         triangulate(t, paths, WindowStats([[10, 10, 10]], [[0, 0, 0]], [[1.0, 1.0, 1.0]]))
     with pytest.raises(DataError, match="lost probes outside"):
         WindowStats([[1]], [[2]], [[1.0]])
+
+
+def test_large_suspect_sets_use_the_sparse_solver(lab, monkeypatch):
+    """Above DENSE_LIMIT entries nnls switches to bounded sparse least squares (lsq_linear);
+    both must name the same element."""
+    from fleetctl.analysis.solvers import tomography
+    t, paths = lab
+    stats = simulate(t, paths, [Fault("spine2", "delay", 150.0)], windows=1, seed=8)
+    dense = triangulate(t, paths, stats, "nnls")
+    monkeypatch.setattr(tomography, "DENSE_LIMIT", 0)
+    sparse = triangulate(t, paths, stats, "nnls")
+    assert named(dense) == named(sparse) == [("switch", "spine2", "delay")]
+
+
+def test_thresholds_are_tunable(lab):
+    t, paths = lab
+    stats = simulate(t, paths, [Fault("leaf4->spine1", "delay", 60.0)], windows=1, seed=9)
+    assert named(triangulate(t, paths, stats, "nnls")) == [("link", "leaf4->spine1", "delay")]
+    # a site that only cares about delays above 100 us
+    assert triangulate(t, paths, stats, "nnls", Thresholds(delay_floor_us=100.0)) == []

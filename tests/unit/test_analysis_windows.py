@@ -112,3 +112,16 @@ def test_heavy_tailed_jitter_gives_no_finding(topo, statistic):
             found = triangulate(topo, run.paths, WindowStats(w.path_sent, w.path_lost, delay),
                                 solver)
             assert found == [], (solver, seed)
+
+
+def test_loss_of_unknown_direction_counts_against_both_paths(topo):
+    run = synthetic_run(topo, all_pairs(topo)[:4], [], sports=2, duration=2.0, seed=8)
+    probes = run.probes.copy()
+    probes["lost"][:5] = 3  # e.g. an agent that never heard back and cannot ask the responder
+    probes["t_recv"][:5] = 0
+    w = build_windows(probes, run.flows, len(run.paths), len(topo.nics), run.nic_host, 10.0,
+                      run.epoch_ns)
+    flow = run.flows[run.flows["flow"] == probes["flow"][0]][0]
+    assert w.path_lost[0, flow["fwd_path"]] == 5 and w.path_lost[0, flow["rev_path"]] == 5
+    # every probe counts once on its forward path and once on its reverse path
+    assert w.path_sent[0, flow["fwd_path"]] == w.path_sent[0, flow["rev_path"]]
