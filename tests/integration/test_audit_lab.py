@@ -176,7 +176,7 @@ def hooks(lab, tmp_path, clean):
 
 
 def sbatch(lab, *args) -> str:
-    out = subprocess.run(["sbatch", "--parsable", *args], env=lab.command_env(), capture_output=True,
+    out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args], env=lab.command_env(), capture_output=True,
                          text=True, timeout=30, check=True).stdout
     return out.strip().split(";")[0]
 
