@@ -38,7 +38,13 @@ PROGRESS_AFTER_S = 1.0  # a progress bar only for runs that last; quick ones pri
 def exec_command(app: Application, nodeset: str, command: tuple[str, ...], transport: str | None,
                  timeout: float | None, connect_timeout: float | None, fanout: int | None,
                  no_fold: bool) -> int:
-    """Run COMMAND on every node of NODESET (e.g. `node[01-16]`) and fold identical outputs."""
+    """Run COMMAND on every node of NODESET (e.g. `node[01-16]`) and fold identical outputs.
+
+    \b
+    One word after -- is a shell command line:  -- 'dmesg | tail -3'
+    Several words are an argv list, each word quoted:  -- sh -c 'echo $HOSTNAME'
+    Exit status: 0 all nodes ok; 2 a node failed, timed out or could not be reached; 3 error.
+    """
     from fleetctl.fanout.base import FanoutOptions
     from fleetctl.fanout.fold import group_results, nodes_by_status, status_counts
     from fleetctl.fanout.registry import get_transport
