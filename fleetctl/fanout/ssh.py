@@ -7,15 +7,16 @@ by every node's direct-tcpip channel; threads are sized to the node count.
 
 Timeouts: connecting (TCP, ssh handshake, authentication, opening the session) must finish within
 `connect_timeout`; the command then has `timeout` seconds. A command past its time is reported as
-`timeout`, sent SIGKILL with the ssh `signal` request and its channel closed. OpenSSH honours that
-request only for non-root logins (a root session has no privilege-separated child); as root the
-command is left to end by itself, or by SIGPIPE on its next write to the closed channel.
+`timeout` and killed: the ssh `signal` request (OpenSSH honours it only for non-root logins), then a
+second session on the same connection that SIGKILLs every process carrying the run's token in its
+environment (Linux /proc), which also covers root sessions.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import secrets
 import select
 import shlex
 import socket
@@ -221,9 +222,11 @@ class SshTransport(Transport):
                  start: float) -> HostResult:
         try:
             chan = t.open_session(timeout=max(0.1, self.options.connect_timeout))
-            # Every transport tells the command which node it stands for (POSIX shells).
-            chan.exec_command(f"FLEETCTL_NODE={shlex.quote(node)}; export FLEETCTL_NODE; "
-                              f"{command.as_shell()}")
+            # Every transport tells the command which node it stands for (POSIX shells); the run
+            # token marks the command's processes, so that a timed-out one can be found and killed.
+            token = secrets.token_hex(8)
+            chan.exec_command(f"FLEETCTL_NODE={shlex.quote(node)}; FLEETCTL_RUN={token}; "
+                              f"export FLEETCTL_NODE FLEETCTL_RUN; {command.as_shell()}")
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise HostFailure(ERROR, f"cannot start the command: {_describe(exc)}") from None
         deadline = time.monotonic() + timeout
@@ -241,6 +244,7 @@ class SshTransport(Transport):
                               f"connection lost: {_describe(exc)}")
         if not finished:
             _kill(chan)
+            _reap(t, token)
             return HostResult(node, TIMEOUT, None, decode(out), decode(err), time.monotonic() - start,
                               f"command timed out after {timeout:g} s")
         code = chan.exit_status
@@ -290,6 +294,24 @@ def _kill(chan) -> None:
     except Exception:  # noqa: BLE001 - best effort: closing below still ends the session
         pass
     chan.close()
+
+
+# Kills every process whose environment carries the run token: the timed-out command and its children.
+_REAP = ('for p in /proc/[0-9]*; do grep -qxz "FLEETCTL_RUN=$1" "$p/environ" 2>/dev/null '
+         '&& kill -KILL "${p#/proc/}" 2>/dev/null; done; true')
+
+
+def _reap(t, token: str, wait: float = 3.0) -> None:
+    """The `signal` request is refused for root sessions, so kill the timed-out command from a second
+    session on the same connection (Linux /proc). Best effort, bounded by `wait` seconds."""
+    try:
+        chan = t.open_session(timeout=wait)
+        chan.exec_command(f"sh -c {shlex.quote(_REAP)} fleetctl-reap {token}")
+        chan.shutdown_write()
+        chan.status_event.wait(wait)
+        chan.close()
+    except Exception:  # noqa: BLE001 - the result is already a timeout; cleanup must not change it
+        pass
 
 
 def _tcp(address: str, port: int, timeout: float) -> socket.socket:

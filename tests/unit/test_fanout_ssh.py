@@ -215,15 +215,33 @@ def test_silent_server_times_out_in_handshake(sshd):
     assert res["mute"].status == "unreachable" and "timed out" in res["mute"].error, res["mute"]
 
 
-def test_hung_command_times_out_while_others_report(sshd):
+def _pids_running(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker in open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_hung_command_times_out_while_others_report_and_is_killed(sshd):
+    marker = f"sleep 15.{os.getpid()}"  # unique, to find the remote process afterwards
     start = time.monotonic()
     res = _run(sshd.options(), ["n1", "n2", "n3", "n4"],
-               '[ "$FLEETCTL_NODE" = n3 ] && { echo started; sleep 15; }; echo done', timeout=1.5)
+               f'[ "$FLEETCTL_NODE" = n3 ] && {{ echo started; {marker}; }}; echo done', timeout=1.5)
     took = time.monotonic() - start
     assert res["n3"].status == "timeout" and res["n3"].stdout == "started\n"
     assert "timed out after 1.5 s" in res["n3"].error
     assert all(res[n].ok and res[n].stdout == "done\n" for n in ("n1", "n2", "n4"))
     assert took < 6
+    # A root session ignores the ssh signal request; the token reaper must have killed it anyway.
+    deadline = time.monotonic() + 3
+    while _pids_running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _pids_running(marker) == []
 
 
 def test_jump_host(sshd):
