@@ -163,8 +163,8 @@ class Agent:
         self.loop_addr = {f: a for f, _s, a in self.loops}
         n_sp = len(self.sports)
         # flows answered here: flow -> [highest seq, bitmap] (bounded by the assignment)
-        self.replay = {int(f) + j: [-1, 0] for f, _s, d, _a in config["pairs"] if int(d) in self.nics
-                       for j in range(n_sp)}
+        self.replay = {int(f) + j: [-1, 0] for f, _s, d, _a in config["pairs"]
+                       if int(d) in self.nics for j in range(n_sp)}
         expected = int(self.rate * self.duration * (len(self.pairs) + len(self.loops)) * 1.05) + 16
         cap = int(config.get("max_records", 2_000_000))
         self.capacity = max(0, min(expected, cap))

@@ -128,7 +128,8 @@ def health_table(topo: Topology, paths: PathTable, w) -> dict:
     return rows
 
 
-def to_dict(run: RunData, a: Analysis, path: Path | None = None, elapsed: float | None = None) -> dict:
+def to_dict(run: RunData, a: Analysis, path: Path | None = None,
+            elapsed: float | None = None) -> dict:
     """The JSON object of `audit --mesh --format json` and `audit analyze`."""
     probes = run.probes
     sent = int(probes.size)

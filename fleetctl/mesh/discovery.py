@@ -58,7 +58,7 @@ def nic_table(site, topo: Topology) -> dict[str, NicInfo]:
 
 
 def hop_table(site) -> dict[str, tuple[str, str]]:
-    """Address -> ("link", link id + ":" + switch) for switch ports, ("switch", id) for loopbacks."""
+    """Address -> ("port", link id NUL switch) for switch ports, ("switch", id) for loopbacks."""
     out: dict[str, tuple[str, str]] = {}
     for sw in site.switches.values():
         if sw.address:

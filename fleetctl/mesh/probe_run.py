@@ -149,7 +149,8 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
                     failed)
     agents = {}
     for node, doc in docs.items():
-        agents[node] = {"counters": doc.get("counters", {}), "rx_timestamps": doc.get("rx_timestamps"),
+        agents[node] = {"counters": doc.get("counters", {}),
+                        "rx_timestamps": doc.get("rx_timestamps"),
                         "errors": doc.get("errors", [])}
         warnings += [f"{node}: {e}" for e in doc.get("errors", [])]
     probes = probe_records(docs, disc.flows, [topo.nic_host[i] for i in range(len(topo.nics))],

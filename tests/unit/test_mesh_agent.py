@@ -34,7 +34,8 @@ def config(port, *, rate=100.0, duration=1.0, linger=0.3, start_in=0.4, max_reco
     if clock_a:
         nodes["a"]["clock"] = clock_a
     return {"run_id": "run-1", "key": key, "port": port, "sports": [port + 1 + j for j in range(4)],
-            "rate": rate, "duration": duration, "linger": linger, "start_at": time.time() + start_in,
+            "rate": rate, "duration": duration, "linger": linger,
+            "start_at": time.time() + start_in,
             "max_records": max_records, "nodes": nodes,
             "pairs": [[0, 0, 1, "127.0.0.2"], [4, 1, 0, "127.0.0.1"]] if pairs else
             [[0, 0, 1, "127.0.0.2"]]}
@@ -56,8 +57,9 @@ def start(cfg, node, *, embedded=False):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
         proc.stdin.write(_payload(agent, cfg))
     else:
-        proc = subprocess.Popen([sys.executable, "-m", "fleetctl.mesh.agent"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "fleetctl.mesh.agent"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, text=True)
         proc.stdin.write(json.dumps(cfg))
     proc.stdin.close()
     return proc
