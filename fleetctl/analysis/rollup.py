@@ -11,7 +11,10 @@ Order matters, largest element first:
 Confidence (0..1) = support * sqrt(lift), where support = 1 - 0.5^(bad paths through the element)
 and lift = (c - b) / (1 - b), c being the share of the element's paths that are bad and b the share
 of bad paths elsewhere (background noise): 1 when every path through it is bad and none elsewhere,
-0 when its paths are no worse than the rest. Findings below `min_confidence` (0.4) are dropped:
+0 when its paths are no worse than the rest. An element is reported only if its bad-path count
+is significant against that background (binomial tail below `element_alpha`, 1e-3: a NIC whose
+28 paths include 11 slow ones when 20 % of all paths are slow is luck, not a fault), and findings
+below `min_confidence` (0.4) are dropped:
 with heavy-tailed jitter a window's p99 makes scattered paths look slow, but never most of the
 paths through one element.
 """
@@ -138,6 +141,9 @@ class Rollup:
         background = float(bad[outside].mean()) if outside.any() else 0.0
         lift = max(0.0, (consistency - background) / max(1e-9, 1.0 - background))
         confidence = round(float((1.0 - 0.5 ** n_bad) * np.sqrt(lift)), 3)
+        # its paths must be significantly worse than the rest, not just by luck of a few
+        if binom.sf(n_bad - 1, n_through, max(background, 1e-6)) >= self.th.element_alpha:
+            return None
         if confidence < self.th.min_confidence:
             # paths through it are barely worse than the rest: noise (heavy-tailed p99 jitter,
             # a few unlucky flows), not a faulty element

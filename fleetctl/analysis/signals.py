@@ -34,6 +34,7 @@ class Thresholds:
     delay_z: float = 6.0  # robust z-score of excess delay
     min_bad_paths: int = 2  # a finding needs at least this many bad paths
     min_confidence: float = 0.4  # ... and this confidence (before sharing it among twins)
+    element_alpha: float = 1e-3  # ... and bad paths improbable under the background bad share
     candidate_share: float = 0.3  # element kept as a suspect when this share of its paths is bad
     switch_bad_share: float = 0.8  # switch blamed when this share of its paths is bad ...
     switch_min_links: int = 3  # ... and at least this many of its link directions are blamed
@@ -79,13 +80,17 @@ class PathSignals:
     lost: np.ndarray
 
 
-def path_baseline(stats: WindowStats, hop_class: np.ndarray) -> np.ndarray:
+def path_baseline(stats: WindowStats, hop_class: np.ndarray, min_probes: int = 1) -> np.ndarray:
     """Healthy delay per path: the lower of its own low quantile over windows and the median of
-    paths of the same hop class, so a fault that lasts the whole run still stands out."""
+    paths of the same hop class, so a fault that lasts the whole run still stands out. Windows
+    where the path had fewer than `min_probes` probes, or under a quarter of its fullest window,
+    do not count: the p99 of a handful of probes (the tail of a run, seen by hosts whose clocks
+    run ahead) is near their median, and would make every full window of that path look slow."""
+    full = np.maximum(min_probes, 0.25 * stats.sent.max(axis=0))
+    delay = np.where(stats.sent >= full, stats.delay, np.nan)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # paths down in every window: NaN
-        own = np.nanquantile(stats.delay, 0.1, axis=0) if stats.n_windows > 1 \
-            else stats.delay[0].copy()
+        own = np.nanquantile(delay, 0.1, axis=0) if stats.n_windows > 1 else delay[0].copy()
     peer = np.full_like(own, np.nan)
     for cls in np.unique(hop_class):
         members = hop_class == cls

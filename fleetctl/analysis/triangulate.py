@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from fleetctl.analysis.merge import merge_identical_paths
 from fleetctl.analysis.rollup import SEVERITY_RANK, Rollup
 from fleetctl.analysis.signals import PathSignals, Thresholds, WindowStats, path_baseline, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
@@ -21,18 +22,23 @@ from fleetctl.mesh.topology import PathTable, Topology
 
 
 def triangulate(topo: Topology, paths: PathTable, stats: WindowStats, solver: str = "nnls",
-                th: Thresholds | None = None) -> list[dict]:
+                th: Thresholds | None = None, merge: bool = True) -> list[dict]:
+    """Findings, most severe first. With `merge`, traced flows that took the same path are
+    merged into one row first (merge.py): more probes per row, better sensitivity; evidence
+    then counts distinct paths."""
     th = th or Thresholds()
     if stats.sent.shape[1] != len(paths):
         raise DataError(f"window stats cover {stats.sent.shape[1]} paths, the path table has "
                         f"{len(paths)}")
     impl = get_solver(solver)
+    if merge:
+        paths, stats, _ = merge_identical_paths(paths, stats)
     inc = paths.matrix(topo.n_elements).tocsc()
     is_link = topo.element_types() == 0
     link_cols = np.flatnonzero(is_link)
     links_only = inc[:, link_cols].tocsr()
     hop_class = np.rint(np.asarray(links_only.sum(axis=1)).ravel()).astype(np.int64)
-    baseline = path_baseline(stats, hop_class)
+    baseline = path_baseline(stats, hop_class, th.min_probes)
     rollup = Rollup(topo, inc, th)
     merged: dict[tuple, dict] = {}
     for w in range(stats.n_windows):

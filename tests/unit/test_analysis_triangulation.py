@@ -174,3 +174,17 @@ def test_thresholds_are_tunable(lab):
     assert named(triangulate(t, paths, stats, "nnls")) == [("link", "leaf4->spine1", "delay")]
     # a site that only cares about delays above 100 us
     assert triangulate(t, paths, stats, "nnls", Thresholds(delay_floor_us=100.0)) == []
+
+
+def test_a_nearly_empty_tail_window_does_not_set_the_baseline(lab):
+    """The last window of a run holds the few probes of hosts whose clocks run ahead: their p99
+    over 2 probes is low, and must not become the baseline against which full windows look slow
+    (a bug seen with skewed clocks and the p99)."""
+    import numpy as np
+    t, paths = lab
+    full = simulate(t, paths, [], windows=2, probes=200, jitter_us=3.0, seed=4)
+    tail_sent = np.where(paths.src_nic % 3 == 0, 2, 0)[None, :]  # some paths, 2 probes each
+    stats = WindowStats(np.vstack([full.sent, tail_sent]),
+                        np.vstack([full.lost, np.zeros_like(tail_sent)]),
+                        np.vstack([full.delay + 40.0, full.delay[:1] - 30.0]))
+    assert triangulate(t, paths, stats, "nnls") == []
