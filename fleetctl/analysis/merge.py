@@ -18,21 +18,25 @@ def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTab
                                                                         np.ndarray]:
     """(merged paths, merged stats, group of each original path). Sent and lost add up; a
     merged window delay is the median of its members' delays (nearest rank)."""
-    group = np.empty(len(paths), dtype=np.int64)
-    seen: dict[bytes, int] = {}
-    keep: list[int] = []
-    for i in range(len(paths)):
-        if paths.traced[i]:
-            lo, hi = paths.indptr[i], paths.indptr[i + 1]
-            key = paths.elements[lo:hi].tobytes()
-            g = seen.get(key)
-            if g is None:
-                g = seen[key] = len(keep)
-                keep.append(i)
-        else:
-            g = len(keep)
-            keep.append(i)
-        group[i] = g
+    # a traced path is identified by its element set: hash it as a sum of random 64-bit
+    # values per element (wrapping), with its length; collisions have odds of ~2^-64
+    rng = np.random.default_rng(0x5EED)
+    salt = rng.integers(0, 2 ** 63, size=int(paths.elements.max(initial=0)) + 1, dtype=np.int64)
+    lengths = np.diff(paths.indptr)
+    with np.errstate(over="ignore"):
+        starts = np.minimum(paths.indptr[:-1], max(0, len(paths.elements) - 1))
+        sums = np.add.reduceat(salt[paths.elements], starts) if len(paths.elements) \
+            else np.zeros(len(paths), dtype=np.int64)
+    sums = np.where(lengths > 0, sums, 0)
+    key = np.where(paths.traced, sums, -1 - np.arange(len(paths)))  # untraced: each its own
+    _, first, group = np.unique(np.stack([key, np.where(paths.traced, lengths, 0)], axis=1),
+                                axis=0, return_index=True, return_inverse=True)
+    group = group.ravel()
+    order = np.argsort(first)  # keep groups in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    group = rank[group]
+    keep = list(np.sort(first))
     n = len(keep)
     if n == len(paths):
         return paths, stats, group

@@ -30,21 +30,23 @@ class FlockSolver(Solver):
     penalty = 12.0  # nats on top of log(#links): the evidence a new fault must bring
 
     def blame(self, problem: Problem) -> dict[int, float]:
-        a = problem.A.tocsc()
         bad = problem.bad.astype(bool)
-        n_rows, n_cols = a.shape
-        if not bad.any() or n_rows == 0:
+        if not bad.any() or problem.A.shape[0] == 0:
             return {}
+        # only links crossed by some bad flow can gain likelihood: solve over those alone
+        touched = np.flatnonzero(problem.A[bad].sum(axis=0).A1 > 0)
+        a = problem.A[:, touched].tocsc()
+        n_rows, n_cols = a.shape
         rows = a.indices  # row of each non-zero, column-major
         cols = np.repeat(np.arange(n_cols), np.diff(a.indptr))
         w = a.data
         eps = float(np.clip(bad.mean(), MIN_EPS, MAX_EPS))
         p_ok = np.full(n_rows, 1.0 - eps)  # P(flow not flagged) under the current hypothesis
-        price = self.penalty + np.log(max(2, n_cols))
+        price = self.penalty + np.log(max(2, problem.A.shape[1]))
         chosen: dict[int, float] = {}
         for _ in range(self.max_faults):
             gain, d = self._best_gains(p_ok, bad, rows, cols, w, n_cols)
-            gain[list(chosen)] = -np.inf
+            gain[np.isin(touched, list(chosen))] = -np.inf
             top = int(np.argmax(gain))
             if gain[top] <= price:
                 break
@@ -55,7 +57,7 @@ class FlockSolver(Solver):
             hit &= bad
             if hit.sum() < problem.th.min_bad_paths:
                 break
-            chosen[top] = float(np.median(problem.y[hit]))
+            chosen[int(touched[top])] = float(np.median(problem.y[hit]))
             if len(chosen) == 1:  # noise rate from the flows the first fault cannot touch
                 outside = np.ones(n_rows, dtype=bool)
                 outside[a.indices[col]] = False
