@@ -15,6 +15,7 @@ Every run is analysed by every solver on the same records:
 - the clock offset error against the injected skew (every run).
 
     python benchmarks/localization.py [--scenarios 16] [--clean 4] [--duration 10] [--rate 20]
+        [--kinds loss,down,nic,rate] [--loss 1,5] [--seed 1]
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ from fleetctl.mesh.analyze import analyze
 from fleetctl.mesh.probe_run import MeshOptions, probe_run
 
 
-def random_fault(rng: random.Random, lab) -> dict:
+def random_fault(rng: random.Random, lab, kinds: list[str], loss: tuple[float, float]) -> dict:
     leaves = [f"leaf{i}" for i in range(1, lab.params.leaves + 1)]
     spines = [f"spine{i}" for i in range(1, lab.params.spines + 1)]
     leaf, spine = rng.choice(leaves), rng.choice(spines)
     direction = rng.choice([(leaf, spine), (spine, leaf)])
-    kind = rng.choice(["loss", "down", "nic", "rate"])
+    kind = rng.choice(kinds)
     if kind == "loss":
-        pct = round(rng.uniform(1, 5), 1)
+        pct = round(rng.uniform(*loss), 1)
         return {"target": f"{direction[0]}->{direction[1]}", "kind": "loss", "value": str(pct),
                 "truth": ("link", f"{leaf}--{spine}", f"{direction[0]}->{direction[1]}")}
     if kind == "down":
@@ -79,6 +80,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hosts", type=int, default=8)
     ap.add_argument("--leaves", type=int, default=4)
+    ap.add_argument("--kinds", default="loss,down,nic,rate", help="fault kinds to draw from")
+    ap.add_argument("--loss", default="1,5", help="loss range in %%: MIN,MAX")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     params = LabParams(hosts=a.hosts, nics_per_host=2, leaves=a.leaves, spines=2, gpus_per_host=0,
@@ -92,7 +95,9 @@ def main() -> int:
         plan = ["clean"] * a.clean + ["fault"] * a.scenarios
         rng.shuffle(plan)
         for kind in plan:
-            fault = random_fault(rng, lab) if kind == "fault" else None
+            fault = random_fault(rng, lab, a.kinds.split(","),
+                                 tuple(float(x) for x in a.loss.split(","))) \
+                if kind == "fault" else None
             if fault:
                 faults.add(fault["target"], fault["kind"], fault["value"])
             try:
@@ -137,7 +142,8 @@ def main() -> int:
     print(json.dumps({
         "lab": {"hosts": a.hosts, "nics_per_host": 2, "leaves": a.leaves, "spines": 2},
         "scenarios": a.scenarios, "clean_runs": a.clean, "duration_s": a.duration,
-        "rate_per_pair_hz": a.rate, "seed": a.seed, "solvers": summary,
+        "rate_per_pair_hz": a.rate, "seed": a.seed, "kinds": a.kinds, "loss_pct": a.loss,
+        "solvers": summary,
         "clock_offset_error_us_p99": {"median_over_runs": float(np.median(clock_p99))
                                       if clock_p99 else None,
                                       "max_over_runs": max(clock_p99) if clock_p99 else None},
