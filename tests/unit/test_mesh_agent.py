@@ -191,3 +191,15 @@ def test_payload_keeps_the_key_out_of_argv():
     cfg = config(free_port(), key=secrets.token_hex(32))
     script = _payload(agent, cfg)
     assert cfg["key"] in script and "_EMBEDDED_CONFIG = None" not in script
+
+
+def test_unanswered_probes_are_lost_out_and_a_failed_peer_is_left_out():
+    port = free_port()
+    cfg = config(port, duration=0.5, linger=0.3, start_in=0.2, pairs=False)
+    doc = finish(start(cfg, "a"))  # nobody answers at 127.0.0.2
+    assert doc["counters"]["sent"] >= 45 and doc["counters"]["echoes"] == 0
+    flows = np.array([(f, 0, 1, port + 1 + f, -1, -1) for f in range(4)], dtype=FLOW_DTYPE)
+    probes = probe_records({"a": doc}, flows, ["a", "b"], set())
+    assert len(probes) == doc["records"]["n"] and (probes["lost"] == 1).all()
+    assert (probes["t_recv"] == 0).all() and (np.diff(probes["t_send"]) >= 0).all()
+    assert len(probe_records({"a": doc}, flows, ["a", "b"], {"b"})) == 0
