@@ -27,10 +27,9 @@ def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTab
         starts = np.minimum(paths.indptr[:-1], max(0, len(paths.elements) - 1))
         sums = np.add.reduceat(salt[paths.elements], starts) if len(paths.elements) \
             else np.zeros(len(paths), dtype=np.int64)
-    sums = np.where(lengths > 0, sums, 0)
-    key = np.where(paths.traced, sums, -1 - np.arange(len(paths)))  # untraced: each its own
-    _, first, group = np.unique(np.stack([key, np.where(paths.traced, lengths, 0)], axis=1),
-                                axis=0, return_index=True, return_inverse=True)
+        sums = np.where(lengths > 0, sums, 0) + lengths * np.int64(0x9E3779B97F4A7C15 - 2 ** 64)
+    key = np.where(paths.traced, sums, np.iinfo(np.int64).min + np.arange(len(paths)))
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)  # untraced: alone
     group = group.ravel()
     order = np.argsort(first)  # keep groups in order of first appearance
     rank = np.empty_like(order)
@@ -40,9 +39,13 @@ def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTab
     n = len(keep)
     if n == len(paths):
         return paths, stats, group
-    rows = [(paths.row(i), paths.weights[paths.indptr[i]:paths.indptr[i + 1]]) for i in keep]
-    merged = PathTable.from_rows(rows, list(paths.src_nic[keep]), list(paths.dst_nic[keep]),
-                                 list(paths.traced[keep]))
+    keep = np.asarray(keep)
+    lens = lengths[keep]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=indptr[1:])
+    take = np.repeat(paths.indptr[keep] - indptr[:-1], lens) + np.arange(indptr[-1])
+    merged = PathTable(indptr, paths.elements[take], paths.weights[take], paths.src_nic[keep],
+                       paths.dst_nic[keep], paths.traced[keep])
     w = stats.n_windows
     sent = np.zeros((w, n), dtype=np.int64)
     lost = np.zeros((w, n), dtype=np.int64)
