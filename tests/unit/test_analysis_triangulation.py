@@ -57,6 +57,9 @@ CASES = [
      [("link", "leaf4->spine2", "loss"), ("link", "spine1->leaf3", "delay")]),
     ([Fault("leaf1->spine2", "loss", 0.03), Fault("node7:eth0", "down")],
      [("link", "leaf1->spine2", "loss"), ("nic", "node7:eth0", "down")]),
+    ([Fault("node5", "delay", 100.0)], [("host", "node5", "delay")]),
+    ([Fault("node6:eth1", "loss", 0.03)], [("nic", "node6:eth1", "loss")]),
+    ([Fault("leaf2", "delay", 80.0)], [("switch", "leaf2", "delay")]),
 ]
 
 
