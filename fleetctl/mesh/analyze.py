@@ -86,7 +86,9 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
                                  f["element"]["id"]))
     t_send = run.probes["t_send"][pair]
     span = float((t_send.max() - t_send.min()) * 1e-9)
-    csum = {"hosts": len(hosts), "synchronized": int(np.isfinite(clock.offset).sum()),
+    probed = np.unique(nic_host[np.r_[run.probes["src_nic"][pair], run.probes["dst_nic"][pair]]])
+    csum = {"hosts": int(probed.size),
+            "synchronized": int(np.isfinite(clock.offset[probed]).sum()),
             "pairs": len(clock.pairs),
             "max_pair_residual_us": round(float(np.nanmax(np.abs(clock.residual))) * 1e6, 2)
             if len(clock.residual) else None}
