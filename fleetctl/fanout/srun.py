@@ -81,7 +81,10 @@ class SrunTransport(Transport):
         by_node = {t.node: t for t in tasks.values() if t.node}
         for node in nodes:
             task = by_node.get(node)
-            if task is not None and task.rc is not None:
+            # After the timeout srun forwards SIGTERM: a task that then reports 128+signal was
+            # killed by us, not failed by itself.
+            killed = timed_out and task is not None and task.rc is not None and task.rc >= 128
+            if task is not None and task.rc is not None and not killed:
                 r = HostResult(node, OK if task.rc == 0 else FAILED, task.rc, task.stdout(), task.stderr(),
                                duration)
             elif timed_out:
