@@ -17,7 +17,7 @@ sender: an echo for a record already answered) are counted and dropped.
 Memory is bounded: the record arrays are allocated once (at most `max_records`), the responder
 tracks only the flows assigned to it. The agent always exits: sending stops at start + duration,
 it answers for `linger` more seconds, then prints one JSON document (records as base64 of zlib of
-little-endian arrays) and exits; an alarm ends it even if stdout blocks.
+little-endian arrays, in short pieces, one per line) and exits; an alarm ends it even if stdout blocks.
 
 In the lab (`lab up --clock-skew`), every timestamp is put on the host's emulated clock:
 t + offset + drift * (t - t0), from the lab state passed in the configuration.
@@ -413,11 +413,14 @@ class Agent:
         }
 
 
-def _b64(arr: array) -> str:
+def _b64(arr: array) -> list[str]:
+    """base64 of zlib of the little-endian array, in 400-character pieces: printed one per line
+    (indent=0), no output line is long enough for a transport to split it (srun does)."""
     if sys.byteorder != "little":
         arr = array(arr.typecode, arr)
         arr.byteswap()
-    return base64.b64encode(zlib.compress(arr.tobytes(), 1)).decode("ascii")
+    text = base64.b64encode(zlib.compress(arr.tobytes(), 1)).decode("ascii")
+    return [text[i:i + 400] for i in range(0, len(text), 400)]
 
 
 def run(config: dict, node: str) -> dict:
@@ -448,7 +451,7 @@ def main() -> int:
     except OSError as exc:
         print(f"fleetctl probe agent: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(json.dumps(out))
+    sys.stdout.write(json.dumps(out, indent=0))
     sys.stdout.flush()
     return 0
 

@@ -26,9 +26,10 @@ _TYPES = {"flow": "<u4", "seq": "<u4", "t1": "<i8", "t2": "<i8", "t3": "<i8", "t
 
 def _array(doc: dict, name: str, node: str) -> np.ndarray:
     try:
-        raw = zlib.decompress(base64.b64decode(doc[name]))
+        text = doc[name]
+        raw = zlib.decompress(base64.b64decode("".join(text) if isinstance(text, list) else text))
         return np.frombuffer(raw, dtype=_TYPES[name])
-    except (KeyError, ValueError, zlib.error) as exc:
+    except (KeyError, ValueError, TypeError, zlib.error) as exc:
         raise DataError(f"{node}: probe agent output field {name!r} is unreadable: {exc}") from None
 
 

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fleetctl.errors import UsageError
+from fleetctl.errors import DataError, UsageError
 from fleetctl.fanout import run_python
 from fleetctl.fanout.payload import json_output
 from fleetctl.mesh import agent as agent_module
@@ -155,6 +155,8 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
         warnings += [f"{node}: {e}" for e in doc.get("errors", [])]
     probes = probe_records(docs, disc.flows, [topo.nic_host[i] for i in range(len(topo.nics))],
                            failed)
+    if probes.size == 0:
+        raise DataError("no probe records: " + ("; ".join(warnings[:3]) or "no agent reported"))
     params = {**asdict(opts), "pairs_design": plan.design, "pairs": len(pairs),
               "nodes": hosts_used, "transport": getattr(transport, "name", "")}
     run = RunData(run_id, site.name, topo, disc.paths, disc.flows, probes,

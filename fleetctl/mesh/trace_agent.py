@@ -139,8 +139,9 @@ def main() -> int:
     except OSError as exc:
         print(f"fleetctl path tracer: {exc}", file=sys.stderr)
         return 1
+    # indent=0: one short line per item, so no transport splits a line (srun does)
     sys.stdout.write(json.dumps({"node": node, "paths": paths, "arrived": arrived,
-                                 "errors": errors}))
+                                 "errors": errors}, indent=0))
     return 0
 
 

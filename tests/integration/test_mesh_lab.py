@@ -91,3 +91,13 @@ def test_rate_limited_link_under_load(lab, fault):
     f = only(mesh(lab))
     assert f["element"] == {"type": "link", "id": "leaf1--spine2", "direction": "leaf1->spine2"}
     assert f["metric"] in ("delay", "loss") and f["severity"] in ("major", "critical")
+
+
+def test_agents_over_srun(lab):
+    """srun splits long output lines: the agents' output must survive it (short lines)."""
+    with get_transport("srun", site=lab.site) as t:
+        result = probe_run(lab.site, lab.nodes, t, MeshOptions(duration=2.0, rate=50.0))
+    data = to_dict(result.run, result.analysis)
+    assert data["findings"] == [] and data["warnings"] == []
+    s = data["summary"]
+    assert s["lost"] == 0 and s["paths_traced"] == s["paths"]
