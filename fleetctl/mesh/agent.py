@@ -17,7 +17,8 @@ sender: an echo for a record already answered) are counted and dropped.
 Memory is bounded: the record arrays are allocated once (at most `max_records`), the responder
 tracks only the flows assigned to it. The agent always exits: sending stops at start + duration,
 it answers for `linger` more seconds, then prints one JSON document (records as base64 of zlib of
-little-endian arrays, in short pieces, one per line) and exits; an alarm ends it even if stdout blocks.
+little-endian arrays, in short pieces, one per line) and exits; an alarm ends it even if stdout
+blocks.
 
 In the lab (`lab up --clock-skew`), every timestamp is put on the host's emulated clock:
 t + offset + drift * (t - t0), from the lab state passed in the configuration.
