@@ -161,11 +161,52 @@ class Discovery:
     switch_results: dict[str, bool]  # switch probe key -> reached
     errors: list[str] = field(default_factory=list)
 
-    def summary(self) -> dict:
-        return {"traced": self.traced_flows, "directions": self.total_flows,
-                "paths": len(self.paths), "switch_probes": len(self.switch_results),
-                "switch_probes_reached": int(sum(self.switch_results.values())),
-                "errors": self.errors[:10]}
+    def summary(self, topo: Topology | None = None) -> dict:
+        out = {"traced": self.traced_flows, "directions": self.total_flows,
+               "paths": len(self.paths), "switch_probes": len(self.switch_results),
+               "switch_probes_reached": int(sum(self.switch_results.values())),
+               "errors": self.errors[:10]}
+        if topo is not None:
+            out.update(ecmp_coverage(topo, self))
+        return out
+
+
+def ecmp_coverage(topo: Topology, disc: Discovery) -> dict:
+    """How well the source ports spread each pair over its ECMP paths: per directed pair with
+    every flow traced, distinct forward paths seen / shortest paths the fabric offers."""
+    dist = topo.switch_distances()
+    nxt: dict[int, list[int]] = {}
+    for u, v, _e in topo.switch_edges():
+        nxt.setdefault(u, []).append(v)
+    memo: dict[tuple[int, int], int] = {}
+
+    def count(u: int, d: int) -> int:  # shortest paths u -> d, by the hop-count DAG
+        if u == d:
+            return 1
+        if (u, d) not in memo:
+            memo[(u, d)] = sum(count(v, d) for v in nxt.get(u, []) if dist[v, d] == dist[u, d] - 1)
+        return memo[(u, d)]
+
+    seen: dict[tuple[int, int], set[int]] = {}
+    untraced: set[tuple[int, int]] = set()
+    for f in disc.flows:
+        if f["dst_nic"] < 0:
+            continue
+        key = (int(f["src_nic"]), int(f["dst_nic"]))
+        if f["fwd_path"] < 0 or not disc.paths.traced[f["fwd_path"]]:
+            untraced.add(key)
+        seen.setdefault(key, set()).add(int(f["fwd_path"]))
+    shares = []
+    for (a, b), paths in seen.items():
+        if (a, b) in untraced:
+            continue
+        total = count(topo.switch_of(topo.nics[a]), topo.switch_of(topo.nics[b]))
+        shares.append(min(1.0, len(paths) / max(1, total)))
+    if not shares:
+        return {}
+    return {"ecmp_pairs": len(shares),
+            "ecmp_pairs_all_paths_seen": round(sum(x >= 1.0 for x in shares) / len(shares), 4),
+            "ecmp_paths_seen_mean_share": round(sum(shares) / len(shares), 4)}
 
 
 def resolve(topo: Topology, site, plan: FlowPlan, traces: dict[str, dict]) -> Discovery:

@@ -160,7 +160,7 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
     params = {**asdict(opts), "pairs_design": plan.design, "pairs": len(pairs),
               "nodes": hosts_used, "transport": getattr(transport, "name", "")}
     run = RunData(run_id, site.name, topo, disc.paths, disc.flows, probes,
-                  int(start_at * 1e9), params, disc.switch_results, agents, disc.summary(),
+                  int(start_at * 1e9), params, disc.switch_results, agents, disc.summary(topo),
                   truth, warnings)
     progress("analysing")
     # a window as long as the run would leave its last probes alone in a second, useless window

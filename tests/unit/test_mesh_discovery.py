@@ -140,3 +140,17 @@ def test_parse_icmp_time_exceeded():
     assert parse_icmp(outer) == ("10.253.1.10", 11, "10.252.1.2", "10.252.2.6", 61003, 61100)
     assert parse_icmp(outer[:30]) is None
     assert parse_icmp(np.zeros(10, dtype=np.uint8).tobytes()) is None
+
+
+def test_ecmp_coverage_of_the_source_ports(lab_site):
+    site, topo = lab_site
+    plan = discovery.FlowPlan(select_pairs(topo).pairs, [61000 + j for j in range(4)], 61100)
+    both = discovery.resolve(topo, site, plan,
+                             traces_for(site, topo, plan, lambda f: f"spine{1 + f % 2}"))
+    assert discovery.ecmp_coverage(topo, both) == {
+        "ecmp_pairs": 48, "ecmp_pairs_all_paths_seen": 1.0, "ecmp_paths_seen_mean_share": 1.0}
+    one = discovery.resolve(topo, site, plan, traces_for(site, topo, plan))  # spine1 only
+    cov = discovery.ecmp_coverage(topo, one)
+    # 16 same-leaf pairs have one path; the 32 across leaves see 1 of 2
+    assert cov["ecmp_pairs_all_paths_seen"] == pytest.approx(16 / 48, abs=1e-4)
+    assert cov["ecmp_paths_seen_mean_share"] == pytest.approx((16 + 32 * 0.5) / 48, abs=1e-4)
