@@ -61,8 +61,6 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
                                        write_history)
     from fleetctl.checks import since_epoch
     from fleetctl.errors import UsageError
-    from fleetctl.nodeset import parse_nodeset
-
     from fleetctl.cli import mesh_view
 
     if nodeset and nodeset[0] == "analyze":
@@ -79,10 +77,7 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
         raise UsageError("--mesh-only probes between nodes: it cannot run with --local")
     site = app.site
     if mesh or mesh_only:
-        mesh_nodes = list(parse_nodeset(nodeset)) if nodeset else list(site.nodes)
-        unknown = [n for n in mesh_nodes if site.node_class(n) is None]
-        if unknown:
-            raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
+        mesh_nodes = _site_nodes(site, nodeset)
     if mesh_only:
         data = mesh_view.run_mesh(app, site, mesh_nodes, transport, duration, rate, out,
                                   solver or "nnls")
@@ -102,10 +97,7 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
         name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
         outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget)}
     else:
-        nodes = list(parse_nodeset(nodeset)) if nodeset else list(site.nodes)
-        unknown = [n for n in nodes if site.node_class(n) is None]
-        if unknown:
-            raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
+        nodes = _site_nodes(site, nodeset)
         if idle_only:
             idle = {n.name for n in backend.nodes(nodes) if n.state == "IDLE"}
             nodes = [n for n in nodes if n in idle]
@@ -140,6 +132,18 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
     if mesh and data["mesh"]["findings"]:
         return max(report.exit_code, 2)
     return report.exit_code
+
+
+def _site_nodes(site, nodeset: str | None) -> list[str]:
+    """The nodes of NODESET (default: all of the site file), each of which the site file must know."""
+    from fleetctl.errors import UsageError
+    from fleetctl.nodeset import parse_nodeset
+
+    nodes = list(parse_nodeset(nodeset)) if nodeset else list(site.nodes)
+    unknown = [n for n in nodes if site.node_class(n) is None]
+    if unknown:
+        raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
+    return nodes
 
 
 def _collect_with_progress(app, site, nodes, level, transport, since_ts, budget, escalate, collect):
