@@ -101,3 +101,20 @@ def test_agents_over_srun(lab):
     assert data["findings"] == [] and data["warnings"] == []
     s = data["summary"]
     assert s["lost"] == 0 and s["paths_traced"] == s["paths"]
+
+
+def test_mesh_together_with_node_checks(lab, capsys, monkeypatch, fault):
+    """`audit --mesh`: one report with the node checks and, under `mesh`, the network findings."""
+    for k, v in lab.env.items():
+        monkeypatch.setenv(k, v)
+    fault("node3:eth1", "down")
+    rc = cli_run(["audit", "--mesh", "--level", "quick", "--since", "1s", "--duration", "3",
+                  "--rate", "50", "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 2
+    assert data["schema"] == "fleetctl.audit/1"
+    node3 = next(n for n in data["nodes"] if n["node"] == "node3")
+    links = {r["subject"]: r["status"] for r in node3["results"] if r["code"] == "nic.link"}
+    assert links["eth1"] == "fail"
+    found = only(data["mesh"])
+    assert found["element"] == {"type": "nic", "id": "node3:eth1"}, found
