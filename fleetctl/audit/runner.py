@@ -16,8 +16,9 @@ from fleetctl.checks import build_payload, parse_payload_output, payload_args, r
 from fleetctl.errors import DataError, FleetctlError, UsageError
 
 LEVELS = ("quick", "standard", "deep")
-# Seconds a transport may need beyond the payload's own budget (connect, interpreter start, output).
-TRANSPORT_MARGIN_S = 10.0
+# Seconds a command may need beyond the payload's own budget (interpreter start, sending the output);
+# connecting is bounded separately by access.connect_timeout.
+TRANSPORT_MARGIN_S = 5.0
 
 # Put after the payload's `from __future__` line: fill {node} in the argument from FLEETCTL_NODE.
 _NODE_FILL = (

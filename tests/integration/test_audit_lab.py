@@ -142,6 +142,25 @@ def test_node_not_answering_is_reported_and_others_complete(lab, capsys, clean):
     assert rc == 1 and report["actions"] is None
 
 
+def test_node_that_stops_answering_mid_audit_is_reported(lab, capsys, clean):
+    """node2 answers the connection, then its link goes away while its checks run (the standard
+    level samples NIC counters for a second): it times out, the other nodes are all reported."""
+    import threading
+
+    timer = threading.Timer(0.8, lambda: lab.run_in("node2", ["ip", "link", "set", "mgmt0", "down"],
+                                                    check=False))
+    timer.start()
+    try:
+        rc, report = fleetctl_json(capsys, "audit", "--level", "standard", "--budget", "3", "--since", "1s")
+    finally:
+        timer.join()
+        lab.run_in("node2", ["ip", "link", "set", "mgmt0", "up"], check=False)
+    nodes = by_node(report)
+    assert nodes["node2"]["status"] == "error" and nodes["node2"]["transport"] == "timeout", nodes["node2"]
+    assert all(nodes[n]["complete"] and nodes[n]["transport"] == "ok" for n in ("node1", "node3", "node4"))
+    assert rc == 1
+
+
 def test_prom_and_history(lab, capsys, clean, tmp_path):
     prom, history = tmp_path / "fleetctl.prom", tmp_path / "history"
     fleetctl_json(capsys, "audit", "--level", "quick", "--since", "1s", "--prom", str(prom),
