@@ -33,6 +33,7 @@ class HookVerdict:
     node: str
     exit_code: int
     summary: str
+    failed: bool = False  # a definite hardware failure was found (the exit code may still be 0)
     drained: bool = False
     resumed: bool = False
     outcome: NodeOutcome | None = None
@@ -40,7 +41,7 @@ class HookVerdict:
 
     def to_dict(self) -> dict:
         return {"hook": self.hook, "node": self.node, "exit_code": self.exit_code, "summary": self.summary,
-                "drained": self.drained, "resumed": self.resumed, "new_findings": self.new_findings,
+                "failed": self.failed, "drained": self.drained, "resumed": self.resumed, "new_findings": self.new_findings,
                 "check": self.outcome.to_dict() if self.outcome else None}
 
 
@@ -89,7 +90,7 @@ def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = 
         text = f"{first.get('message', '')}{more} [{hook}]"
         result = backend.drain([node], first["code"], text)
         verdict = HookVerdict(hook, node, EXIT_FAILURES, f"{first['code']}: {first.get('message', '')}{more}",
-                              drained=node in result.drained, outcome=outcome, new_findings=failures)
+                              failed=True, drained=node in result.drained, outcome=outcome, new_findings=failures)
         # The epilog leaves the verdict to its own drain: a failing Epilog would make Slurm drain the
         # node again with "Epilog error", hiding the machine-readable reason.
         if hook == "epilog":
@@ -132,7 +133,7 @@ def log_verdict(verdict: HookVerdict | None, hook: str, error: FleetctlError | E
         line = f"fleetctl {hook} node={node} job={job} verdict=error error={error}"
     else:
         line = (f"fleetctl {hook} node={node} job={job} verdict="
-                f"{'fail' if verdict.exit_code else 'pass'} drained={int(verdict.drained)} "
+                f"{'fail' if verdict.failed else 'pass'} drained={int(verdict.drained)} "
                 f"resumed={int(verdict.resumed)} {verdict.summary}")
     path = os.environ.get("FLEETCTL_HOOK_LOG")
     if path:

@@ -206,7 +206,8 @@ def _undo(st: dict, plan: Plan, fault: dict) -> None:
     system.stop(fault.get("processes", []))
     if kind in GPU_KINDS:
         node_index = int(fault["node"][4:])
-        gpusim.clear_gpu(paths.lab_dir(), fault["node"], node_index, fault["gpu"])
+        gpusim.clear_gpu(paths.lab_dir(), fault["node"], node_index, fault["gpu"],
+                         repaired_by_reboot=kind == "xid")
     elif kind == "loss":
         _sync_nft(st, plan, {_end(plan, link_id, dst).netns for _, dst in fault["directions"]})
     elif kind == "rate":

@@ -141,8 +141,16 @@ def apply_fault(lab: Path, node: str, index: int, kind: str, value) -> None:
     _write_json(host_dir(lab, node) / "gpus.json", doc)
 
 
-def clear_gpu(lab: Path, node: str, node_index: int, index: int) -> None:
-    """Back to the healthy state; the kernel log keeps its lines, as a real one would."""
+def clear_gpu(lab: Path, node: str, node_index: int, index: int, *, repaired_by_reboot: bool = False) -> None:
+    """Back to the healthy state. Clearing an Xid models its repair, which ends in a reboot: the
+    host's kernel log starts anew (the old one is kept as kern.log.1), as /dev/kmsg would after a
+    reboot. Other GPU faults are repaired by a GPU reset: the kernel log keeps its lines."""
+    if repaired_by_reboot:
+        log = host_dir(lab, node) / "kern.log"
+        if log.exists():
+            with open(log.with_name("kern.log.1"), "a") as old:
+                old.write(log.read_text())
+            log.write_text("")
     doc = _load(lab, node)
     doc["gpus"] = [healthy_gpu(node_index, index) if g["index"] == index else g for g in doc["gpus"]]
     _write_json(host_dir(lab, node) / "gpus.json", doc)

@@ -265,14 +265,11 @@ def test_escalation_reruns_suspects_at_the_next_level(lab, capsys, clean):
     assert rc == 1
 
 
-def test_epilog_drains_node_after_xid_during_job(lab, tmp_path, clean):
-    target = tmp_path / "hooks"
-    assert cli_run(["hook", "install", str(target), "--log", str(tmp_path / "hooks.log")]) == 0
-    link = Path(lab.lab_dir) / "hooks" / "epilog.d" / "50-fleetctl-epilog"
-    link.unlink(missing_ok=True)
-    link.symlink_to(target / "fleetctl-epilog")
+def test_epilog_drains_node_after_xid_during_job(lab, hooks):
+    # The Prolog marks the job's start; the Epilog judges kernel-log lines from then on only, so an
+    # Xid left in node2's log by an earlier test does not count.
+    job = sbatch(lab, "-w", "node2", "-N1", "--wrap", "sleep 3")
     try:
-        job = sbatch(lab, "-w", "node2", "-N1", "--wrap", "sleep 3")
         wait_for(lambda: job_state(lab, job).get("JobState") == "RUNNING")
         assert cli_run(["lab", "fault", "add", "node2:gpu0", "--xid", "48"]) == 0
         state = wait_for(lambda: (s := scontrol_node(lab, "node2")) and "DRAIN" in s["State"] and s,
@@ -282,8 +279,10 @@ def test_epilog_drains_node_after_xid_during_job(lab, tmp_path, clean):
         # The node is drained while the Epilog still runs: the job then completes normally.
         wait_for(lambda: job_state(lab, job).get("JobState") == "COMPLETED")
     finally:
-        link.unlink(missing_ok=True)
-    assert "fleetctl epilog node=node2" in (tmp_path / "hooks.log").read_text()
+        cancel(lab, job)
+    log = (hooks.parent / "hooks.log").read_text()
+    assert "fleetctl prolog node=node2" in log and "verdict=pass" in log
+    assert "fleetctl epilog node=node2" in log and "verdict=fail" in log
 
 
 def test_healthcheck_drains_then_resumes_its_own_drain(lab, hooks):
