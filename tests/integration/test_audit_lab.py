@@ -268,9 +268,13 @@ def test_escalation_reruns_suspects_at_the_next_level(lab, capsys, clean):
 def test_epilog_drains_node_after_xid_during_job(lab, hooks):
     # The Prolog marks the job's start; the Epilog judges kernel-log lines from then on only, so an
     # Xid left in node2's log by an earlier test does not count.
-    job = sbatch(lab, "-w", "node2", "-N1", "--wrap", "sleep 3")
+    job = sbatch(lab, "-w", "node2", "-N1", "--wrap", "sleep 4")
+    log = hooks.parent / "hooks.log"
     try:
-        wait_for(lambda: job_state(lab, job).get("JobState") == "RUNNING")
+        # A job shows RUNNING while its Prolog still runs: inject the fault only after the Prolog's
+        # verdict, so that the fault happens during the job.
+        wait_for(lambda: log.exists() and f"fleetctl prolog node=node2 job={job} " in log.read_text())
+        assert job_state(lab, job).get("JobState") == "RUNNING"
         assert cli_run(["lab", "fault", "add", "node2:gpu0", "--xid", "48"]) == 0
         state = wait_for(lambda: (s := scontrol_node(lab, "node2")) and "DRAIN" in s["State"] and s,
                          timeout=60)
@@ -282,9 +286,9 @@ def test_epilog_drains_node_after_xid_during_job(lab, hooks):
         assert final["JobState"] == "COMPLETED", final
     finally:
         cancel(lab, job)
-    log = (hooks.parent / "hooks.log").read_text()
-    assert "fleetctl prolog node=node2" in log and "verdict=pass" in log
-    assert "fleetctl epilog node=node2" in log and "verdict=fail" in log
+    text = log.read_text()
+    assert f"fleetctl prolog node=node2 job={job} verdict=pass" in text
+    assert f"fleetctl epilog node=node2 job={job} verdict=fail" in text
 
 
 def test_healthcheck_drains_then_resumes_its_own_drain(lab, hooks):
