@@ -16,6 +16,8 @@ import pytest
 
 from fleetctl.cli import run as cli_run
 
+from labutil import sbatch, wait_for
+
 pytestmark = pytest.mark.lab
 
 
@@ -36,16 +38,6 @@ def scontrol_node(lab, node) -> dict:
     reason = out.split("Reason=", 1)[1].rsplit(" [", 1)[0] if "Reason=" in out else ""
     fields["Reason"] = reason
     return fields
-
-
-def wait_for(predicate, timeout=30.0, step=0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture
@@ -192,12 +184,6 @@ def hooks(lab, tmp_path, clean):
     yield target
     for link in links:
         link.unlink(missing_ok=True)
-
-
-def sbatch(lab, *args) -> str:
-    out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args], env=lab.command_env(), capture_output=True,
-                         text=True, timeout=30, check=True).stdout
-    return out.strip().split(";")[0]
 
 
 def job_state(lab, job_id) -> dict:

@@ -7,7 +7,6 @@ is shared by the whole test session.
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 
@@ -16,6 +15,8 @@ from fleetctl.errors import SlurmError
 from fleetctl.slurm import backend_for_site
 from fleetctl.slurm.parse import parse_record
 from fleetctl.slurm.reasons import MAX_REASON_BYTES
+
+from labutil import sbatch, scontrol, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -27,27 +28,6 @@ def slurm(lab):
     # Put every node back in service, whoever drained it in the test.
     subprocess.run(["scontrol", "update", f"NodeName={','.join(lab.nodes)}", "State=RESUME"],
                    env=lab.command_env(), capture_output=True, timeout=30)
-
-
-def scontrol(lab, *args) -> str:
-    return subprocess.run(["scontrol", *args], env=lab.command_env(), capture_output=True, text=True,
-                          timeout=30, check=True).stdout
-
-
-def wait_for(predicate, timeout=30.0, step=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("condition not reached in time")
-
-
-def sbatch(lab, *args) -> str:
-    out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args], env=lab.command_env(),
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    return out.strip().split(";")[0]
 
 
 def test_ping_and_nodes(lab, slurm):
