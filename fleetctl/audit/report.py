@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ClusterShell.NodeSet import NodeSet
 
 from fleetctl.audit.runner import NodeOutcome
+from fleetctl.nodeset import fold
 from fleetctl.errors import EXIT_ERROR, EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS
 
 SCHEMA = "fleetctl.audit/1"
@@ -68,14 +69,14 @@ class AuditReport:
         return {
             "nodes": len(self.outcomes), "status": self.status, "exit_code": self.exit_code,
             **{s: len(groups.get(s, [])) for s in ("ok", "warn", "fail", "error")},
-            **{f"{s}_nodes": str(NodeSet.fromlist(groups[s])) for s in ("warn", "fail", "error")
+            **{f"{s}_nodes": fold(groups[s]) for s in ("warn", "fail", "error")
                if groups.get(s)},
             "fleet_findings": len(self.fleet),
         }
 
     def nodes_worst_first(self) -> list[str]:
-        return sorted(self.outcomes, key=lambda n: (ORDER.get(self.node_status(n), 9),
-                                                    NodeSet(n).__str__()))
+        natural = list(NodeSet.fromlist(list(self.outcomes)))  # node2 before node10
+        return sorted(natural, key=lambda n: ORDER.get(self.node_status(n), 9))  # stable sort
 
     def to_dict(self) -> dict:
         nodes = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from ClusterShell.NodeSet import NodeSet
+from fleetctl.nodeset import fold
 
 BASELINE_FRACTION = 0.9  # a node below 90 % of its class median bandwidth is an outlier
 MEMORY_FRACTION = 0.95  # memory may be up to 5 % below the class median (firmware reservations)
@@ -72,7 +72,7 @@ def fleet_consistency(docs: dict, site=None) -> list[dict]:
 
 def _finding(code, subject, status, message, outliers, evidence, action="drain"):
     return {"code": code, "status": status, "message": message, "action": action, "subject": subject,
-            "nodes": str(NodeSet.fromlist(outliers)), "evidence": evidence}
+            "nodes": fold(outliers), "evidence": evidence}
 
 
 def _compare_class(class_name, cls, docs):
@@ -90,14 +90,14 @@ def _compare_class(class_name, cls, docs):
         for node, value in sorted(values.items()):
             by_value.setdefault(value, []).append(node)
         label = f"{code.removeprefix('fleet.')}{' of ' + subject if subject else ''}"
-        evidence = {"values": {str(v): str(NodeSet.fromlist(n)) for v, n in by_value.items()}}
+        evidence = {"values": {str(v): fold(n) for v, n in by_value.items()}}
         if key in expected:
             want = expected[key]
             bad = [n for n, v in values.items() if v != want]
             if bad:
                 evidence["expected"] = want
                 out.append(_finding(code, subject, "fail", f"{label} differs from the site file ({want}) on "
-                                    f"{NodeSet.fromlist(bad)}{where}", bad, evidence))
+                                    f"{fold(bad)}{where}", bad, evidence))
             continue
         if len(by_value) < 2:
             continue
@@ -110,7 +110,7 @@ def _compare_class(class_name, cls, docs):
         majority = counts[0][0]
         bad = [n for n, v in values.items() if v != majority]
         evidence["majority"] = majority
-        out.append(_finding(code, subject, "warn", f"{label} on {NodeSet.fromlist(bad)} differs from the "
+        out.append(_finding(code, subject, "warn", f"{label} on {fold(bad)} differs from the "
                             f"majority ({majority}){where}", bad, evidence, "none"))
     out += _memory_baseline(docs, where)
     out += _bandwidth_baseline(docs, where)
@@ -126,7 +126,7 @@ def _memory_baseline(docs, where):
     bad = sorted(n for n, v in mem.items() if v < median * MEMORY_FRACTION)
     if not bad:
         return []
-    return [_finding("fleet.host.memory_gb", "", "warn", f"memory on {NodeSet.fromlist(bad)} is more than 5 % "
+    return [_finding("fleet.host.memory_gb", "", "warn", f"memory on {fold(bad)} is more than 5 % "
                      f"below the median {median:g} GiB{where}", bad,
                      {"median": median, "values": {n: mem[n] for n in bad}}, "inspect-hardware")]
 
@@ -147,7 +147,7 @@ def _bandwidth_baseline(docs, where):
         if bad:
             what = "NCCL bus bandwidth" if not subject else f"ib_write_bw of {subject}"
             unit = "GB/s" if not subject else "Gb/s"
-            out.append(_finding(code, subject, "fail", f"{what} on {NodeSet.fromlist(bad)} is below 90 % of "
+            out.append(_finding(code, subject, "fail", f"{what} on {fold(bad)} is below 90 % of "
                                 f"the fleet median {median:.1f} {unit}{where}", bad,
                                 {"median": median, "values": {n: values[n] for n in bad}}, "inspect-hardware"))
     return out

@@ -87,9 +87,6 @@ class Link:
     b: Endpoint
     rate_gbps: float = 0.0
 
-    def other(self, device: str) -> Endpoint:
-        return self.b if self.a.device == device else self.a
-
 
 @dataclass
 class Site:
