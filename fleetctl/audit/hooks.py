@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetctl.audit.runner import NodeOutcome, collect_local
+from fleetctl.checks import changes, hardware_failures
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError
 
-# Actions that mean the hardware, not the job, is at fault: such a node must not take the next job.
-HARDWARE_ACTIONS = ("reset-gpu", "reboot", "drain", "inspect-hardware")
 HOOKS = ("prolog", "epilog", "healthcheck")
 DEFAULT_STATE_DIR = "/run/fleetctl"
 
@@ -53,33 +52,31 @@ def state_dir() -> Path:
     return Path(os.environ.get("FLEETCTL_HOOK_STATE_DIR") or DEFAULT_STATE_DIR)
 
 
-def definite_failures(outcome: NodeOutcome) -> list[dict]:
-    """The `fail` results whose action says the hardware is at fault."""
-    if outcome.doc is None:
-        return []
-    return [r for r in outcome.doc.get("results", [])
-            if r.get("status") == "fail" and r.get("action") in HARDWARE_ACTIONS]
-
-
 def _job_mark(node: str, job_id: str) -> Path:
-    return state_dir() / f"job-{node}-{job_id}.start"
+    return state_dir() / f"job-{node}-{job_id}.json"
 
 
 def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = None,
              backend=None) -> HookVerdict:
     node = hook_node()
     job_id = os.environ.get("SLURM_JOB_ID", "")
-    since = None
-    if hook == "prolog" and job_id:
-        _write_mark(_job_mark(node, job_id))
+    started = time.time()
+    since, before = None, None
     if hook == "epilog":
-        since = _read_mark(_job_mark(node, job_id)) if job_id else None
-        if since is None:
-            since = time.time() - 86400  # no record of the job's start: the last day
+        # Judge what happened during the job: kernel-log lines since the Prolog, and what got worse
+        # since the Prolog's own check document (ECC counters, carrier flaps, new failures).
+        mark = _read_mark(_job_mark(node, job_id)) if job_id else None
+        since = mark["start"] if mark else started - 86400  # no record of the job's start: a day
+        before = mark.get("doc") if mark else None
     outcome = collect_local(site, node, level, since=since, budget_s=budget_s)
     if outcome.doc is None:
         return HookVerdict(hook, node, EXIT_OK, f"checks could not run: {outcome.error}", outcome=outcome)
-    failures = definite_failures(outcome)
+    if hook == "prolog" and job_id:
+        _write_mark(_job_mark(node, job_id), {"start": started, "doc": outcome.doc})
+    if hook == "epilog" and job_id:
+        _job_mark(node, job_id).unlink(missing_ok=True)
+    changed = changes(before, outcome.doc) if before else []
+    failures = hardware_failures(outcome.doc) + hardware_failures({"results": changed})
     if backend is None:
         from fleetctl.slurm import backend_for_site
 
@@ -90,7 +87,8 @@ def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = 
         text = f"{first.get('message', '')}{more} [{hook}]"
         result = backend.drain([node], first["code"], text)
         verdict = HookVerdict(hook, node, EXIT_FAILURES, f"{first['code']}: {first.get('message', '')}{more}",
-                              failed=True, drained=node in result.drained, outcome=outcome, new_findings=failures)
+                              failed=True, drained=node in result.drained, outcome=outcome,
+                              new_findings=failures + [c for c in changed if c not in failures])
         # The epilog leaves the verdict to its own drain: a failing Epilog would make Slurm drain the
         # node again with "Epilog error", hiding the machine-readable reason.
         if hook == "epilog":
@@ -101,26 +99,25 @@ def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = 
         state = backend.nodes([node])
         if state and state[0].drained:
             resumed = node in backend.resume([node]).resumed
-    if hook == "epilog" and job_id:
-        _job_mark(node, job_id).unlink(missing_ok=True)
     status = outcome.status
     return HookVerdict(hook, node, EXIT_OK, f"checks {status}" + (", resumed" if resumed else ""),
                        resumed=resumed, outcome=outcome,
-                       new_findings=[r for r in outcome.doc.get("results", [])
-                                     if r.get("status") in ("warn", "fail")])
+                       new_findings=changed or [r for r in outcome.doc.get("results", [])
+                                                if r.get("status") in ("warn", "fail")])
 
 
-def _write_mark(path: Path) -> None:
+def _write_mark(path: Path, mark: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{time.time():.3f}\n")
+        path.write_text(json.dumps(mark, default=str))
     except OSError:
         pass  # without the mark the epilog looks back a day instead: not worth failing a job for
 
 
-def _read_mark(path: Path) -> float | None:
+def _read_mark(path: Path) -> dict | None:
     try:
-        return float(path.read_text().strip())
+        mark = json.loads(path.read_text())
+        return mark if isinstance(mark, dict) and isinstance(mark.get("start"), (int, float)) else None
     except (OSError, ValueError):
         return None
 

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fleetctl.checks import build_payload, parse_payload_output, payload_args, run_payload_locally
+from fleetctl.checks.builder import LEVELS
+from fleetctl.checks import (build_payload, next_level, parse_payload_output, payload_args,
+                             run_payload_locally, suspects)
 from fleetctl.errors import DataError, FleetctlError, UsageError
 
-LEVELS = ("quick", "standard", "deep")
 # Seconds a command may need beyond the payload's own budget (interpreter start, sending the output);
 # connecting is bounded separately by access.connect_timeout.
 TRANSPORT_MARGIN_S = 5.0
@@ -90,8 +91,9 @@ def collect(site, nodes: list[str], level: str, *, transport=None, since: float 
             on_result: Callable | None = None) -> dict[str, NodeOutcome]:
     """Run the checks at `level` on every node through `transport` (default: the site's).
 
-    With `escalate`, nodes that come back with anything but `ok` are run again at the next level
-    (quick -> standard -> deep), so a prolog-speed sweep can still end in deep evidence for suspects.
+    With `escalate`, suspects (a warning, or a check that could not finish) are run again at the next
+    level (quick -> standard -> deep), so a prolog-speed sweep can still end in deep evidence for
+    them; a node that failed already has its verdict.
     """
     if level not in LEVELS:
         raise UsageError(f"unknown level {level!r}; choose {', '.join(LEVELS)}")
@@ -101,18 +103,17 @@ def collect(site, nodes: list[str], level: str, *, transport=None, since: float 
     transport = transport or get_transport(site=site)
     try:
         outcomes = _collect_once(site, nodes, level, transport, since, budget_s, on_result)
-        current = level
-        while escalate and current != LEVELS[-1]:
-            suspects = [n for n, o in outcomes.items() if o.doc is not None and o.status != "ok"]
-            if not suspects:
+        current, nxt = level, next_level(level)
+        while escalate and nxt is not None:
+            again_nodes = suspects({n: o.doc for n, o in outcomes.items()})
+            if not again_nodes:
                 break
-            nxt = LEVELS[LEVELS.index(current) + 1]
-            again = _collect_once(site, suspects, nxt, transport, since, None, on_result)
+            again = _collect_once(site, again_nodes, nxt, transport, since, None, on_result)
             for node, outcome in again.items():
                 outcome.escalated_from = outcomes[node].escalated_from + [current]
                 outcome.duration_s += outcomes[node].duration_s
                 outcomes[node] = outcome
-            current = nxt
+            current, nxt = nxt, next_level(nxt)
         return outcomes
     finally:
         if owned:

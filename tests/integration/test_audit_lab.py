@@ -251,9 +251,10 @@ def test_escalation_reruns_suspects_at_the_next_level(lab, capsys, clean):
     assert rc == 1
 
 
-def test_epilog_drains_node_after_xid_during_job(lab, hooks):
-    # The Prolog marks the job's start; the Epilog judges kernel-log lines from then on only, so an
-    # Xid left in node2's log by an earlier test does not count.
+def test_epilog_drains_node_after_xid_during_job(lab, hooks, tmp_path):
+    # The Prolog marks the job's start and keeps its check document; the Epilog judges kernel-log
+    # lines from then on only and what got worse since that document.
+    _write_env(hooks, FLEETCTL_HOOK_STATE_DIR=str(tmp_path / "state"))
     job = sbatch(lab, "-w", "node2", "-N1", "--wrap", "sleep 4")
     log = hooks.parent / "hooks.log"
     try:
@@ -275,6 +276,10 @@ def test_epilog_drains_node_after_xid_during_job(lab, hooks):
     text = log.read_text()
     assert f"fleetctl prolog node=node2 job={job} verdict=pass" in text
     assert f"fleetctl epilog node=node2 job={job} verdict=fail" in text
+    last = json.loads((tmp_path / "state" / "last-epilog-node2.json").read_text())
+    rose = [f for f in last["new_findings"] if f["code"] == "change.gpu.ecc"]
+    assert rose and "volatile_dbe rose from 0 to 1" in rose[0]["message"], last["new_findings"]
+    assert not list((tmp_path / "state").glob("job-*"))  # the Epilog removes the job's mark
 
 
 def test_healthcheck_drains_then_resumes_its_own_drain(lab, hooks):
