@@ -18,7 +18,7 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 @click.argument("nodeset", nargs=-1, metavar="[NODESET | analyze FILE.h5]")
 @click.option("--level", type=click.Choice(["quick", "standard", "deep"]), default="standard",
               show_default=True, help="quick fits a Slurm prolog; deep runs DCGM, NCCL and ib_write_bw tests.")
-@click.option("--escalate", is_flag=True, help="Re-run nodes that are not ok at the next level.")
+@click.option("--escalate", is_flag=True, help="Re-run suspects (warnings, unfinished checks) at the next level.")
 @click.option("--local", "local", is_flag=True, help="Check this machine in-process (no fan-out).")
 @click.option("--node", metavar="NAME", help="With --local: the node name (default SLURMD_NODENAME or hostname).")
 @click.option("-t", "--transport", type=click.Choice(["ssh", "srun", "local"]), default=None,
