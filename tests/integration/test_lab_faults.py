@@ -19,17 +19,19 @@ from fleetctl.lab import faults
 pytestmark = pytest.mark.lab
 
 SPORTS = range(41000, 41064)
+FLOW_DPORT = 45000  # the lab's ECMP hash covers both ports: trace with the port the flows use
 
 
 def _py(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def trace(lab, src: str, dst: str, sports=SPORTS) -> dict[int, list]:
-    """{sport: [hop addresses]} from `src` NIC (node:ethK) to `dst` NIC."""
+def trace(lab, src: str, dst: str, sports=SPORTS, dport: int = FLOW_DPORT) -> dict[int, list]:
+    """{sport: [hop addresses]} from `src` NIC (node:ethK) to `dst` NIC, for UDP to `dport`."""
     nics = lab.state["addresses"]["nics"]
     out = lab.run_in(src.split(":")[0], _py("fleetctl.lab.tracer", "--src", nics[src], "--dst", nics[dst],
-                                             "--sports", f"{sports[0]}-{sports[-1]}", "--max-ttl", "5"))
+                                             "--sports", f"{sports[0]}-{sports[-1]}", "--dport", str(dport),
+                                             "--max-ttl", "5"))
     return {int(k): v for k, v in json.loads(out.stdout)["paths"].items()}
 
 
@@ -42,7 +44,7 @@ def spine_of(lab, hops: list) -> str | None:
 
 
 def flow(lab, src: str, dst: str, *, sport: int, count: int = 0, pps: float = 0, rate_bps: float = 0,
-         size: int = 200, duration: float = 0, dport: int = 45000) -> dict:
+         size: int = 200, duration: float = 0, dport: int = FLOW_DPORT) -> dict:
     """Send one UDP flow and count what arrives: {"sent", "received", "rate_bps", ...}."""
     nics = lab.state["addresses"]["nics"]
     dst_node = dst.split(":")[0]
