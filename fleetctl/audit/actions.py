@@ -27,6 +27,7 @@ class ActionPlan:
     drained: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # node -> why nothing was done
+    not_responding: list[str] = field(default_factory=list)  # resumed, slurmd not heard from yet
 
     def to_dict(self) -> dict:
         return {
@@ -34,6 +35,7 @@ class ActionPlan:
             "drain": [{"node": n, "code": c, "text": t} for n, (c, t) in sorted(self.drain.items())],
             "resume": sorted(self.resume), "drained": sorted(self.drained),
             "resumed": sorted(self.resumed), "skipped": self.skipped,
+            "not_responding": sorted(self.not_responding),
         }
 
 
@@ -87,5 +89,6 @@ def apply_actions(plan: ActionPlan, backend) -> ActionPlan:
     if plan.resume:
         result = backend.resume(plan.resume)
         plan.resumed += result.resumed
+        plan.not_responding += result.not_responding
         plan.skipped.update(result.refused)
     return plan

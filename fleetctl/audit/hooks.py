@@ -98,7 +98,7 @@ def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = 
     if hook == "healthcheck" and outcome.doc.get("complete") and outcome.status != "error":
         state = backend.nodes([node])
         if state and state[0].drained:
-            resumed = node in backend.resume([node]).resumed
+            resumed = node in backend.resume([node], wait_s=0).resumed  # slurmctld pings us next
     status = outcome.status
     return HookVerdict(hook, node, EXIT_OK, f"checks {status}" + (", resumed" if resumed else ""),
                        resumed=resumed, outcome=outcome,

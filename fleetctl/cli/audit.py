@@ -204,6 +204,9 @@ def render(console, report, data) -> None:
             console.print(f"[bold]slurm[/bold] {verb} {fold(drains)}")
         if resumes:
             console.print(f"[bold]slurm[/bold] {'would resume' if a['dry_run'] else 'resumed'} {fold(resumes)}")
+        if a.get("not_responding"):
+            console.print(f"[bold]slurm[/bold] {fold(a['not_responding'])}: slurmd not answering slurmctld's "
+                          "ping yet (idle*): check slurmd on the node")
         for node, why in sorted(a["skipped"].items()):
             console.print(f"[bold]slurm[/bold] left {node} alone: {escape(why)}")
     if report.changes and report.changes["nodes"]:

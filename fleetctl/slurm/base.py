@@ -91,6 +91,8 @@ class Reservation:
 class ResumeResult:
     resumed: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # node -> why it was left alone
+    # Resumed, but slurmctld had not heard from their slurmd by the end of the wait (shown `idle*`).
+    not_responding: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -137,8 +139,13 @@ class SlurmBackend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def resume(self, nodes: list[str]) -> ResumeResult:
-        """Resume the nodes whose reason starts with `<prefix>:`; refuse (and say why) the others."""
+    def resume(self, nodes: list[str], *, wait_s: float = 10.0) -> ResumeResult:
+        """Resume the nodes whose reason starts with `<prefix>:`; refuse (and say why) the others.
+
+        slurmctld marks a resumed node NOT_RESPONDING until its next ping of the node's slurmd
+        answers (`idle*`, usually within a second or two): wait up to `wait_s` for that, so that a
+        resumed node takes jobs when this returns; those still silent are listed in not_responding.
+        """
 
     @abc.abstractmethod
     def reservations(self, name: str | None = None) -> list[Reservation]:

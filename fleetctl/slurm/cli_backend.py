@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 from fleetctl.errors import SlurmError, UsageError
 from fleetctl.nodeset import fold
@@ -135,7 +136,7 @@ class CliBackend(SlurmBackend):
                      f"Reason={result.reason}")
         return result
 
-    def resume(self, nodes: list[str]) -> ResumeResult:
+    def resume(self, nodes: list[str], *, wait_s: float = 10.0) -> ResumeResult:
         result = ResumeResult()
         prefix = f"{self.drain_prefix}:"
         ours: list[str] = []
@@ -151,7 +152,17 @@ class CliBackend(SlurmBackend):
         if ours:
             self.run("scontrol", "update", f"NodeName={fold(ours)}", "State=RESUME")
             result.resumed = ours
+            result.not_responding = self._wait_responding(ours, wait_s)
         return result
+
+    def _wait_responding(self, names: list[str], wait_s: float) -> list[str]:
+        """The nodes still NOT_RESPONDING after up to `wait_s` seconds (polled every 0.2 s)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            silent = [n.name for n in self.nodes(names) if "NOT_RESPONDING" in n.flags]
+            if not silent or time.monotonic() >= deadline:
+                return silent
+            time.sleep(0.2)
 
     def create_reservation(self, name: str, nodes: list[str], *, flags=(), users=(),
                            start: str = "now", duration: str = "infinite",
