@@ -1,36 +1,25 @@
 """Audit outputs beyond the terminal: a Prometheus textfile and a history directory of JSON reports.
 
-Both are written atomically (temporary file, fsync, rename): node_exporter's textfile collector and a
-later `fleetctl audit` must never read half a file.
+Both are written atomically (fleetctl.atomic: private temporary file, fsync, rename): node_exporter's
+textfile collector and a later `fleetctl audit` must never read half a file.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
+from fleetctl.atomic import write_atomic as _write_atomic
 from fleetctl.audit.report import AuditReport
-from fleetctl.errors import UsageError
 
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 HISTORY_GLOB = "audit-*.json"
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    """Write `text` all or nothing (DataError naming the file on failure)."""
+    _write_atomic(path, text)
 
 
 def _label(value: str) -> str:

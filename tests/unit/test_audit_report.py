@@ -11,7 +11,7 @@ from fleetctl.audit.export import (changes_since, previous_report, prometheus_te
                                    write_history)
 from fleetctl.audit.report import AuditReport
 from fleetctl.audit.runner import NodeOutcome, payload_source
-from fleetctl.errors import UsageError
+from fleetctl.errors import DataError
 
 
 def doc(status="ok", *results, complete=True):
@@ -86,7 +86,7 @@ def test_history_diff_new_and_resolved(tmp_path):
 def test_write_atomic_names_the_file_on_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(UsageError, match="cannot write .*file/out.prom"):
+    with pytest.raises(DataError, match="cannot write .*file/out.prom"):
         write_atomic(blocker / "out.prom", "text")
 
 
