@@ -282,23 +282,22 @@ class Run:
                       self._numbers("paths/traced", "iub", np.int64).astype(bool))
         n_el, n_nic = self._rows("elements"), self._rows("nics")
         p = len(t.indptr) - 1
+        # In order, each test relying on the ones before it (lengths before indices).
         problems = [
-            (p < 0 or t.indptr[0] != 0 or np.any(np.diff(t.indptr) < 0)
+            (lambda: p < 0 or t.indptr[0] != 0 or np.any(np.diff(t.indptr) < 0)
              or t.indptr[-1] != len(t.elements), "indptr is not a valid CSR pointer"),
-            (len(t.weights) != len(t.elements), "weights and elements differ in length"),
-            (not len(t.src_nic) == len(t.dst_nic) == len(t.traced) == p,
+            (lambda: len(t.weights) != len(t.elements), "weights and elements differ in length"),
+            (lambda: not len(t.src_nic) == len(t.dst_nic) == len(t.traced) == p,
              "src_nic, dst_nic, traced do not have one entry per path"),
-            (len(t.elements) and (t.elements.min() < 0 or t.elements.max() >= n_el),
-             "an element index is outside /elements"),
-            (p > 0 and (t.src_nic.min() < 0 or t.src_nic.max() >= n_nic
-                        or t.dst_nic.min() < -1 or t.dst_nic.max() >= n_nic),
+            (lambda: _outside(t.elements, 0, n_el), "an element index is outside /elements"),
+            (lambda: _outside(t.src_nic, 0, n_nic) or _outside(t.dst_nic, -1, n_nic),
              "a NIC index is outside /nics"),
-            (len(t.weights) and not (np.all(np.isfinite(t.weights)) and t.weights.min() >= 0
-                                     and t.weights.max() <= 1),
+            (lambda: len(t.weights) and not (np.all(np.isfinite(t.weights)) and t.weights.min() >= 0
+                                             and t.weights.max() <= 1),
              "a weight is not a probability from 0 to 1"),
         ]
         for bad, what in problems:
-            if bad:
+            if bad():
                 raise DataError(f"{self.path}: /paths: {what}")
         return t
 
