@@ -102,3 +102,24 @@ def test_payload_fills_the_node_name_on_the_node(tmp_path):
     assert result["node"] == "gpu7"
     scan = [r for r in result["results"] if r["code"] == "xid.scan"]
     assert scan and scan[0]["evidence"].get("source", "").endswith("gpu7.log"), scan
+
+
+def test_concurrent_audits_keep_every_history_report(tmp_path):
+    """Several processes finishing in the same millisecond: every report is kept, none half-written.
+    Before, the name was the time alone and one report replaced the other."""
+    import multiprocessing
+
+    def writer(n):
+        for i in range(10):
+            write_history(tmp_path, {"schema": "fleetctl.audit/1", "finished": 1795967520.123,
+                                     "writer": n, "i": i, "nodes": []})
+
+    procs = [multiprocessing.get_context("fork").Process(target=writer, args=(n,)) for n in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    reports = [json.loads(p.read_text()) for p in tmp_path.glob("audit-*.json")]
+    assert sorted((r["writer"], r["i"]) for r in reports) == [(n, i) for n in range(6) for i in range(10)]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
