@@ -7,6 +7,10 @@ Rules that keep operators' trust:
 - Only nodes whose reason carries fleetctl's prefix are resumed (the backend enforces it too), and
   only when they now pass (ok or warn) at a completed check run.
 - A node already drained by somebody else is left alone (the backend skips it).
+- A node Slurm does not know is reported as such; the others are still acted on.
+- A Slurm command that fails is that node's `failed` entry, and the loop goes on: every action is
+  either done, skipped with a reason, or failed with the error (nothing half-done and unreported).
+  Once slurmctld is unreachable the remaining actions are marked failed without trying each.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from dataclasses import dataclass, field
 from ClusterShell.NodeSet import NodeSet
 
 from fleetctl.audit.report import AuditReport
+from fleetctl.errors import SlurmError
+from fleetctl.slurm.base import SlurmUnreachable
 from fleetctl.slurm.reasons import is_ours
 
 
@@ -28,6 +34,13 @@ class ActionPlan:
     resumed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # node -> why nothing was done
     not_responding: list[str] = field(default_factory=list)  # resumed, slurmd not heard from yet
+    unknown: list[str] = field(default_factory=list)  # audited nodes Slurm does not know
+    failed: dict[str, str] = field(default_factory=dict)  # node -> the Slurm error of its action
+
+    @property
+    def complete(self) -> bool:
+        """Every planned action was done or deliberately skipped: none failed."""
+        return not self.failed
 
     def to_dict(self) -> dict:
         return {
@@ -35,6 +48,7 @@ class ActionPlan:
             "drain": [{"node": n, "code": c, "text": t} for n, (c, t) in sorted(self.drain.items())],
             "resume": sorted(self.resume), "drained": sorted(self.drained),
             "resumed": sorted(self.resumed), "skipped": self.skipped,
+            "unknown": sorted(self.unknown), "failed": self.failed,
             "not_responding": sorted(self.not_responding),
         }
 
@@ -56,12 +70,19 @@ def drain_cause(report: AuditReport, node: str) -> tuple[str, str] | None:
 
 def plan_actions(report: AuditReport, backend, *, drain: bool, resume: bool,
                  dry_run: bool = False) -> ActionPlan:
+    """What to do. Raises SlurmError only when Slurm cannot be asked at all (the caller reports it)."""
     plan = ActionPlan(dry_run=dry_run)
     audited = list(report.outcomes)
-    slurm_nodes = {n.name: n for n in backend.nodes(audited)} if (drain or resume) else {}
+    known = backend.lookup(audited) if (drain or resume) else None
+    slurm_nodes = known.found if known else {}
+    plan.unknown = list(known.unknown) if known else []
     for node in audited:
         state = slurm_nodes.get(node)
         cause = drain_cause(report, node)
+        if node in plan.unknown:
+            if drain and cause is not None:
+                plan.skipped[node] = "not drained: Slurm does not know this node (not in slurm.conf?)"
+            continue
         if drain and cause is not None:
             if state is not None and state.drained and not is_ours(state.reason, backend.drain_prefix):
                 plan.skipped[node] = f"already drained by someone else: {state.reason!r}"
@@ -80,15 +101,40 @@ def plan_actions(report: AuditReport, backend, *, drain: bool, resume: bool,
 
 
 def apply_actions(plan: ActionPlan, backend) -> ActionPlan:
+    """Drain then resume, node by node; a Slurm error is recorded in `plan.failed`, never raised."""
     if plan.dry_run:
         return plan
+    unreachable: str | None = None
     for node, (code, text) in sorted(plan.drain.items()):
-        result = backend.drain([node], code.replace("/", "."), text)
+        if unreachable:
+            plan.failed[node] = f"drain not attempted: {unreachable}"
+            continue
+        try:
+            result = backend.drain([node], code.replace("/", "."), text)
+        except SlurmError as exc:
+            plan.failed[node] = f"drain failed: {exc.message}"
+            if isinstance(exc, SlurmUnreachable):
+                unreachable = exc.message
+            continue
         plan.drained += result.drained
         plan.skipped.update(result.skipped)
-    if plan.resume:
-        result = backend.resume(plan.resume)
+    for node in sorted(plan.resume):
+        if unreachable:
+            plan.failed[node] = f"resume not attempted: {unreachable}"
+            continue
+        try:
+            result = backend.resume([node], wait_s=0)
+        except SlurmError as exc:
+            plan.failed[node] = f"resume failed: {exc.message}"
+            if isinstance(exc, SlurmUnreachable):
+                unreachable = exc.message
+            continue
         plan.resumed += result.resumed
-        plan.not_responding += result.not_responding
         plan.skipped.update(result.refused)
+    if plan.resumed:  # one wait for all: slurmctld pings every resumed node's slurmd at once
+        try:
+            plan.not_responding = backend.wait_responding(plan.resumed)
+        except SlurmError as exc:
+            plan.not_responding = list(plan.resumed)
+            plan.failed.setdefault(plan.resumed[0], f"resumed; could not read its state back: {exc.message}")
     return plan

@@ -1,36 +1,29 @@
 """Audit outputs beyond the terminal: a Prometheus textfile and a history directory of JSON reports.
 
-Both are written atomically (temporary file, fsync, rename): node_exporter's textfile collector and a
-later `fleetctl audit` must never read half a file.
+Both are written atomically (fleetctl.atomic: private temporary file, fsync, rename): node_exporter's
+textfile collector and a later `fleetctl audit` must never read half a file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
+from fleetctl.atomic import write_atomic as _write_atomic
 from fleetctl.audit.report import AuditReport
-from fleetctl.errors import UsageError
+from fleetctl.errors import DataError
 
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 HISTORY_GLOB = "audit-*.json"
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    """Write `text` all or nothing (DataError naming the file on failure)."""
+    _write_atomic(path, text)
 
 
 def _label(value: str) -> str:
@@ -117,10 +110,36 @@ def changes_since(previous: dict | None, report: AuditReport) -> dict | None:
 
 
 def write_history(history: Path, report_dict: dict, keep: int = 500) -> Path:
+    """Add the report to the history directory and drop the oldest beyond `keep`.
+
+    Concurrent audits (two cron jobs, a manual run) must each keep their report: choosing a free
+    name, writing and trimming happen under an exclusive lock on `DIR/.lock`, and a name already
+    taken in the same millisecond gets a `-N` suffix instead of being replaced."""
+    history = Path(history)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(report_dict["finished"]))
-    path = Path(history) / f"audit-{stamp}-{int(report_dict['finished'] * 1000) % 1000:03d}.json"
-    write_atomic(path, json.dumps(report_dict, indent=1, default=str))
-    old = sorted(Path(history).glob(HISTORY_GLOB))
-    for stale in old[:-keep]:
-        stale.unlink(missing_ok=True)
+    base = f"audit-{stamp}-{int(report_dict['finished'] * 1000) % 1000:03d}"
+    text = json.dumps(report_dict, indent=1, default=str)
+    with _locked(history):
+        path, n = history / f"{base}.json", 0
+        while path.exists() or path.is_symlink():
+            n += 1
+            path = history / f"{base}-{n}.json"
+        write_atomic(path, text)
+        old = sorted(history.glob(HISTORY_GLOB))
+        for stale in old[:-keep]:
+            stale.unlink(missing_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def _locked(directory: Path):
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise DataError(f"cannot write {directory}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetctl.checks.builder import LEVELS
-from fleetctl.checks import (build_payload, next_level, parse_payload_output, payload_args,
-                             run_payload_locally, suspects)
+from fleetctl.checks import build_payload, next_level, payload_args, run_payload_locally, suspects
+from fleetctl.checks.document import check_document, parse_document
 from fleetctl.errors import DataError, FleetctlError, UsageError
 
 # Seconds a command may need beyond the payload's own budget (interpreter start, sending the output);
@@ -136,9 +136,9 @@ def _collect_once(site, nodes, level, transport, since, budget_s, on_result) -> 
 
 def _outcome(r) -> NodeOutcome:
     out = NodeOutcome(r.node, transport_status=r.status, duration_s=r.duration_s)
-    if r.status in ("ok", "failed"):  # the payload ran; its document says the rest
+    if r.status in ("ok", "failed"):  # the payload ran; its document (checked: untrusted) says the rest
         try:
-            out.doc = parse_payload_output(r.stdout, r.exit_code, r.stderr)
+            out.doc = parse_document(r.stdout or "", r.exit_code, r.stderr or "")
         except DataError as exc:
             out.error = exc.message
     else:
@@ -152,7 +152,7 @@ def collect_local(site, node: str, level: str, *, since: float | None = None,
     start = time.monotonic()
     args = payload_args(site, node, level, since, budget_s=budget_s)
     try:
-        doc = run_payload_locally(args)
+        doc = check_document(run_payload_locally(args))
     except FleetctlError as exc:
         return NodeOutcome(node, transport_status="local", error=exc.message,
                            duration_s=time.monotonic() - start)

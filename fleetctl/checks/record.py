@@ -4,6 +4,7 @@ Writes nvml.json (the GPU record read through NVML), nvidia-smi-query.csv and
 nvidia-smi-remapped-rows.csv (the raw output of the exact queries the payload runs), nvidia-smi-q.txt
 (`nvidia-smi -q`, for reference) and payload.json (the quick-level document). Run it once on a GPU node
 and copy the directory to tests/fixtures/checks/recorded/<model>/: the tests then judge real values.
+Files are written with fleetctl.atomic (root on a GPU node must not follow a link planted in OUTDIR).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fleetctl.atomic import write_atomic
 from fleetctl.checks.payload.common import Deadline
 from fleetctl.checks.payload.gpu_collect import REMAP_FIELDS, SMI_FIELDS, collect_nvml
 from fleetctl.checks.payload.runner import run_checks
@@ -35,7 +37,7 @@ def record(outdir: Path) -> list[str]:
     try:
         import pynvml
 
-        (outdir / "nvml.json").write_text(json.dumps(collect_nvml(pynvml), indent=2) + "\n")
+        write_atomic(outdir / "nvml.json", json.dumps(collect_nvml(pynvml), indent=2) + "\n")
         written.append("nvml.json")
     except Exception as exc:  # ImportError, NVMLError: say which, keep going with nvidia-smi
         problems.append(f"NVML: {exc}")
@@ -50,12 +52,12 @@ def record(outdir: Path) -> list[str]:
         if out is None:
             problems.append(f"nvidia-smi failed for {name}")
             continue
-        (outdir / name).write_text(out)
+        write_atomic(outdir / name, out)
         written.append(name)
     if not written:
         raise DataError("nothing to record: " + "; ".join(problems), hint="run this on a GPU node")
     doc = run_checks({"level": "quick", "budget_s": 30}, Deadline(30, count_process_age=False))
-    (outdir / "payload.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    write_atomic(outdir / "payload.json", json.dumps(doc, indent=2, default=str) + "\n")
     return written + ["payload.json"]
 
 

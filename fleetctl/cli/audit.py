@@ -56,12 +56,21 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
     """
     from pathlib import Path
 
+    from fleetctl.atomic import check_writable
     from fleetctl.audit import apply_actions, build_report, collect, collect_local, plan_actions
-    from fleetctl.audit.export import (changes_since, previous_report, prometheus_text, write_atomic,
-                                       write_history)
+    from fleetctl.audit.export import changes_since, previous_report
     from fleetctl.checks import since_epoch
-    from fleetctl.errors import UsageError
+    from fleetctl.errors import EXIT_ERROR, FleetctlError, SlurmError, UsageError
     from fleetctl.cli import mesh_view
+
+    # Every output is proven writable before any slow work or Slurm action: a drain followed by
+    # "cannot write --out" would leave the operator with actions taken and no report of them.
+    if out:
+        check_writable(out, "--out")
+    if prom:
+        check_writable(prom, "--prom")
+    if history:
+        check_writable(history, "--history", directory=True)
 
     if nodeset and nodeset[0] == "analyze":
         if len(nodeset) != 2:
@@ -99,7 +108,7 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
     else:
         nodes = _site_nodes(site, nodeset)
         if idle_only:
-            idle = {n.name for n in backend.nodes(nodes) if n.state == "IDLE"}
+            idle = {n.name for n in backend.lookup(nodes).found.values() if n.state == "IDLE"}
             nodes = [n for n in nodes if n in idle]
             if not nodes:
                 app.emit({"schema": "fleetctl.audit/1", "summary": {"nodes": 0}, "nodes": []},
@@ -109,29 +118,68 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
                                           collect)
 
     report = build_report(site, outcomes, level=level, started=started)
+    # From the first Slurm action on, a failure is reported with the actions taken (exit 3), never
+    # raised past them: the operator must learn what was drained even when the rest went wrong.
+    errors: list[dict] = []
     if backend is not None and (drain or resume):
-        plan = plan_actions(report, backend, drain=drain, resume=resume, dry_run=dry_run)
-        report.actions = apply_actions(plan, backend).to_dict()
+        try:
+            plan = plan_actions(report, backend, drain=drain, resume=resume, dry_run=dry_run)
+        except SlurmError as exc:
+            report.actions = {"dry_run": dry_run, "error": exc.message}
+            errors.append({"step": "slurm", "message": exc.message})
+        else:
+            report.actions = apply_actions(plan, backend).to_dict()
+            if not plan.complete:
+                errors.append({"step": "slurm", "message": f"{len(plan.failed)} Slurm action(s) failed"})
     if history:
         report.changes = changes_since(previous_report(Path(history)), report)
     data = report.to_dict()
-    if history:
-        write_history(Path(history), data)
-    if prom:
-        write_atomic(Path(prom), prometheus_text(report))
+    errors += _write_outputs(data, report, history, prom)
     if mesh:
-        data["mesh"] = mesh_view.run_mesh(app, site, mesh_nodes, transport, duration, rate, out,
-                                          solver or "nnls")
+        try:
+            data["mesh"] = mesh_view.run_mesh(app, site, mesh_nodes, transport, duration, rate, out,
+                                              solver or "nnls")
+        except FleetctlError as exc:
+            errors.append({"step": "mesh", "message": exc.message})
+    if errors:
+        data["errors"] = errors
 
     def render_all(console):
+        from rich.markup import escape
+
         render(console, report, data)
-        if mesh:
+        if "mesh" in data:
             mesh_view.render(console, data["mesh"])
+        for e in errors:
+            console.print(f"[bold red]error[/] {e['step']}: {escape(e['message'])}")
 
     app.emit(data, render_all)
-    if mesh and data["mesh"]["findings"]:
+    if errors:
+        return EXIT_ERROR  # the job was not (entirely) done; what was done is in the report
+    if "mesh" in data and data["mesh"]["findings"]:
         return max(report.exit_code, 2)
     return report.exit_code
+
+
+def _write_outputs(data: dict, report, history: str | None, prom: str | None) -> list[dict]:
+    """Write the history report and the Prometheus file; each failure is returned, not raised."""
+    from pathlib import Path
+
+    from fleetctl.audit.export import prometheus_text, write_atomic, write_history
+    from fleetctl.errors import FleetctlError
+
+    errors = []
+    if history:
+        try:
+            write_history(Path(history), data)
+        except FleetctlError as exc:
+            errors.append({"step": "history", "message": exc.message})
+    if prom:
+        try:
+            write_atomic(Path(prom), prometheus_text(report))
+        except FleetctlError as exc:
+            errors.append({"step": "prom", "message": exc.message})
+    return errors
 
 
 def _site_nodes(site, nodeset: str | None) -> list[str]:
@@ -195,7 +243,9 @@ def render(console, report, data) -> None:
         for f in sorted(report.fleet, key=lambda f: f["status"] != "fail"):
             console.print(f"  [{STYLE.get(f['status'], '')}]{f['status']:5}[/] {f['code']} "
                           f"[bold]{f['nodes']}[/bold]: {escape(f['message'])}")
-    if report.actions:
+    if report.actions and "error" in report.actions:
+        console.print(f"[bold]slurm[/bold] [bold red]no action taken[/]: {escape(report.actions['error'])}")
+    elif report.actions:
         a = report.actions
         verb = "would drain" if a["dry_run"] else "drained"
         drains = [d["node"] for d in a["drain"]] if a["dry_run"] else a["drained"]
@@ -209,6 +259,10 @@ def render(console, report, data) -> None:
                           "ping yet (idle*): check slurmd on the node")
         for node, why in sorted(a["skipped"].items()):
             console.print(f"[bold]slurm[/bold] left {node} alone: {escape(why)}")
+        if a.get("unknown"):
+            console.print(f"[bold]slurm[/bold] [magenta]not known to Slurm[/]: {fold(a['unknown'])}")
+        for node, why in sorted(a.get("failed", {}).items()):
+            console.print(f"[bold]slurm[/bold] [bold red]FAILED[/] {node}: {escape(why)}")
     if report.changes and report.changes["nodes"]:
         console.print("[bold]since the previous audit[/bold]")
         for node, ch in sorted(report.changes["nodes"].items()):

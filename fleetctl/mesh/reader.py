@@ -6,12 +6,20 @@
 
 Every problem is a DataError naming the file: not HDF5 or truncated, not a fleetctl run, written by
 a newer fleetctl, incomplete (crashed or still being written), a dataset missing.
+
+A run file is untrusted input (a copy from another cluster, a file in a shared directory): only a
+regular file is opened (a FIFO would block forever), and every dataset's type, shape and declared
+size is checked before it is read (a dataset may declare 1e11 rows in a few bytes), every index
+before it is used (NIC, flow, path and element indices), and timestamps and window parameters are
+kept within bounds that keep the analysis' arrays small. Limits: docs/hdf5-schema.md.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
 from pathlib import Path
 
 import h5py
@@ -19,46 +27,84 @@ import numpy as np
 
 from fleetctl.analysis.signals import WindowStats
 from fleetctl.errors import ConfigError, DataError
-from fleetctl.mesh.store import FORMAT, REQUIRED, SCHEMA_VERSION
+from fleetctl.mesh.store import FLOW_DTYPE, FORMAT, PAIR_DTYPE, PROBE_DTYPE, REQUIRED, SCHEMA_VERSION
 from fleetctl.mesh.topology import PathTable, Topology
+
+MAX_DATASET_BYTES = 4 << 30  # declared size of one dataset, before it is read
+MAX_ATTR_CHARS = 16 << 20  # a JSON root attribute
+MAX_SPAN_NS = 86_400 * 10**9  # timestamps within a day of the run's epoch; a run lasts minutes
+MAX_WINDOWS = 100_000  # run span / window length
+MIN_WINDOW_S = 1e-3
+MAX_EPOCH_NS = 2**62
+# Root parameters that the analysis reads, with their bounds (others are shown, never used).
+_PARAM_NUMBERS = {"window_s": (MIN_WINDOW_S, 86_400.0), "duration": (0.0, 86_400.0),
+                  "linger": (0.0, 3_600.0)}
+_ELEMENT_TYPES = ("link", "switch", "nic", "host")
+_NAMED = {"nics": {"name": "S", "host": "S", "host_index": np.int32},
+          "elements": {"type": "S", "id": "S", "direction": "S", "tier": np.int16},
+          "links": {"id": "S", "a": "S", "b": "S", "a_port": "S", "b_port": "S"}}
+
+
+def _open_regular(path: Path):
+    """An h5py File on `path` if it is a regular file; never blocks on a FIFO or device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise DataError(f"{path}: run file not found") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot open run file: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DataError(f"{path}: not a regular file (a FIFO, device or directory is no run file)")
+        # HDF5 opens the very file checked above (by its descriptor, not its name again).
+        return fd, h5py.File(f"/proc/self/fd/{fd}", "r")
+    except OSError as exc:
+        os.close(fd)
+        raise DataError(f"{path}: not a readable HDF5 file (truncated or corrupt?): "
+                        f"{_short(exc)}") from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class Run:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        if not self.path.exists():
-            raise DataError(f"{self.path}: run file not found")
-        try:
-            self.f = h5py.File(self.path, "r")
-        except OSError as exc:
-            raise DataError(f"{self.path}: not a readable HDF5 file (truncated or corrupt?): "
-                            f"{_short(exc)}") from None
+        self._fd, self.f = _open_regular(self.path)
+        self._cache: dict[str, np.ndarray] = {}
         try:
             self._validate()
-        except Exception:
-            self.f.close()
+        except BaseException:
+            self.close()
             raise
 
     def _validate(self) -> None:
         a = self.f.attrs
-        if a.get("format") != FORMAT:
+        fmt = _attr(a, "format")
+        if not isinstance(fmt, (str, bytes)) or _s(fmt) != FORMAT:
             raise DataError(f"{self.path}: not a fleetctl mesh run (format attribute "
-                            f"{a.get('format')!r}, expected {FORMAT!r})")
-        version = a.get("schema_version")
-        if version is None or not np.issubdtype(type(version), np.integer):
+                            f"{_shown(fmt)}, expected {FORMAT!r})")
+        version = _attr(a, "schema_version")
+        if version is None or isinstance(version, (bool, np.bool_)) \
+                or not np.issubdtype(type(version), np.integer):
             raise DataError(f"{self.path}: schema_version attribute missing or not an integer")
         if int(version) > SCHEMA_VERSION:
             raise DataError(f"{self.path}: schema version {int(version)} was written by a newer "
                             f"fleetctl; this one reads up to version {SCHEMA_VERSION}")
         if int(version) < 1:
             raise DataError(f"{self.path}: invalid schema version {int(version)}")
-        if not a.get("complete", False):
-            raise DataError(f"{self.path}: incomplete run (no `complete` attribute: the writer "
-                            "crashed or is still writing)")
+        complete = _attr(a, "complete")
+        if not isinstance(complete, (bool, np.bool_)) or not complete:
+            raise DataError(f"{self.path}: incomplete run (`complete` attribute absent or not "
+                            f"true: {_shown(complete)}; the writer crashed or is still writing)")
+        epoch = _attr(a, "epoch_ns", 0)
+        if isinstance(epoch, (bool, np.bool_)) or not np.issubdtype(type(epoch), np.integer) \
+                or not 0 <= int(epoch) <= MAX_EPOCH_NS:
+            raise DataError(f"{self.path}: epoch_ns attribute is not a time in ns: {_shown(epoch)}")
         for name in REQUIRED:
             try:
                 present = name in self.f
-            except (OSError, RuntimeError, KeyError):  # damaged object headers
+            except (OSError, RuntimeError, KeyError, ValueError):  # damaged object headers
                 present = False
             if not present:
                 raise DataError(f"{self.path}: dataset /{name} is missing")
@@ -70,113 +116,343 @@ class Run:
         self.close()
 
     def close(self) -> None:
-        self.f.close()
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
-    def _read(self, name: str):
-        if name not in self.f:
-            raise DataError(f"{self.path}: dataset /{name} is missing")
+    def _bad(self, name: str, what: str) -> DataError:
+        return DataError(f"{self.path}: /{name}: {what}")
+
+    def _read(self, name: str, ndim: int | None = 1):
+        """The dataset's values, after checking it is a dataset of `ndim` dimensions whose declared
+        size is bounded (nothing is allocated for a dataset that claims 1e11 rows)."""
+        if name in self._cache:
+            return self._cache[name]
         try:
-            return self.f[name][()]
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise DataError(f"{self.path}: dataset /{name} cannot be read (truncated or "
-                            f"corrupt?): {_short(exc)}") from None
+            obj = self.f.get(name)
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            raise self._bad(name, f"cannot be read (corrupt?): {_short(exc)}") from None
+        if obj is None:
+            raise DataError(f"{self.path}: dataset /{name} is missing")
+        if not isinstance(obj, h5py.Dataset):
+            raise self._bad(name, "is a group, not a dataset")
+        shape = obj.shape
+        if shape is None or (ndim is not None and len(shape) != ndim):
+            raise self._bad(name, f"has shape {shape}, expected {ndim} dimension(s)")
+        size = math.prod(shape) * max(1, obj.dtype.itemsize)
+        if size > MAX_DATASET_BYTES:
+            raise self._bad(name, f"declares {math.prod(shape)} entries ({size} bytes), more than "
+                                  f"the {MAX_DATASET_BYTES} bytes a run file may hold per dataset")
+        try:
+            data = obj[()]
+        except (OSError, RuntimeError, ValueError, TypeError) as exc:
+            raise self._bad(name, f"cannot be read (truncated or corrupt?): {_short(exc)}") from None
+        self._cache[name] = data
+        return data
+
+    def _numbers(self, name: str, kinds: str, dtype, ndim: int = 1) -> np.ndarray:
+        """A numeric dataset of one of `kinds` ('i' signed, 'u' unsigned, 'f' float, 'b' bool),
+        converted to `dtype` only when every value fits (no silent truncation or wrap-around)."""
+        data = np.asarray(self._read(name, ndim))
+        return _convert(data, kinds, np.dtype(dtype), lambda what: self._bad(name, what))
+
+    def _table(self, name: str, fields: dict) -> np.ndarray:
+        """A compound dataset with (at least) `fields`: field -> numpy dtype, or "S" for a string."""
+        data = np.asarray(self._read(name))
+        names = data.dtype.names or ()
+        missing = [f for f in fields if f not in names]
+        if missing:
+            raise self._bad(name, f"is not a table with the fields {', '.join(fields)} "
+                                  f"(missing {', '.join(missing)})")
+        out = {}
+        for field, want in fields.items():
+            col = data[field]
+            where = f"field {field!r}"
+            if isinstance(want, str):
+                if col.dtype.kind not in "OSU":
+                    raise self._bad(name, f"{where} is not text (dtype {col.dtype})")
+                try:
+                    out[field] = [_s(v) for v in col]
+                except (UnicodeDecodeError, TypeError):
+                    raise self._bad(name, f"{where} holds values that are not UTF-8 text") from None
+            else:
+                out[field] = _convert(col, "iu" if np.dtype(want).kind in "iu" else "iuf",
+                                      np.dtype(want), lambda what, w=where: self._bad(name, f"{w} {what}"))
+        return out
+
+    def _structured(self, name: str, dtype: np.dtype) -> np.ndarray:
+        """A compound dataset converted to fleetctl's own record dtype, field by field (checked)."""
+        cols = self._table(name, {f: dtype[f] for f in dtype.names})
+        out = np.empty(len(next(iter(cols.values()))) if cols else 0, dtype=dtype)
+        for field in dtype.names:
+            out[field] = cols[field]
+        return out
 
     # ------------------------------------------------------------------ metadata
     @property
     def attrs(self) -> dict:
-        out = {k: _plain(v) for k, v in self.f.attrs.items()}
+        out = {}
+        for key in self.f.attrs:
+            value = _plain(_attr(self.f.attrs, key))
+            if isinstance(value, str) and len(value) > MAX_ATTR_CHARS:
+                raise DataError(f"{self.path}: root attribute {key!r} is longer than "
+                                f"{MAX_ATTR_CHARS} characters")
+            out[key] = value
         try:
-            out["parameters"] = json.loads(out.get("parameters") or "{}")
-        except (TypeError, ValueError):
+            params = json.loads(out.get("parameters") or "{}")
+        except (TypeError, ValueError, RecursionError):
             raise DataError(f"{self.path}: root attribute 'parameters' is not JSON") from None
+        if not isinstance(params, dict):
+            raise DataError(f"{self.path}: root attribute 'parameters' is not a JSON object")
+        for key, (low, high) in _PARAM_NUMBERS.items():
+            v = params.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not low <= v <= high):
+                raise DataError(f"{self.path}: parameter {key!r} must be a number from {low:g} to "
+                                f"{high:g}, not {_shown(v)}")
+        for key, allowed in (("solver", None), ("statistic", ("p50", "p99"))):
+            v = params.get(key)
+            if v is not None and (not isinstance(v, str) or (allowed and v not in allowed)
+                                  or len(v) > 64):
+                raise DataError(f"{self.path}: parameter {key!r} is not a valid name: {_shown(v)}")
+        out["parameters"] = params
+        for key in ("agents", "discovery", "switch_probes", "clock_truth"):
+            if out.get(key) is not None:
+                self._check_json_attr(key, out[key])
         return out
+
+    def _check_json_attr(self, key: str, text) -> None:
+        """The optional JSON root attributes analysis reads: objects of the documented shape."""
+        try:
+            value = json.loads(text) if isinstance(text, str) else text
+        except (ValueError, RecursionError):
+            raise DataError(f"{self.path}: root attribute {key!r} is not JSON") from None
+        ok = value is None or isinstance(value, dict)
+        if ok and key == "switch_probes" and value:
+            ok = all(isinstance(v, bool) for v in value.values())
+        if ok and key == "clock_truth" and value:
+            hosts = value.get("hosts")
+            ok = _finite(value.get("t0")) and isinstance(hosts, dict) and all(
+                isinstance(h, dict) and all(_finite(h.get(k, 0.0)) for k in ("offset_ms", "drift_ppm"))
+                for h in hosts.values())
+        if not ok:
+            raise DataError(f"{self.path}: root attribute {key!r} does not have the documented shape")
 
     # ------------------------------------------------------------------ tables
     def topology(self) -> Topology:
-        nics = self._read("nics")
-        els = self._read("elements")
+        nics = self._table("nics", _NAMED["nics"])
+        els = self._table("elements", _NAMED["elements"])
         switches, links = {}, []
-        for t, i, d, tier in els:
-            t, i, d = _s(t), _s(i), _s(d)
+        rows = list(zip(els["type"], els["id"], els["direction"], els["tier"]))
+        for t, i, d, tier in rows:
+            if t not in _ELEMENT_TYPES:
+                raise self._bad("elements", f"unknown element type {_shown(t)}")
             if t == "switch":
                 switches[i] = int(tier)
             elif t == "link":
                 a, _, b = d.partition("->")
                 if not links or links[-1][0] != i:  # both directions are stored in a row
                     links.append((i, a, b))
-        name = _s(self.f["elements"].attrs.get("topology", self.f.attrs.get("cluster", "")))
+        name = _s(_attr(self.f["elements"].attrs, "topology", _attr(self.f.attrs, "cluster", "")))
         ports = {}
         if "links" in self.f:  # optional in schema 1
-            ports = {_s(r["id"]): (_s(r["a_port"]), _s(r["b_port"])) for r in self._read("links")}
+            t = self._table("links", _NAMED["links"])
+            ports = {i: (a, b) for i, a, b in zip(t["id"], t["a_port"], t["b_port"])}
         try:
-            return Topology.build(name, [(_s(n["name"]), _s(n["host"])) for n in nics],
-                                  switches, links, ports)
-        except (ConfigError, ValueError, KeyError) as exc:
+            topo = Topology.build(name, list(zip(nics["name"], nics["host"])), switches, links, ports)
+        except (ConfigError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{self.path}: the element table is inconsistent: "
                             f"{getattr(exc, 'message', exc)}") from None
+        # Paths index the file's element rows: the rebuilt table must be the same, row for row.
+        rebuilt = [(e.type, e.id, e.direction or "") for e in topo.elements]
+        if rebuilt != [(t, i, d if t == "link" else "") for t, i, d, _ in rows]:
+            raise self._bad("elements", "rows are not one switch, NIC, host and link-direction "
+                                        "table in fleetctl's order (duplicates or rows out of place)")
+        return topo
 
     def paths(self) -> PathTable:
-        t = PathTable(self._read("paths/indptr").astype(np.int64),
-                      self._read("paths/elements").astype(np.int64),
-                      self._read("paths/weights").astype(np.float64),
-                      self._read("paths/src_nic").astype(np.int64),
-                      self._read("paths/dst_nic").astype(np.int64),
-                      self._read("paths/traced").astype(bool))
-        n_el, n_nic = len(self.f["elements"]), len(self.f["nics"])
+        t = PathTable(self._numbers("paths/indptr", "iu", np.int64),
+                      self._numbers("paths/elements", "iu", np.int64),
+                      self._numbers("paths/weights", "iuf", np.float64),
+                      self._numbers("paths/src_nic", "iu", np.int64),
+                      self._numbers("paths/dst_nic", "iu", np.int64),
+                      self._numbers("paths/traced", "iub", np.int64).astype(bool))
+        n_el, n_nic = self._rows("elements"), self._rows("nics")
         p = len(t.indptr) - 1
+        # In order, each test relying on the ones before it (lengths before indices).
         problems = [
-            (p < 0 or t.indptr[0] != 0 or np.any(np.diff(t.indptr) < 0)
+            (lambda: p < 0 or t.indptr[0] != 0 or np.any(np.diff(t.indptr) < 0)
              or t.indptr[-1] != len(t.elements), "indptr is not a valid CSR pointer"),
-            (len(t.weights) != len(t.elements), "weights and elements differ in length"),
-            (not len(t.src_nic) == len(t.dst_nic) == len(t.traced) == p,
+            (lambda: len(t.weights) != len(t.elements), "weights and elements differ in length"),
+            (lambda: not len(t.src_nic) == len(t.dst_nic) == len(t.traced) == p,
              "src_nic, dst_nic, traced do not have one entry per path"),
-            (len(t.elements) and (t.elements.min() < 0 or t.elements.max() >= n_el),
-             "an element index is outside /elements"),
-            (p and (min(t.src_nic.min(), t.dst_nic.min()) < 0
-                    or max(t.src_nic.max(), t.dst_nic.max()) >= n_nic),
+            (lambda: _outside(t.elements, 0, n_el), "an element index is outside /elements"),
+            (lambda: _outside(t.src_nic, 0, n_nic) or _outside(t.dst_nic, -1, n_nic),
              "a NIC index is outside /nics"),
+            (lambda: len(t.weights) and not (np.all(np.isfinite(t.weights)) and t.weights.min() >= 0
+                                             and t.weights.max() <= 1),
+             "a weight is not a probability from 0 to 1"),
         ]
         for bad, what in problems:
-            if bad:
+            if bad():
                 raise DataError(f"{self.path}: /paths: {what}")
         return t
 
+    def _rows(self, name: str) -> int:
+        obj = self.f.get(name)
+        if not isinstance(obj, h5py.Dataset) or obj.shape is None or len(obj.shape) != 1:
+            raise self._bad(name, "is not a one-dimensional table")
+        return obj.shape[0]
+
     def flows(self) -> np.ndarray:
-        return self._read("flows")
+        flows = self._structured("flows", FLOW_DTYPE)
+        n_nic, n_path = self._rows("nics"), self._rows("paths/indptr") - 1
+        problems = [
+            (len(np.unique(flows["flow"])) != len(flows), "a flow id appears twice"),
+            (_outside(flows["src_nic"], 0, n_nic), "a src_nic is outside /nics"),
+            (_outside(flows["dst_nic"], -1, n_nic), "a dst_nic is outside /nics"),
+            (_outside(flows["fwd_path"], -1, n_path) or _outside(flows["rev_path"], -1, n_path),
+             "a path index is outside /paths"),
+        ]
+        for bad, what in problems:
+            if bad:
+                raise self._bad("flows", what)
+        return flows
 
     def probes(self) -> np.ndarray:
-        return self._read("probes")
+        probes = self._structured("probes", PROBE_DTYPE)
+        if probes.size == 0:
+            return probes
+        flows = self.flows()
+        n_nic = self._rows("nics")
+        epoch = int(_attr(self.f.attrs, "epoch_ns", 0))
+        problems = [
+            (not np.all(np.isin(probes["flow"], flows["flow"])), "a probe names a flow /flows lacks"),
+            (_outside(probes["src_nic"], 0, n_nic), "a src_nic is outside /nics"),
+            (_outside(probes["dst_nic"], -1, n_nic), "a dst_nic is outside /nics"),
+            (int(probes["lost"].max()) > 3, "a lost value is not 0, 1, 2 or 3"),
+            (not np.all(probes["t_send"] != 0), "a probe without a send time"),
+        ]
+        for key in ("t_send", "t_remote_rx", "t_remote_tx", "t_recv"):
+            t = probes[key][probes[key] != 0]
+            problems.append((t.size and (int(t.min()) < epoch - MAX_SPAN_NS
+                                         or int(t.max()) > epoch + MAX_SPAN_NS),
+                             f"a {key} is more than a day away from the run's epoch_ns"))
+        for bad, what in problems:
+            if bad:
+                raise self._bad("probes", what)
+        window = self.attrs["parameters"].get("window_s") or 5.0
+        span_s = (int(probes["t_send"].max()) - int(probes["t_send"].min())) * 1e-9
+        if span_s / window > MAX_WINDOWS:
+            raise self._bad("probes", f"spans {span_s:.0f} s: more than {MAX_WINDOWS} windows of "
+                                      f"{window:g} s")
+        return probes
 
     def window_stats(self, statistic: str = "p50") -> WindowStats:
         if statistic not in ("p50", "p99"):
             raise DataError(f"unknown delay statistic {statistic!r} (p50 or p99)")
-        return WindowStats(sent=self._read("windows/path_sent"),
-                           lost=self._read("windows/path_lost"),
-                           delay=self._read(f"windows/path_{statistic}_us").astype(np.float64))
+        sent = self._numbers("windows/path_sent", "iu", np.int64, ndim=2)
+        lost = self._numbers("windows/path_lost", "iu", np.int64, ndim=2)
+        delay = self._numbers(f"windows/path_{statistic}_us", "iuf", np.float64, ndim=2)
+        n_path = self._rows("paths/indptr") - 1
+        if not sent.shape == lost.shape == delay.shape or sent.shape[1] != n_path:
+            raise self._bad("windows", f"per-path arrays are not windows x {n_path} paths alike")
+        if sent.size and (sent.min() < 0 or lost.min() < 0 or np.any(lost > sent)):
+            raise self._bad("windows", "negative counts, or more probes lost than sent")
+        return WindowStats(sent=sent, lost=lost, delay=delay)
 
     def matrices(self) -> dict[str, np.ndarray]:
-        return {k: self._read(f"windows/{k}") for k in ("delay_p50_us", "delay_p99_us", "loss")}
+        n_nic = self._rows("nics")
+        out = {k: self._numbers(f"windows/{k}", "iuf", np.float32, ndim=3)
+               for k in ("delay_p50_us", "delay_p99_us", "loss")}
+        for k, m in out.items():
+            if m.shape[1:] != (n_nic, n_nic):
+                raise self._bad(f"windows/{k}", f"is not windows x {n_nic} x {n_nic} NICs")
+        return out
 
     def clock(self) -> dict[str, np.ndarray]:
-        return {k: self._read(f"clock/{k}") for k in ("offset_s", "drift", "component", "pairs")}
+        n_host = self._rows("hosts")
+        out = {"offset_s": self._numbers("clock/offset_s", "iuf", np.float64),
+               "drift": self._numbers("clock/drift", "iuf", np.float64),
+               "component": self._numbers("clock/component", "iu", np.int32),
+               "pairs": self._structured("clock/pairs", PAIR_DTYPE)}
+        if any(len(out[k]) != n_host for k in ("offset_s", "drift", "component")):
+            raise self._bad("clock", f"offset_s, drift and component do not have {n_host} rows")
+        if _outside(out["pairs"]["a"], 0, n_host) or _outside(out["pairs"]["b"], 0, n_host):
+            raise self._bad("clock/pairs", "a host index is outside /hosts")
+        return out
 
     def findings(self) -> list[dict]:
         if "findings" not in self.f:
             return []
-        return [json.loads(_s(s)) for s in self._read("findings/json")]
+        raw = self._read("findings/json")
+        if raw.dtype.kind not in "OSU":
+            raise self._bad("findings/json", f"is not text (dtype {raw.dtype})")
+        out = []
+        for i, text in enumerate(raw):
+            try:
+                finding = json.loads(_s(text))
+            except (ValueError, RecursionError, UnicodeDecodeError, TypeError):
+                raise self._bad("findings/json", f"row {i} is not JSON") from None
+            if not isinstance(finding, dict):
+                raise self._bad("findings/json", f"row {i} is not a JSON object")
+            out.append(finding)
+        return out
 
 
 def open_run(path: str | os.PathLike) -> Run:
     return Run(path)
 
 
+def _convert(data: np.ndarray, kinds: str, dtype: np.dtype, bad) -> np.ndarray:
+    """`data` as `dtype` if its kind is one of `kinds` and every value fits; else bad(what)."""
+    if data.dtype.kind not in kinds:
+        raise bad(f"has dtype {data.dtype}, expected {'an integer' if kinds in ('iu', 'iub') else 'a number'} "
+                  f"type ({dtype})")
+    if data.dtype.kind == "f" and dtype.kind == "f":
+        return data.astype(dtype)
+    if dtype.kind in "iu" and data.size:
+        info = np.iinfo(dtype)
+        if int(data.min()) < info.min or int(data.max()) > info.max:
+            raise bad(f"holds values outside {dtype} ({int(data.min())}..{int(data.max())})")
+    return data.astype(dtype)
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _outside(values: np.ndarray, low: int, high: int) -> bool:
+    """Any value outside [low, high)."""
+    return bool(values.size) and (int(values.min()) < low or int(values.max()) >= high)
+
+
+def _attr(attrs, key: str, default=None):
+    """An attribute's value, or `default`; an unreadable one (an odd HDF5 type) is a DataError."""
+    try:
+        return attrs.get(key, default)
+    except (OSError, RuntimeError, TypeError, ValueError) as exc:
+        raise DataError(f"attribute {key!r} cannot be read: {_short(exc)}") from None
+
+
 def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _shown(v) -> str:
+    text = repr(_plain(v))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _plain(v):
     if isinstance(v, bytes):
-        return v.decode()
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            return repr(v)
     if isinstance(v, np.generic):
         return v.item()
     return v

@@ -1,12 +1,21 @@
 """The HDF5 run store: one file per probe run, schema in docs/hdf5-schema.md.
 
-Crash safety: a run is written to `<file>.tmp`; `close()` writes the `complete` attribute last,
-flushes, fsyncs and renames the file into place (then fsyncs the directory). A crash or kill
-leaves at most a `.tmp` file, and a file without `complete` is refused by the reader.
+Crash safety: a run is written to a private temporary file beside the target (fleetctl.atomic:
+created with O_EXCL|O_NOFOLLOW, never a predictable `<file>.tmp` a planted link could redirect);
+`close()` writes the `complete` attribute last, flushes, fsyncs and renames the file into place
+(then fsyncs the directory). A crash or kill leaves at most a `.<file>.*.tmp` file, and a file
+without `complete` is refused by the reader.
+
+Write errors (a full disk): HDF5 left in a failed state by a write error could not close the file,
+and freeing its objects at exit crashed the interpreter (exit 139). So HDF5 writes through
+`_FailSafeIO`, which records the first OSError and from then on accepts and drops every write: HDF5
+never sees a failure and closes cleanly; the writer then removes the temporary file and raises a
+DataError naming the target.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from datetime import datetime, timezone
@@ -15,7 +24,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from fleetctl.errors import DataError
+from fleetctl.atomic import AtomicFile
+from fleetctl.errors import DataError, FleetctlError
 from fleetctl.mesh.topology import PathTable, Topology
 
 FORMAT = "fleetctl-mesh-run"
@@ -42,17 +52,113 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+class _FailSafeIO:
+    """The file object HDF5 writes through (h5py's fileobj driver): the first OSError of a write,
+    truncate or flush is kept in `error`, and every later one is a no-op, so HDF5 always closes."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.error: OSError | None = None
+
+    def _safe(self, fn, *args):
+        if self.error is not None:
+            return None
+        try:
+            return fn(*args)
+        except OSError as exc:
+            self.error = exc
+            return None
+
+    def write(self, data):
+        self._safe(self._write_all, memoryview(data).cast("B"))
+        return len(data)
+
+    def _write_all(self, view) -> None:
+        while len(view):
+            n = self.raw.write(view)  # unbuffered: a short count or OSError (ENOSPC) on a full disk
+            if not n:
+                raise OSError(28, os.strerror(28))
+            view = view[n:]
+
+    def truncate(self, size=None):
+        self._safe(self.raw.truncate, size)
+        return size
+
+    def flush(self):
+        self._safe(self.raw.flush)
+
+    def seek(self, *args):
+        return self.raw.seek(*args)
+
+    def tell(self):
+        return self.raw.tell()
+
+    def readinto(self, buf):
+        return self.raw.readinto(buf)
+
+    def read(self, size=-1):
+        return self.raw.read(size)
+
+
+def _guarded(method):
+    """Any failure inside a write step discards the temporary file and becomes a DataError."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self.f is None:
+            raise DataError(f"{self.path}: run file already closed or discarded")
+        try:
+            out = method(self, *args, **kwargs)
+            self._check()
+            return out
+        except FleetctlError:
+            self.abort()
+            raise
+        except (OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+            self.abort()
+            raise DataError(f"{self.path}: cannot write run file: {_first_line(exc)}") from None
+        except BaseException:
+            self.abort()
+            raise
+
+    return wrapper
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return os.strerror(exc.errno)  # h5py's errors carry a whole HDF5 error stack
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
 class RunWriter:
-    """Writes one run. Use as a context manager: an exception discards the `.tmp` file."""
+    """Writes one run. Use as a context manager: an exception discards the temporary file."""
 
     def __init__(self, path: str | os.PathLike, *, run_id: str, cluster: str,
                  parameters: dict | None = None, epoch_ns: int = 0, started_at: str | None = None):
         self.path = Path(path)
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.f = None
+        self._io = None
+        self._out = AtomicFile(self.path, buffered=False)
+        self.tmp = self._out.tmp
         try:
-            self.f = h5py.File(self.tmp, "w")
-        except OSError as exc:
-            raise DataError(f"{self.tmp}: cannot create run file: {exc}") from None
+            # h5py's file-object driver: HDF5 writes through our O_EXCL descriptor, by no name.
+            self._io = _FailSafeIO(self._out.file)
+            self.f = h5py.File(self._io, "w")
+            self._start(run_id, cluster, parameters, epoch_ns, started_at)
+            self._check()
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, (OSError, RuntimeError, ValueError)):
+                raise DataError(f"{self.path}: cannot create run file: {_first_line(exc)}") from None
+            raise
+
+    def _check(self) -> None:
+        """Raise the write error HDF5 was shielded from (the caller's guard discards the file)."""
+        if self._io is not None and self._io.error is not None:
+            raise self._io.error
+
+    def _start(self, run_id, cluster, parameters, epoch_ns, started_at) -> None:
         a = self.f.attrs
         a["format"] = FORMAT
         a["schema_version"] = SCHEMA_VERSION
@@ -72,9 +178,13 @@ class RunWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
-        else:
-            self.abort()
+            return
+        write_error = self._io.error if self._io is not None else None
+        self.abort()
+        if write_error is not None:  # the caller's error came from a failed write: say so
+            raise DataError(f"{self.path}: cannot write run file: {_first_line(write_error)}") from None
 
+    @_guarded
     def write_topology(self, topo: Topology) -> None:
         hosts = list(dict.fromkeys(topo.nic_host))
         hpos = {h: i for i, h in enumerate(hosts)}
@@ -94,6 +204,7 @@ class RunWriter:
                                 ("b_port", STR)])
         self.f.create_dataset("links", data=links)
 
+    @_guarded
     def write_paths(self, paths: PathTable) -> None:
         g = self.f.create_group("paths")
         g.create_dataset("indptr", data=paths.indptr.astype(np.int64))
@@ -103,15 +214,18 @@ class RunWriter:
         g.create_dataset("dst_nic", data=paths.dst_nic.astype(np.int32))
         g.create_dataset("traced", data=paths.traced.astype(np.uint8))
 
+    @_guarded
     def write_flows(self, flows: np.ndarray) -> None:
         self.f.create_dataset("flows", data=np.asarray(flows, dtype=FLOW_DTYPE))
 
+    @_guarded
     def append_probes(self, records: np.ndarray) -> None:
         records = np.asarray(records, dtype=PROBE_DTYPE)
         n = self._probes.shape[0]
         self._probes.resize((n + len(records),))
         self._probes[n:] = records
 
+    @_guarded
     def write_windows(self, *, window_s: float, start_ns: np.ndarray, path_sent: np.ndarray,
                       path_lost: np.ndarray, path_p50_us: np.ndarray, path_p99_us: np.ndarray,
                       delay_p50_us: np.ndarray, delay_p99_us: np.ndarray,
@@ -130,6 +244,7 @@ class RunWriter:
                               ("loss", loss, np.float32)):
             g.create_dataset(name, data=np.asarray(arr, dtype=dt), compression="gzip")
 
+    @_guarded
     def write_clock(self, model) -> None:
         """A fleetctl.analysis.clock.ClockModel."""
         g = self.f.create_group("clock")
@@ -140,6 +255,7 @@ class RunWriter:
                           for p, r in zip(model.pairs, model.residual)], dtype=PAIR_DTYPE)
         g.create_dataset("pairs", data=pairs, dtype=PAIR_DTYPE)
 
+    @_guarded
     def write_findings(self, findings: list[dict], solver: str) -> None:
         g = self.f.create_group("findings")
         g.attrs["solver"] = solver
@@ -152,27 +268,32 @@ class RunWriter:
         g.create_dataset("json", data=np.array([json.dumps(f, sort_keys=True) for f in findings],
                                                dtype=object), dtype=STR)
 
+    @_guarded
+    def set_attrs(self, **attrs) -> None:
+        """Extra root attributes (strings, numbers)."""
+        for name, value in attrs.items():
+            self.f.attrs[name] = value
+
+    @_guarded
     def close(self, ended_at: str | None = None) -> Path:
         """Mark complete, flush, fsync, rename into place. Returns the final path."""
         self.f.attrs["ended_at"] = ended_at or _now()
         self.f.attrs["complete"] = True  # written last: the reader's proof of a whole file
         self.f.flush()
         self.f.close()
-        fd = os.open(self.tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(self.tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        return self.path
+        self.f = None
+        self._check()
+        out, self._out = self._out, None
+        return out.commit()  # fsync, rename, fsync the directory; removes the file on failure
 
     def abort(self) -> None:
-        try:
-            self.f.close()
-        finally:
-            self.tmp.unlink(missing_ok=True)
+        """Drop the run: close what can be closed, remove the temporary file. Never raises."""
+        f, self.f = self.f, None
+        if f is not None:
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001 - the write error that got us here is what matters
+                pass
+        if self._out is not None:
+            self._out.discard()
+            self._out = None

@@ -12,11 +12,11 @@ import importlib
 from pathlib import Path
 
 from fleetctl.errors import ConfigError
-from fleetctl.slurm.base import (DrainResult, Reservation, ResumeResult, SlurmBackend, SlurmJob,
-                                 SlurmNode)
+from fleetctl.slurm.base import (DrainResult, NodeLookup, Reservation, ResumeResult, SlurmBackend,
+                                 SlurmJob, SlurmNode, SlurmUnreachable)
 
-__all__ = ["BACKENDS", "DrainResult", "Reservation", "ResumeResult", "SlurmBackend", "SlurmJob",
-           "SlurmNode", "backend_for_site", "get_backend"]
+__all__ = ["BACKENDS", "DrainResult", "NodeLookup", "Reservation", "ResumeResult", "SlurmBackend",
+           "SlurmJob", "SlurmNode", "SlurmUnreachable", "backend_for_site", "get_backend"]
 
 # name -> "module:class"; imported only when chosen.
 BACKENDS: dict[str, str] = {

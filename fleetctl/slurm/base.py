@@ -9,6 +9,8 @@ from __future__ import annotations
 import abc
 from dataclasses import asdict, dataclass, field
 
+from fleetctl.errors import SlurmError
+
 # Node state flags that mean "will not get new jobs" (Slurm prints them joined with '+').
 UNAVAILABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING",
                                "NOT_RESPONDING", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED",
@@ -108,6 +110,18 @@ class DrainResult:
         return asdict(self)
 
 
+class SlurmUnreachable(SlurmError):
+    """slurmctld (or the configuration) cannot be reached at all: retrying node by node is useless."""
+
+
+@dataclass
+class NodeLookup:
+    """Nodes Slurm knows, and the names it does not know (a site file ahead of slurm.conf)."""
+
+    found: dict[str, SlurmNode] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+
+
 class SlurmBackend(abc.ABC):
     """What fleetctl needs from Slurm. Every method raises SlurmError on failure."""
 
@@ -123,6 +137,28 @@ class SlurmBackend(abc.ABC):
     @abc.abstractmethod
     def nodes(self, nodes: list[str] | None = None) -> list[SlurmNode]:
         """All nodes, or the given ones (names Slurm does not know raise SlurmError)."""
+
+    def lookup(self, nodes: list[str]) -> NodeLookup:
+        """The nodes Slurm knows among `nodes` and those it does not: one unknown name must not stop
+        the others. This default asks for all at once and, when that fails for another reason than
+        an unreachable slurmctld, asks node by node; backends override it with one call."""
+        out = NodeLookup()
+        if not nodes:
+            return out
+        try:
+            out.found = {n.name: n for n in self.nodes(nodes)}
+        except SlurmUnreachable:
+            raise
+        except SlurmError:
+            for name in nodes:
+                try:
+                    out.found.update((n.name, n) for n in self.nodes([name]))
+                except SlurmUnreachable:
+                    raise
+                except SlurmError:
+                    pass
+        out.unknown = [n for n in nodes if n not in out.found]
+        return out
 
     @abc.abstractmethod
     def jobs(self, *, job_ids: list[str] | None = None, nodes: list[str] | None = None,
@@ -146,6 +182,10 @@ class SlurmBackend(abc.ABC):
         answers (`idle*`, usually within a second or two): wait up to `wait_s` for that, so that a
         resumed node takes jobs when this returns; those still silent are listed in not_responding.
         """
+
+    @abc.abstractmethod
+    def wait_responding(self, names: list[str], wait_s: float = 10.0) -> list[str]:
+        """Wait up to `wait_s` for slurmctld to hear from the nodes; return those still NOT_RESPONDING."""
 
     @abc.abstractmethod
     def reservations(self, name: str | None = None) -> list[Reservation]:

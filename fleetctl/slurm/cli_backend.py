@@ -15,14 +15,17 @@ import time
 from fleetctl.errors import SlurmError, UsageError
 from fleetctl.nodeset import fold
 from fleetctl.slurm import parse
-from fleetctl.slurm.base import (DrainResult, Reservation, ResumeResult, SlurmBackend, SlurmJob,
-                                 SlurmNode)
+from fleetctl.slurm.base import (DrainResult, NodeLookup, Reservation, ResumeResult, SlurmBackend,
+                                 SlurmJob, SlurmNode, SlurmUnreachable)
 from fleetctl.slurm.reasons import is_ours, make_reason
 
 # stderr fragments that mean slurmctld (or the configuration) cannot be reached at all.
 _UNREACHABLE = ("unable to contact slurm controller", "socket timed out", "connection refused",
                 "could not establish a configuration source", "slurm_load_partitions",
                 "zero bytes were transmitted", "unable to establish controller", " is down")
+# scontrol prints this on stdout (exit 1) for each name of a node list it does not know, and the
+# records of the others (src/scontrol/info_node.c, 22.05 and 24.11).
+_NOT_FOUND = re.compile(r"^Node (\S+) not found$")
 _RES_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _RES_FLAGS = re.compile(r"^[A-Za-z_]+$")
 
@@ -56,18 +59,22 @@ class CliBackend(SlurmBackend):
         return path
 
     def run(self, program: str, *args: str) -> str:
+        proc = self._call(program, *args)
+        if proc.returncode != 0:
+            raise self._error(" ".join([program, *args]), proc.stderr or proc.stdout)
+        return proc.stdout
+
+    def _call(self, program: str, *args: str) -> subprocess.CompletedProcess:
         argv = [self._exe(program), *args]
         shown = " ".join([program, *args])
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
+            return subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
                                   env=self._env(), stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"`{shown}` timed out after {self.timeout:g} s: slurmctld not reachable?") from None
+            raise SlurmUnreachable(f"`{shown}` timed out after {self.timeout:g} s: slurmctld not "
+                                   "reachable?") from None
         except OSError as exc:
             raise SlurmError(f"cannot run {program}: {exc}") from None
-        if proc.returncode != 0:
-            raise self._error(shown, proc.stderr or proc.stdout)
-        return proc.stdout
 
     def _error(self, shown: str, output: str) -> SlurmError:
         lines = [l.strip() for l in output.strip().splitlines() if l.strip()]
@@ -75,7 +82,7 @@ class CliBackend(SlurmBackend):
         detail = (unreachable or lines or ["no output"])[-1]
         if unreachable:
             where = f" (SLURM_CONF={self.slurm_conf})" if self.slurm_conf else ""
-            return SlurmError(f"slurmctld not reachable{where}: {detail}",
+            return SlurmUnreachable(f"slurmctld not reachable{where}: {detail}",
                               hint="is slurmctld running, and is slurm.conf (slurm.conf in the site "
                                    "file, or SLURM_CONF) the right one?")
         return SlurmError(f"`{shown}` failed: {detail}")
@@ -96,6 +103,27 @@ class CliBackend(SlurmBackend):
                 return []
             args.insert(2, fold(nodes))
         return parse.parse_nodes(self.run("scontrol", *args))
+
+    def lookup(self, nodes: list[str]) -> NodeLookup:
+        """One `scontrol show node LIST`: Slurm prints the nodes it knows and `Node X not found`
+        for the others (exit 1); both are kept, so one unknown name never hides the rest."""
+        out = NodeLookup()
+        if not nodes:
+            return out
+        shown = f"scontrol show node {fold(nodes)} --oneliner"
+        proc = self._call("scontrol", "show", "node", fold(nodes), "--oneliner")
+        records, missing = [], []
+        for line in proc.stdout.splitlines():
+            m = _NOT_FOUND.match(line.strip())
+            if m:
+                missing.append(m.group(1))
+            elif line.strip():
+                records.append(line)
+        if proc.returncode != 0 and not missing:
+            raise self._error(shown, proc.stderr or proc.stdout)
+        out.found = {n.name: n for n in parse.parse_nodes("\n".join(records)) if n.name in nodes}
+        out.unknown = [n for n in nodes if n not in out.found]
+        return out
 
     def jobs(self, *, job_ids: list[str] | None = None, nodes: list[str] | None = None,
              states: list[str] | None = None) -> list[SlurmJob]:
@@ -125,7 +153,10 @@ class CliBackend(SlurmBackend):
         if not nodes:
             raise UsageError("drain: no nodes given")
         result = DrainResult(make_reason(self.drain_prefix, code, text))
-        for node in self.nodes(nodes):
+        known = self.lookup(nodes)
+        for name in known.unknown:
+            result.skipped[name] = "not known to Slurm (not in slurm.conf?): not drained"
+        for node in known.found.values():
             if node.reason and not force and not is_ours(node.reason, self.drain_prefix):
                 result.skipped[node.name] = (f"already {node.state_text.lower()} with reason "
                                              f"{node.reason!r} (not fleetctl's): left as is")
@@ -140,7 +171,10 @@ class CliBackend(SlurmBackend):
         result = ResumeResult()
         prefix = f"{self.drain_prefix}:"
         ours: list[str] = []
-        for node in self.nodes(nodes):
+        known = self.lookup(nodes)
+        for name in known.unknown:
+            result.refused[name] = "not known to Slurm (not in slurm.conf?)"
+        for node in known.found.values():
             if not is_ours(node.reason, self.drain_prefix):
                 why = (f"reason {node.reason!r} was not written by fleetctl (no {prefix!r} prefix)"
                        if node.reason else "no drain reason: not drained by fleetctl")
@@ -152,10 +186,10 @@ class CliBackend(SlurmBackend):
         if ours:
             self.run("scontrol", "update", f"NodeName={fold(ours)}", "State=RESUME")
             result.resumed = ours
-            result.not_responding = self._wait_responding(ours, wait_s)
+            result.not_responding = self.wait_responding(ours, wait_s) if wait_s > 0 else []
         return result
 
-    def _wait_responding(self, names: list[str], wait_s: float) -> list[str]:
+    def wait_responding(self, names: list[str], wait_s: float = 10.0) -> list[str]:
         """The nodes still NOT_RESPONDING after up to `wait_s` seconds (polled every 0.2 s)."""
         deadline = time.monotonic() + wait_s
         while True:

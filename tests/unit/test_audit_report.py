@@ -11,7 +11,7 @@ from fleetctl.audit.export import (changes_since, previous_report, prometheus_te
                                    write_history)
 from fleetctl.audit.report import AuditReport
 from fleetctl.audit.runner import NodeOutcome, payload_source
-from fleetctl.errors import UsageError
+from fleetctl.errors import DataError
 
 
 def doc(status="ok", *results, complete=True):
@@ -86,7 +86,7 @@ def test_history_diff_new_and_resolved(tmp_path):
 def test_write_atomic_names_the_file_on_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(UsageError, match="cannot write .*file/out.prom"):
+    with pytest.raises(DataError, match="cannot write .*file/out.prom"):
         write_atomic(blocker / "out.prom", "text")
 
 
@@ -102,3 +102,24 @@ def test_payload_fills_the_node_name_on_the_node(tmp_path):
     assert result["node"] == "gpu7"
     scan = [r for r in result["results"] if r["code"] == "xid.scan"]
     assert scan and scan[0]["evidence"].get("source", "").endswith("gpu7.log"), scan
+
+
+def test_concurrent_audits_keep_every_history_report(tmp_path):
+    """Several processes finishing in the same millisecond: every report is kept, none half-written.
+    Before, the name was the time alone and one report replaced the other."""
+    import multiprocessing
+
+    def writer(n):
+        for i in range(10):
+            write_history(tmp_path, {"schema": "fleetctl.audit/1", "finished": 1795967520.123,
+                                     "writer": n, "i": i, "nodes": []})
+
+    procs = [multiprocessing.get_context("fork").Process(target=writer, args=(n,)) for n in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    reports = [json.loads(p.read_text()) for p in tmp_path.glob("audit-*.json")]
+    assert sorted((r["writer"], r["i"]) for r in reports) == [(n, i) for n in range(6) for i in range(10)]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -54,7 +54,7 @@ def test_round_trip(tmp_path, run_data):
     findings = triangulate(topo, run.paths, WindowStats(w.path_sent, w.path_lost, w.path_p50_us))
     assert [f["element"]["direction"] for f in findings] == ["leaf1->spine2"]
     path = write(tmp_path / "run.h5", run_data, findings=findings)
-    assert not (tmp_path / "run.h5.tmp").exists()
+    assert sorted(os.listdir(tmp_path)) == ["run.h5"]
     with open_run(path) as r:
         a = r.attrs
         assert a["schema_version"] == SCHEMA_VERSION and a["complete"] is True
@@ -97,7 +97,7 @@ def test_exception_leaves_no_file(tmp_path, run_data):
         with RunWriter(path, run_id="x", cluster="lab") as wr:
             wr.write_topology(run_data[0])
             raise RuntimeError("agent died")
-    assert not path.exists() and not (tmp_path / "run.h5.tmp").exists()
+    assert not path.exists() and os.listdir(tmp_path) == []
 
 
 def test_killed_writer_leaves_only_tmp_which_is_refused(tmp_path, run_data):
@@ -107,7 +107,7 @@ def test_killed_writer_leaves_only_tmp_which_is_refused(tmp_path, run_data):
     wr.f.flush()  # a kill -9 here: the .tmp is on disk, never renamed, never marked complete
     assert not path.exists()
     with pytest.raises(DataError, match="incomplete run"):
-        open_run(tmp_path / "run.h5.tmp")
+        open_run(wr.tmp)
     wr.abort()
 
 
