@@ -331,6 +331,8 @@ def _xid_line(scan, line, at, seq, since, boot, cache):
         g["count"] += 1
         g["last_seq"] = seq
         g["last_prefix"] = prefix
+        if not prefix or prefix.isspace():
+            st["untimed"] += 1
     else:
         when = line_time(prefix, boot, cache)
         if when is None:
