@@ -99,7 +99,7 @@ def parse_dcgmi_diag(text):
             cur["detail"].append("%s: %s" % (name, value))
             last_label = name
             if name == "Error":
-                cur["verdict"] = "fail"
+                cur["verdict"] = "fail"  # an Error row: the test could not complete
             continue
         if not name:
             gm = DCGM_GPU_ROW_RE.match(value)
@@ -112,12 +112,13 @@ def parse_dcgmi_diag(text):
             continue
         first = value.split(" ", 1)[0]
         if _verdict(first) and cat != "Metadata":
-            cur = {"name": name, "category": cat, "verdict": "pass", "gpus": {}, "detail": []}
+            cur = {"name": name, "category": cat, "verdict": None, "gpus": {}, "detail": []}
             doc["tests"].append(cur)
             last_label = None
             _verdict_cell(cur, value)
     for t in doc["tests"]:
         t["detail"] = [d[:300] for d in t["detail"][:16]]
+        t["verdict"] = t["verdict"] or "skip"
     return doc
 
 
@@ -137,7 +138,7 @@ def _verdict_cell(test, value):
 
 
 def _gpu_verdict(test, gid, verdict):
-    test["gpus"][str(int(gid))] = _worse(test["gpus"].get(str(int(gid)), "pass"), verdict)
+    test["gpus"][str(int(gid))] = _worse(test["gpus"].get(str(int(gid))), verdict)
     test["verdict"] = _worse(test["verdict"], verdict)
 
 
@@ -145,6 +146,9 @@ _VERDICT_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
 
 
 def _worse(a, b):
+    """The worse of two verdicts; None (nothing seen yet) yields to anything."""
+    if a is None:
+        return b
     return a if _VERDICT_RANK[a] >= _VERDICT_RANK[b] else b
 
 
@@ -171,7 +175,7 @@ def parse_dcgmi_json(text):
     else:
         pairs = [(t.get("category"), t) for t in (root.get("tests") or []) if isinstance(t, dict)]
     for cat, t in pairs[:256]:
-        test = {"name": str(t.get("name"))[:80], "category": cat, "verdict": "pass", "gpus": {}, "detail": []}
+        test = {"name": str(t.get("name"))[:80], "category": cat, "verdict": None, "gpus": {}, "detail": []}
         for r in (t.get("results") or [])[:256]:
             if not isinstance(r, dict):
                 continue
@@ -187,6 +191,7 @@ def parse_dcgmi_json(text):
                 for w in (r.get(key) or [])[:4]:
                     msg = w.get("warning") or w.get("error") or w.get("message") if isinstance(w, dict) else w
                     test["detail"].append("%s: %s" % (key, str(msg)[:300]))
+        test["verdict"] = test["verdict"] or "skip"
         doc["tests"].append(test)
     return doc if doc["tests"] or doc["version"] else None
 
@@ -290,6 +295,8 @@ def judge_dcgm(doc, rc, output, level):
         return result("deep.dcgm", "warn", "dcgmi diag -r %d warned: %s" % (
             level, ", ".join(t["name"] for t in warned)), "none", ev)
     ran = [t for t in tests if t["verdict"] == "pass"]
+    if not ran:
+        return result("deep.dcgm", "warn", "dcgmi diag -r %d: every test was skipped" % level, "none", ev)
     return result("deep.dcgm", "ok", "dcgmi diag -r %d: %d tests passed, %d skipped" % (
         level, len(ran), len(tests) - len(ran)), evidence=ev)
 

@@ -78,6 +78,14 @@ RECOVERY_ACTIONS = {
     4: ("fail", "reset-gpu", "Drain and Reset"), 5: ("warn", "none", "Recover IMEX Domain"),
     6: ("fail", "reset-gpu", "Bus Reset"), 7: ("fail", "reboot", "System Reboot"),
 }
+# SXids the Fabric Manager User Guide (DU-09883-001 v1.3) lists as fatal: the NVSwitch needs a reset, the
+# GPUs on it fail their NVLink traffic. A line may also say "Fatal" / "Non-fatal" itself, which wins.
+SXID_FATAL = frozenset((
+    11001, 11004, 11009, 11013, 11018, 11019, 11020, 12001, 12002, 12020, 12022, 12024, 12025, 12026, 12027,
+    12028, 12031, 12032, 14017, 15001, 15006, 15009, 15010, 15012, 15013, 19047, 19048, 19054, 19056, 19058,
+    19060, 19061, 19063, 19064, 19066, 19067, 19069, 19070, 19084, 20034, 22003, 22011, 22012, 23001, 23002,
+    23003, 23004, 23005, 23006, 23007, 23008, 23009, 23010, 23011, 23012, 23013, 23014, 23015, 23016, 23017,
+    24004, 24005, 24006, 24007))
 RECOVERY_RE = re.compile(r"to 0x([0-9A-Fa-f]+)(?: \(([^)]*)\))?")
 
 _PCI = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?"
@@ -331,8 +339,8 @@ def _xid_line(scan, line, at, seq, since, boot, cache):
         g["count"] += 1
         g["last_seq"] = seq
         g["last_prefix"] = prefix
-        if not prefix or prefix.isspace():
-            st["untimed"] += 1
+        if g["first"] is None or not prefix or prefix.isspace():
+            st["untimed"] += 1  # the group's format carries no time, or this line has no prefix
     else:
         when = line_time(prefix, boot, cache)
         if when is None:
@@ -553,6 +561,8 @@ def judge_scan(scan, args, state, source):
             status, action, kind = "fail", "reboot", "fatal"
         elif g["nonfatal"]:
             status, action, kind = "warn", "none", "non-fatal"
+        elif sxid in SXID_FATAL:
+            status, action, kind = "fail", "reboot", "fatal per the Fabric Manager catalog"
         else:
             status, action, kind = "warn", "inspect-hardware", "severity not printed"
         ev = {"sxid": sxid, "pci": pci, "device": g["name"], "count": g["count"], "first": g["first"],
