@@ -130,7 +130,8 @@ def test_dmesg_T_is_local_time():
 
 def test_site_override_changes_status_and_action():
     r = judged(scan_lines(lines("xid-dmesg-iso.log")),
-               xid_policy={"63": {"status": "fail", "action": "reset-gpu"}, "999": {"status": "warn", "action": "none"}})
+               xid_policy={"63": {"status": "fail", "action": "reset-gpu"},
+                           "999": {"status": "warn", "action": "none"}})
     assert (r["xid.63"]["status"], r["xid.63"]["action"]) == ("fail", "reset-gpu")
     assert "site policy" in r["xid.63"]["message"]
 
@@ -247,20 +248,31 @@ def test_a_50_mb_line_is_cut_and_the_report_stays_small(tmp_path):
     assert len(repr(out)) < 20_000 and peak < 8 << 20, peak  # chunks, not the whole line
 
 
+def _distinct_pairs(n):
+    return ("[%d.0] NVRM: Xid (PCI:%04x:%02x:00): %d, x\n" % (i, i >> 8 & 0xffff, i & 0xff, 13 + i % 3)
+            for i in range(n))
+
+
 def test_a_million_distinct_pairs_stay_bounded():
-    flood = ("[%d.0] NVRM: Xid (PCI:%04x:%02x:00): %d, x\n" % (i, i >> 8 & 0xffff, i & 0xff, 13 + i % 3)
-             for i in range(1_000_000))
-    tracemalloc.start()
-    scan = scan_lines(flood, boot=0.0)
+    started = time.monotonic()
+    scan = scan_lines(_distinct_pairs(1_000_000), boot=0.0)
     out = judge_scan(scan, {"boot_id": "x"}, {}, "test")
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    assert time.monotonic() - started < 10.0  # ~5 s on this shared box; under a budget it stops and reports
     assert len(scan.groups) == X.MAX_GROUPS
     assert len(out) == X.MAX_RESULTS + 2  # 64 findings, xid.more, xid.scan
     more = {r["code"]: r for r in out}["xid.more"]
     assert more["status"] == "warn" and more["evidence"]["findings"] == X.MAX_GROUPS - X.MAX_RESULTS
     assert sum(more["evidence"]["overflow_lines"].values()) == 1_000_000 - X.MAX_GROUPS
-    assert peak < 64 << 20, peak
+    assert len(repr(out)) < 100_000
+
+
+def test_distinct_pairs_use_bounded_memory():
+    tracemalloc.start()  # slows allocation ~10x: a smaller flood, still 50x past the group bound
+    scan = scan_lines(_distinct_pairs(200_000), boot=0.0)
+    judge_scan(scan, {"boot_id": "x"}, {}, "test")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 << 20, peak
 
 
 def test_more_keeps_the_worst_status_of_what_it_hides():

@@ -115,7 +115,8 @@ for _names in ("jan feb mar apr may jun jul aug sep oct nov dec",
                "янв фев мар апр мая июн июл авг сен окт ноя дек"):  # ru
     for _i, _m in enumerate(_names.split(), 1):
         MONTHS.setdefault(_m, _i)
-MONTHS.update({"mrz": 3, "май": 5, "fév": 2, "déc": 12, "sep": 9, "sept": 9, "feb": 2})
+MONTHS.update({"mrz": 3, "май": 5, "fév": 2, "déc": 12, "sept": 9})
+del _names, _i, _m
 
 
 def boot_epoch():
@@ -341,6 +342,9 @@ def _xid_line(scan, line, at, seq, since, boot, cache):
         g["last_prefix"] = prefix
         if g["first"] is None or not prefix or prefix.isspace():
             st["untimed"] += 1  # the group's format carries no time, or this line has no prefix
+    elif since is None and len(scan.groups) + len(scan.sxids) + len(scan.fallen) >= MAX_GROUPS:
+        scan.add(scan.groups, (pci, xid), seq, None, text)  # no room: counted per Xid, no date needed
+        return
     else:
         when = line_time(prefix, boot, cache)
         if when is None:
