@@ -123,6 +123,11 @@ def test_line_time_month_names_of_other_locales(month):
     assert line_time("Foo 24 12:00:01 gpu01 kernel: ", None) is None
 
 
+def test_journal_short_precise_keeps_the_microseconds():
+    t = line_time("Mar 29 15:38:59.123456 gpu01 kernel: ", None)
+    assert time.localtime(t)[1:6] == (3, 29, 15, 38, 59) and t % 1 == pytest.approx(0.123456)
+
+
 def test_dmesg_T_is_local_time():
     t = line_time("[Sun Feb 23 16:24:18 2025] ", None)
     assert time.localtime(t)[:6] == (2025, 2, 23, 16, 24, 18)

@@ -457,7 +457,8 @@ def read_kernel_log(args, deadline):
     if lines is not None:
         return lines, "/dev/kmsg"
     since = args.get("since")
-    cmd = ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso-precise"]
+    # --lines bounds what is captured (a flood is ~100 bytes a line): the newest half million lines
+    cmd = ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso-precise", "--lines=500000"]
     if since:
         cmd.append("--since=@%d" % int(since))
     rc, out, _ = run_cmd(cmd, deadline, timeout=10)
