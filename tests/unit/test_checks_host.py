@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from fleetctl.checks.payload.common import Deadline
 from fleetctl.checks.payload.deep import (check_dcgm, check_ib_write_bw, check_nccl, parse_dcgmi_diag,
                                           parse_ib_write_bw, parse_nccl_tests)
@@ -82,19 +84,22 @@ def test_nccl_tests_parser():
 
 
 def test_dcgmi_parser():
-    tests = parse_dcgmi_diag(fix("dcgmi-diag-pass.txt"))
-    assert len(tests) == 9 and all(v == "Pass" for _, v, _ in tests)
-    tests = {n: (v, d) for n, v, d in parse_dcgmi_diag(fix("dcgmi-diag-fail.txt"))}
-    assert tests["GPU Memory"][0] == "Fail" and "cuMemAlloc" in tests["GPU Memory"][1]
-    assert tests["Persistence Mode"][0] == "Warn" and tests["PCIe"][0] == "Pass"
+    doc = parse_dcgmi_diag(fix("dcgmi-diag-pass.txt"))
+    assert len(doc["tests"]) == 9 and all(t["verdict"] == "pass" for t in doc["tests"])
+    assert doc["version"] == "3.3.5"
+    tests = {t["name"]: t for t in parse_dcgmi_diag(fix("dcgmi-diag-fail.txt"))["tests"]}
+    assert tests["GPU Memory"]["verdict"] == "fail" and tests["GPU Memory"]["gpus"] == {"1": "fail"}
+    assert "cuMemAlloc" in tests["GPU Memory"]["detail"][0]
+    assert tests["Persistence Mode"]["verdict"] == "warn" and tests["PCIe"]["gpus"] == {"all": "pass"}
     assert "DCGM Version" not in tests
 
 
 def test_ib_write_bw_parser():
     assert parse_ib_write_bw(fix("ib_write_bw.txt")) == 381.42
+    # perftest's MB is 2^20 bytes (newer versions print MiB): 47677.50 MB/s is 399.95 Gb/s, not 381.42
     mb = fix("ib_write_bw.txt").replace("BW peak[Gb/sec]    BW average[Gb/sec]",
                                         "BW peak[MB/sec]    BW average[MB/sec]").replace("381.42", "47677.50")
-    assert abs(parse_ib_write_bw(mb) - 381.42) < 0.01
+    assert parse_ib_write_bw(mb) == pytest.approx(47677.50 * 2**20 * 8 / 1e9, abs=0.001)
     assert parse_ib_write_bw("Couldn't connect to 127.0.0.1:18515") is None
 
 

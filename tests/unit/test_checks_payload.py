@@ -235,3 +235,20 @@ def test_every_name_the_payload_reads_is_defined_in_it():
             bound.add(node.name)
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     assert sorted(used - bound) == []
+
+
+def test_an_xid_flood_still_fails_the_prolog_inside_its_budget(site, lab_dir):
+    """Issue 14: a million Xid 79 lines used to run the quick level out of its budget (`xid.budget`,
+    an error the Prolog lets pass). The shipped script must now report the Xid, within the budget."""
+    line = "2026-11-29T15:50:01,%06d+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=python3, " \
+           "GPU has fallen off the bus.\n"
+    with open(lab_dir / "node2/kern.log", "w") as f:
+        f.writelines(line % (i % 1000000) for i in range(1_000_000))
+    args = payload_args(site, "node2", "quick", budget_s=4.0)
+    t0 = time.monotonic()
+    doc = run_payload_subprocess(args, python=BARE_PYTHON)
+    assert time.monotonic() - t0 < 6.0
+    r = {x["code"]: x for x in doc["results"]}
+    assert "xid.budget" not in r
+    assert r["xid.79"]["status"] == "fail" and doc["status"] == "fail" and doc["action"] in ("reboot", "inspect-hardware")
+    assert len(json.dumps(doc)) < 100_000

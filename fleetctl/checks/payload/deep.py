@@ -5,65 +5,228 @@ Each tool runs only when present on the node; an absent tool is `skipped` with t
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
 
 from fleetctl.checks.payload.common import result, run_cmd, which  # payload-local
 
-NCCL_ROW_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+-?\d+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
-                         r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+MAX_TOOL_OUTPUT = 4 << 20  # characters of a tool's output that are parsed
+RANK_PREFIX_RE = re.compile(r"^\s*\d+:\s")  # mpirun --tag-output / srun -l put "0: " before each line
+NCCL_FAILURE_RE = re.compile(r"Test (?:NCCL )?failure|NCCL failure|Test CUDA failure", re.I)
+
+
+def _number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def parse_nccl_tests(text):
-    """-> {avg_busbw_gbs, max_busbw_gbs, wrong, out_of_bounds, rows} from an nccl-tests *_perf run."""
-    avg = re.search(r"^# Avg bus bandwidth\s*:\s*([\d.]+)", text, re.M)
-    oob = re.search(r"^# Out of bounds values\s*:\s*(\d+)", text, re.M)
-    rows, wrong = [], 0
+    """-> {avg_busbw_gbs, max_busbw_gbs, largest_*, wrong, out_of_bounds, sizes, validated, failure} from an
+    nccl-tests *_perf run, old and new layouts: the last eight columns of a row are always
+    `time algbw busbw #wrong` twice (out-of-place, in-place); `#wrong` is a count, or in old versions a
+    float error (`0e+00`), or `N/A` when validation is off. None when there is neither a row nor a summary."""
+    text = text[:MAX_TOOL_OUTPUT]
+    avg = re.search(r"^(?:\s*\d+:\s*)?# Avg bus bandwidth\s*:\s*([\d.]+)", text, re.M)
+    oob = re.search(r"^(?:\s*\d+:\s*)?# Out of bounds values\s*:\s*(\d+)", text, re.M)
+    failure = NCCL_FAILURE_RE.search(text)
+    rows, wrong, validated = [], 0, False
     for line in text.splitlines():
-        m = NCCL_ROW_RE.match(line)
-        if m:
-            size, busbw_oop, busbw_ip = int(m.group(1)), float(m.group(5)), float(m.group(9))
-            rows.append((size, busbw_oop, busbw_ip))
-            wrong += sum(int(x) for x in (m.group(6), m.group(10)) if x.isdigit())
-    if avg is None and not rows:
+        m = RANK_PREFIX_RE.match(line)
+        cols = (line[m.end():] if m else line).split()
+        if len(cols) < 11 or not (cols[0].isdigit() and cols[1].isdigit()):
+            continue
+        nums = [_number(c) for c in cols[-8:]]
+        if None in (nums[0], nums[1], nums[2], nums[4], nums[5], nums[6]):
+            continue  # a cut-off row
+        rows.append((int(cols[0]), nums[2], nums[6]))
+        for w in (nums[3], nums[7]):
+            if w is not None:
+                validated = True
+                wrong += 1 if 0 < w < 1 else int(w)  # old versions print the max error, e.g. 2e-07
+    if avg is None and not rows and not failure:
         return None
-    return {"avg_busbw_gbs": float(avg.group(1)) if avg else None,
+    largest = max(rows) if rows else None
+    mean = sum(b for r in rows for b in r[1:]) / (2 * len(rows)) if rows else None
+    return {"avg_busbw_gbs": float(avg.group(1)) if avg else (round(mean, 4) if mean is not None else None),
+            "avg_from": "summary" if avg else ("rows" if rows else None),
             "max_busbw_gbs": max((max(r[1], r[2]) for r in rows), default=None),
-            "wrong": wrong, "out_of_bounds": int(oob.group(1)) if oob else None, "sizes": len(rows)}
+            "largest_bytes": largest[0] if largest else None,
+            "largest_busbw_gbs": max(largest[1], largest[2]) if largest else None,
+            "wrong": wrong, "validated": validated, "out_of_bounds": int(oob.group(1)) if oob else None,
+            "sizes": len(rows), "failure": failure.group(0) if failure else None}
+
+
+DCGM_VERDICTS = {"pass": "pass", "fail": "fail", "warn": "warn", "skip": "skip", "not_run": "skip",
+                 "not run": "skip", "error": "fail"}
+DCGM_CATEGORY_RE = re.compile(r"^[|+]-{3,}\s+(\w[\w ]*?)\s+-+[+|]")
+DCGM_GPU_ROW_RE = re.compile(r"^GPU\s*(\d+):\s*(\w+)")
+DCGM_GPUS_RE = re.compile(r"^(\w+)\s*-\s*GPUs?:\s*([\d,\s]+)$")
+DCGM_META = {"DCGM Version": "version", "Driver Version Detected": "driver", "GPU Device IDs Detected": "devices"}
+
+
+def _verdict(word):
+    return DCGM_VERDICTS.get(word.strip().lower().replace("-", "_"))
 
 
 def parse_dcgmi_diag(text):
-    """-> [(test, verdict, detail)] from the `dcgmi diag` table; verdict Pass/Fail/Warn/Skip."""
-    tests = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 2 or not cells[0] or cells[0].startswith(("-", "+", "=")):
+    """-> {version, driver, tests: [{name, category, verdict, gpus: {id: verdict} | "all", detail}]} from the
+    `dcgmi diag` table of DCGM 2.x-4.x: `Pass - All`, `Fail - GPU: 1`, per-GPU rows `GPU0: Fail` under a
+    test (4.x), `Warning`/`Info`/`Error` rows and their continuation rows. A test's verdict is the worst
+    of its rows; an `Error` row makes it a failure."""
+    doc, cur, cat, last_label = {"version": None, "driver": None, "tests": []}, None, None, None
+    for line in text[:MAX_TOOL_OUTPUT].splitlines():
+        line = line.strip()
+        m = DCGM_CATEGORY_RE.match(line)
+        if m:
+            cat, cur, last_label = m.group(1).strip(), None, None
+            continue
+        if not line.startswith("|") or line.startswith(("|=", "|-")):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != 2:
             continue
         name, value = cells
-        verdict = value.split(" ", 1)[0]
-        if verdict in ("Pass", "Fail", "Warn", "Skip"):
-            tests.append([name, verdict, value])
-        elif name in ("Warning", "Info", "Error") and tests:
-            tests[-1][2] += " | " + value
-    return [tuple(t) for t in tests]
+        if name in DCGM_META:
+            doc[DCGM_META[name]] = value
+            continue
+        if name == "Diagnostic" and value == "Result":
+            continue
+        if name in ("Warning", "Info", "Error") and cur is not None:
+            cur["detail"].append("%s: %s" % (name, value))
+            last_label = name
+            if name == "Error":
+                cur["verdict"] = "fail"  # an Error row: the test could not complete
+            continue
+        if not name:
+            gm = DCGM_GPU_ROW_RE.match(value)
+            if gm and cur is not None and _verdict(gm.group(2)):
+                _gpu_verdict(cur, gm.group(1), _verdict(gm.group(2)))
+            elif cur is not None and last_label and cur["detail"]:
+                cur["detail"][-1] += value if value.startswith(" ") else " " + value
+            elif cur is not None:
+                _verdict_cell(cur, value)
+            continue
+        first = value.split(" ", 1)[0]
+        if _verdict(first) and cat != "Metadata":
+            cur = {"name": name, "category": cat, "verdict": None, "gpus": {}, "detail": []}
+            doc["tests"].append(cur)
+            last_label = None
+            _verdict_cell(cur, value)
+    for t in doc["tests"]:
+        t["detail"] = [d[:300] for d in t["detail"][:16]]
+        t["verdict"] = t["verdict"] or "skip"
+    return doc
+
+
+def _verdict_cell(test, value):
+    """`Pass`, `Fail - All`, `Fail - GPU: 1`, `Pass - GPUs: 0, 2` -> the test's verdict and GPUs."""
+    head = value.split(" - ", 1)
+    v = _verdict(head[0])
+    if v is None:
+        return
+    m = DCGM_GPUS_RE.match(value)
+    if m:
+        for gid in re.findall(r"\d+", m.group(2)):
+            _gpu_verdict(test, gid, v)
+    elif len(head) == 2 and head[1].strip().lower() == "all":
+        test["gpus"]["all"] = v
+    test["verdict"] = _worse(test["verdict"], v)
+
+
+def _gpu_verdict(test, gid, verdict):
+    test["gpus"][str(int(gid))] = _worse(test["gpus"].get(str(int(gid))), verdict)
+    test["verdict"] = _worse(test["verdict"], verdict)
+
+
+_VERDICT_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
+
+
+def _worse(a, b):
+    """The worse of two verdicts; None (nothing seen yet) yields to anything."""
+    if a is None:
+        return b
+    return a if _VERDICT_RANK[a] >= _VERDICT_RANK[b] else b
+
+
+def parse_dcgmi_json(text):
+    """`dcgmi diag -j` of DCGM 3.x ("DCGM GPU Diagnostic" -> test_categories -> tests -> results with gpu_ids)
+    and 4.x (top-level tests, results with entity_id): the same structure as parse_dcgmi_diag, or None."""
+    text = text[:MAX_TOOL_OUTPUT]
+    brace = text.find("{")
+    if brace < 0:
+        return None
+    try:
+        data = json.loads(text[brace:])
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    root = data.get("DCGM GPU Diagnostic") if isinstance(data.get("DCGM GPU Diagnostic"), dict) else data
+    doc = {"version": root.get("version"), "driver": root.get("driver_version_detected") or
+           root.get("driver_version"), "tests": []}
+    cats = root.get("test_categories")
+    if isinstance(cats, list):
+        pairs = [(c.get("category"), t) for c in cats if isinstance(c, dict)
+                 for t in (c.get("tests") or []) if isinstance(t, dict)]
+    else:
+        pairs = [(t.get("category"), t) for t in (root.get("tests") or []) if isinstance(t, dict)]
+    for cat, t in pairs[:256]:
+        test = {"name": str(t.get("name"))[:80], "category": cat, "verdict": None, "gpus": {}, "detail": []}
+        for r in (t.get("results") or [])[:256]:
+            if not isinstance(r, dict):
+                continue
+            v = _verdict(str(r.get("status", "")))
+            if v is None:
+                continue
+            ids = r.get("gpu_ids", r.get("entity_id", r.get("gpu_id")))
+            for gid in re.findall(r"\d+", str(ids)) if ids is not None else []:
+                _gpu_verdict(test, gid, v)
+            if ids is None:
+                test["verdict"] = _worse(test["verdict"], v)
+            for key in ("warnings", "errors", "info"):
+                for w in (r.get(key) or [])[:4]:
+                    msg = w.get("warning") or w.get("error") or w.get("message") if isinstance(w, dict) else w
+                    test["detail"].append("%s: %s" % (key, str(msg)[:300]))
+        test["verdict"] = test["verdict"] or "skip"
+        doc["tests"].append(test)
+    return doc if doc["tests"] or doc["version"] else None
+
+
+PERFTEST_UNITS = {"MB/sec": 1048576 * 8 / 1e9, "MiB/sec": 1048576 * 8 / 1e9, "Gb/sec": 1.0,
+                  "GB/sec": 8.0, "GB/s": 8.0}  # perftest's MB is 2^20 bytes (newer versions say MiB)
+
+
+def parse_perftest(text):
+    """-> {gbps, bytes, rows, unit} of the largest message size in perftest bandwidth output (`-a` sweeps
+    print one row per size; warnings may sit between the header and the rows), or None."""
+    unit, best, rows = None, None, 0
+    for line in text[:MAX_TOOL_OUTPUT].splitlines():
+        m = re.search(r"BW average\[([^\]]+)\]", line)
+        if m:
+            unit = m.group(1)
+            continue
+        cols = line.split()
+        if unit in PERFTEST_UNITS and len(cols) >= 4 and cols[0].isdigit() and cols[1].isdigit():
+            avg = _number(cols[3])
+            if avg is None:
+                continue
+            rows += 1
+            size = int(cols[0])
+            if best is None or size >= best[0]:
+                best = (size, avg)
+    if best is None:
+        return None
+    return {"gbps": round(best[1] * PERFTEST_UNITS[unit], 3), "bytes": best[0], "rows": rows, "unit": unit}
 
 
 def parse_ib_write_bw(text):
-    """-> average bandwidth in Gb/s from perftest output (--report_gbits, or MB/sec converted)."""
-    unit = None
-    for line in text.splitlines():
-        if "BW average[" in line:
-            unit = "gbit" if "Gb/sec" in line else "mbyte"
-            continue
-        cols = line.split()
-        if unit and len(cols) >= 4 and cols[0].isdigit():
-            try:
-                avg = float(cols[3])
-            except ValueError:
-                continue
-            return avg if unit == "gbit" else avg * 8 / 1000.0
-    return None
+    """-> average bandwidth in Gb/s of the largest message size (see parse_perftest), or None."""
+    p = parse_perftest(text)
+    return None if p is None else p["gbps"]
 
 
 def check_nccl(args, deadline, gpu_count):
@@ -75,42 +238,67 @@ def check_nccl(args, deadline, gpu_count):
     argv = [exe, "-b", "8", "-e", "1G", "-f", "2", "-g", str(gpu_count)]
     rc, out, err = run_cmd(argv, deadline, timeout=300)
     parsed = parse_nccl_tests(out)
-    if rc != 0 or parsed is None:
-        return [result("deep.nccl", "fail", "all_reduce_perf failed: %s" % (
-            "timed out" if rc == "timeout" else (err.strip() or out.strip())[-200:] or "exit %s" % rc),
-            "reset-gpu", {"rc": rc})]
-    minimum = float((args.get("thresholds") or {}).get("nccl_busbw_min_gbs") or 0)
-    ev = dict(parsed, min_gbs=minimum or None)
+    return [judge_nccl(parsed, rc, err or out, float((args.get("thresholds") or {}).get("nccl_busbw_min_gbs") or 0))]
+
+
+def judge_nccl(parsed, rc, output, minimum):
+    """One deep.nccl result from a parsed run, the exit status and the tool's own output."""
+    if rc != 0 or parsed is None or parsed["failure"] or not parsed["sizes"]:
+        why = "timed out" if rc == "timeout" else (parsed or {}).get("failure") or \
+            output.strip()[-200:] or "exit %s" % rc
+        return result("deep.nccl", "fail", "all_reduce_perf failed: %s" % why, "reset-gpu",
+                      dict(parsed or {}, rc=rc))
+    ev = dict(parsed, min_gbs=minimum or None, rc=rc)
     if parsed["wrong"] or parsed["out_of_bounds"]:
-        return [result("deep.nccl", "fail", "all_reduce_perf produced wrong results", "inspect-hardware", ev)]
+        return result("deep.nccl", "fail", "all_reduce_perf produced wrong results", "inspect-hardware", ev)
     if minimum and (parsed["avg_busbw_gbs"] or 0) < minimum:
-        return [result("deep.nccl", "fail", "bus bandwidth %.1f GB/s < %g GB/s" % (
-            parsed["avg_busbw_gbs"], minimum), "inspect-hardware", ev)]
-    return [result("deep.nccl", "ok", "bus bandwidth %.1f GB/s%s" % (
-        parsed["avg_busbw_gbs"] or 0, "" if minimum else " (judged against the fleet baseline)"),
-        evidence=ev)]
+        return result("deep.nccl", "fail", "bus bandwidth %.1f GB/s < %g GB/s" % (
+            parsed["avg_busbw_gbs"], minimum), "inspect-hardware", ev)
+    return result("deep.nccl", "ok", "bus bandwidth %.1f GB/s%s%s" % (
+        parsed["avg_busbw_gbs"] or 0, "" if minimum else " (judged against the fleet baseline)",
+        "" if parsed["validated"] else "; results not validated (-c 0)"), evidence=ev)
 
 
 def check_dcgm(args, deadline):
     level = int(args.get("dcgm_level") or 1)
-    rc, out, err = run_cmd(["dcgmi", "diag", "-r", str(level)], deadline, timeout=900)
+    rc, out, err = run_cmd(["dcgmi", "diag", "-r", str(level), "-j"], deadline, timeout=900)
     if rc is None:
         return [result("deep.dcgm", "skipped", "dcgmi (DCGM) not installed")]
-    tests = parse_dcgmi_diag(out)
+    doc = parse_dcgmi_json(out) or parse_dcgmi_diag(out)
+    return [judge_dcgm(doc, rc, err or out, level)]
+
+
+def judge_dcgm(doc, rc, output, level):
+    """One deep.dcgm result. A GPU that fails any test is never ok; a non-zero exit without a failing
+    test is an error (dcgmi could not run the diagnostic), never a pass."""
+    tests = (doc or {}).get("tests") or []
     if not tests:
-        return [result("deep.dcgm", "error", "dcgmi diag -r %d gave no results: %s" % (
-            level, (err.strip() or out.strip())[-200:] or "exit %s" % rc), evidence={"rc": rc})]
-    ev = {"level": level, "tests": {n: d for n, _, d in tests}}
-    failed = [n for n, v, _ in tests if v == "Fail"]
-    warned = [n for n, v, _ in tests if v == "Warn"]
+        return result("deep.dcgm", "error", "dcgmi diag -r %d gave no results: %s" % (
+            level, "timed out" if rc == "timeout" else output.strip()[-200:] or "exit %s" % rc),
+            evidence={"rc": rc})
+    failed = [t for t in tests if t["verdict"] == "fail"]
+    warned = [t for t in tests if t["verdict"] == "warn"]
+    gpus = sorted({g for t in failed for g, v in t["gpus"].items() if v == "fail"},
+                  key=lambda g: (g == "all", int(g) if g.isdigit() else 0))
+    ev = {"level": level, "rc": rc, "version": doc.get("version"), "driver": doc.get("driver"),
+          "failed_gpus": gpus, "tests": {t["name"]: {"verdict": t["verdict"], "gpus": t["gpus"],
+                                                      "detail": t["detail"][:4]} for t in tests[:64]}}
+    subject = "all GPUs" if "all" in gpus else ",".join("gpu%s" % g for g in gpus)
     if failed:
-        return [result("deep.dcgm", "fail", "dcgmi diag -r %d failed: %s" % (level, ", ".join(failed)),
-                       "inspect-hardware", ev)]
+        return result("deep.dcgm", "fail", "dcgmi diag -r %d failed: %s%s" % (
+            level, ", ".join(t["name"] for t in failed), " on %s" % subject if subject else ""),
+            "inspect-hardware", ev, subject)
+    if rc not in (0, None):
+        return result("deep.dcgm", "error", "dcgmi diag -r %d exited %s without a failing test" % (level, rc),
+                      evidence=ev)
     if warned:
-        return [result("deep.dcgm", "warn", "dcgmi diag -r %d warned: %s" % (level, ", ".join(warned)),
-                       "none", ev)]
-    return [result("deep.dcgm", "ok", "dcgmi diag -r %d: %d tests passed or skipped" % (level, len(tests)),
-                   evidence=ev)]
+        return result("deep.dcgm", "warn", "dcgmi diag -r %d warned: %s" % (
+            level, ", ".join(t["name"] for t in warned)), "none", ev)
+    ran = [t for t in tests if t["verdict"] == "pass"]
+    if not ran:
+        return result("deep.dcgm", "warn", "dcgmi diag -r %d: every test was skipped" % level, "none", ev)
+    return result("deep.dcgm", "ok", "dcgmi diag -r %d: %d tests passed, %d skipped" % (
+        level, len(ran), len(tests) - len(ran)), evidence=ev)
 
 
 def check_ib_write_bw(args, deadline):
@@ -145,7 +333,7 @@ def _loopback_bw(exe, dev, port, deadline):
     try:
         time.sleep(0.5)  # let the server listen before the client connects
         rc, out, err = run_cmd([exe] + common + ["127.0.0.1"], deadline, timeout=30)
-        gbps = parse_ib_write_bw(out) if rc == 0 else None
+        gbps = parse_ib_write_bw(out) if rc == 0 else None  # largest size of the run
         return gbps, None if gbps is not None else (err.strip()[-160:] or "exit %s" % rc)
     finally:
         server.kill()

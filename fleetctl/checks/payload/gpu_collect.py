@@ -210,6 +210,13 @@ def collect_nvidia_smi(deadline, exe="nvidia-smi"):
     rc, out, err = run_cmd([exe, "--query-gpu=" + ",".join(SMI_FIELDS),
                             "--format=csv,noheader,nounits"], deadline, timeout=15)
     if rc != 0:
+        # An old driver rejects the whole query for one unknown field: `-q -x` has every field it knows.
+        xrc, xout, _ = run_cmd([exe, "-q", "-x"], deadline, timeout=15)
+        if xrc == 0:
+            try:
+                return parse_smi_xml(xout)
+            except GpuSourceError:
+                pass
         raise GpuSourceError("nvidia-smi: %s" % (err.strip() or out.strip() or "exit %s" % rc))
     record = parse_smi_csv(out)
     rc, out, _ = run_cmd([exe, "--query-remapped-rows=" + ",".join(REMAP_FIELDS),
@@ -315,3 +322,120 @@ def merge_smi_nvlink(record, text):
     for gpu in record["gpus"]:
         if links.get(gpu.get("index")):
             gpu["nvlink"] = links[gpu["index"]]
+
+
+# ---------------------------------------------------------------- nvidia-smi -q -x
+MAX_SMI_XML = 16 << 20  # characters; 8 GPUs with every section are about 1 MB
+XML_THROTTLE = {"gpu_idle": "gpu_idle", "applications_clocks_setting": "applications_clocks_setting",
+                "sw_power_cap": "sw_power_cap", "hw_slowdown": "hw_slowdown", "sync_boost": "sync_boost",
+                "sw_thermal_slowdown": "sw_thermal_slowdown", "hw_thermal_slowdown": "hw_thermal_slowdown",
+                "hw_power_brake_slowdown": "hw_power_brake_slowdown",
+                "display_clocks_setting": "display_clock_setting"}
+
+
+def parse_smi_xml(text):
+    """`nvidia-smi -q -x` -> the same GPU record as NVML and the CSV query. Parsed with xml.etree after
+    refusing what makes XML dangerous: an internal DTD subset or any ENTITY declaration (entity expansion);
+    the external `<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_vNN.dtd">` every driver prints is allowed
+    (xml.etree never fetches it). A value the driver prints as N/A is None."""
+    import xml.etree.ElementTree as ET
+    if len(text) > MAX_SMI_XML:
+        raise GpuSourceError("nvidia-smi -q -x: %d characters, more than %d" % (len(text), MAX_SMI_XML))
+    head = text[:4096]
+    doctype = head.find("<!DOCTYPE")
+    if "<!ENTITY" in text or (doctype >= 0 and "[" in head[doctype:head.find(">", doctype) + 1 or None]):
+        raise GpuSourceError("nvidia-smi -q -x: refusing a document with an internal DTD or entity declarations")
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise GpuSourceError("nvidia-smi -q -x: not XML (%s)" % exc)
+    if root.tag != "nvidia_smi_log":
+        raise GpuSourceError("nvidia-smi -q -x: root element <%s>, expected <nvidia_smi_log>" % root.tag[:40])
+    record = {"source": "nvidia-smi-xml", "driver_version": _xml_text(root, "driver_version"),
+              "cuda_version": _xml_text(root, "cuda_version"), "gpus": []}
+    for index, g in enumerate(root.findall("gpu")[:64]):
+        record["gpus"].append(_xml_gpu(g, index))
+    return record
+
+
+def _xml_text(node, path):
+    el = node.find(path) if node is not None else None
+    return _smi_cell(el.text or "") if el is not None and el.text is not None else None
+
+
+def _xml_num(node, path, kind=int):
+    text = _xml_text(node, path)
+    if text is None:
+        return None
+    text = text.split()[0].rstrip("x")  # "45 C", "27.22 W", "16x"
+    try:
+        return kind(float(text)) if kind is int else kind(text)
+    except ValueError:
+        return None
+
+
+def _xml_sum(node, paths):
+    values = [_xml_num(node, p) for p in paths if node is not None and node.find(p) is not None]
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None
+
+
+def _xml_gpu(g, index):
+    ecc = g.find("ecc_errors")
+    vol, agg = (ecc.find("volatile"), ecc.find("aggregate")) if ecc is not None else (None, None)
+    # Ampere+ schema: sram_/dram_ counters; older: single_bit/double_bit totals.
+    sbe_paths = ("sram_correctable", "dram_correctable", "single_bit/total")
+    dbe_paths = ("sram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded",
+                 "dram_uncorrectable", "double_bit/total")
+    rr = g.find("remapped_rows")
+    remap = None
+    if rr is not None and _xml_text(rr, "remapped_row_pending") is not None:
+        remap = {"correctable": _xml_num(rr, "remapped_row_corr"), "uncorrectable": _xml_num(rr, "remapped_row_unc"),
+                 "pending": _xml_text(rr, "remapped_row_pending") == "Yes",
+                 "failure": _xml_text(rr, "remapped_row_failure") == "Yes"}
+    rp = g.find("retired_pages")
+    retired = None
+    if rp is not None:
+        sbe = _xml_num(rp, "multiple_single_bit_retirement/retired_count")
+        dbe = _xml_num(rp, "double_bit_retirement/retired_count")
+        if sbe is not None or dbe is not None:
+            pending = _xml_text(rp, "pending_retirement") or _xml_text(rp, "pending_blacklist")
+            retired = {"sbe": sbe or 0, "dbe": dbe or 0, "pending": None if pending is None else pending == "Yes"}
+    reasons = g.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons is None:
+        reasons, prefix = g.find("clocks_throttle_reasons"), "clocks_throttle_reason_"
+    throttle = None
+    if reasons is not None:
+        throttle = [XML_THROTTLE[el.tag[len(prefix):]] for el in reasons
+                    if el.tag.startswith(prefix) and el.tag[len(prefix):] in XML_THROTTLE
+                    and (el.text or "").strip() == "Active"]
+    power = g.find("gpu_power_readings")
+    if power is None:
+        power = g.find("power_readings")
+    temp = g.find("temperature")
+    link = g.find("pci/pci_gpu_link_info")
+    return {
+        "index": index, "name": _xml_text(g, "product_name"), "uuid": _xml_text(g, "uuid"),
+        "serial": _xml_text(g, "serial"), "pci_bus_id": _xml_text(g, "pci/pci_bus_id") or g.get("id"),
+        "vbios_version": _xml_text(g, "vbios_version"),
+        "persistence_mode": _smi_bool(_xml_text(g, "persistence_mode") or ""),
+        "temperature_c": _xml_num(temp, "gpu_temp"), "memory_temperature_c": _xml_num(temp, "memory_temp"),
+        "slowdown_temp_c": _xml_num(temp, "gpu_temp_slow_threshold"),
+        "shutdown_temp_c": _xml_num(temp, "gpu_temp_max_threshold"),
+        "power_w": next((v for v in (_xml_num(power, p, float) for p in
+                                     ("power_draw", "instant_power_draw", "average_power_draw")) if v is not None),
+                        None),
+        "power_limit_w": next((v for v in (_xml_num(power, p, float) for p in
+                                           ("current_power_limit", "enforced_power_limit", "power_limit"))
+                               if v is not None), None),
+        "ecc_mode": _smi_bool(_xml_text(g, "ecc_mode/current_ecc") or ""),
+        "ecc": {"volatile_sbe": _xml_sum(vol, sbe_paths), "volatile_dbe": _xml_sum(vol, dbe_paths),
+                "aggregate_sbe": _xml_sum(agg, sbe_paths), "aggregate_dbe": _xml_sum(agg, dbe_paths)},
+        "remapped_rows": remap, "retired_pages": retired, "throttle_reasons": throttle,
+        "pcie": {"gen": _xml_num(link, "pcie_gen/current_link_gen"), "max_gen": _xml_num(link, "pcie_gen/max_link_gen"),
+                 "width": _xml_num(link, "link_widths/current_link_width"),
+                 "max_width": _xml_num(link, "link_widths/max_link_width")},
+        "nvlink": None,  # -q -x has no per-link state; `nvidia-smi nvlink --status` and NVML have it
+        "recovery_action": _xml_text(g, "gpu_recovery_action"),
+    }

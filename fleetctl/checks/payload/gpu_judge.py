@@ -50,7 +50,24 @@ def judge_gpus(record, expect, thresholds):
     out.append(_pcie(gpus, expect, sim))
     out.append(_nvlink(gpus, expect, sim))
     out.append(_versions(record, gpus, expect, sim))
+    if any(g.get("recovery_action") for g in gpus):
+        out.append(_recovery(gpus, sim))
     return out
+
+
+# `nvidia-smi -q` "GPU Recovery Action" (R570+), the state Xid 154 announces: what the driver requires now.
+RECOVERY_BY_TEXT = (("reboot", "reboot"), ("reset", "reset-gpu"), ("drain", "reset-gpu"))
+
+
+def _recovery(gpus, sim):
+    bad, ev = [], {}
+    for g in gpus:
+        text = g.get("recovery_action")
+        ev[_gid(g)] = text
+        if text and text.lower() not in ("none", "n/a"):
+            action = next((a for word, a in RECOVERY_BY_TEXT if word in text.lower()), "inspect-hardware")
+            bad.append((_gid(g), "fail", action, "driver requires recovery action %r" % text))
+    return _aggregate("gpu.recovery", bad, sim, "no recovery action pending", ev)
 
 
 def _count(gpus, expect, sim, src):

@@ -96,27 +96,42 @@ def _disk_free(point, st, min_free):
 
 
 # ---------------------------------------------------------------- clock synchronization
+LOCAL_REFIDS = ("7F7F0101", "LOCL", "LOCAL")  # chrony's and ntpd's undisciplined local clock
+
+
 def parse_chronyc_tracking(text):
-    """-> {offset_ms, synced, source} from `chronyc tracking`."""
+    """-> {offset_ms, synced, source} from `chronyc tracking`. A local-clock reference (`7F7F0101 ()`,
+    `LOCAL`) or `Not synchronised` is not synchronised, whatever the offset says."""
     m = re.search(r"^System time\s*:\s*([\d.]+) seconds (slow|fast)", text, re.M)
     leap = re.search(r"^Leap status\s*:\s*(.+)$", text, re.M)
     ref = re.search(r"^Reference ID\s*:\s*(\S+)(?: \((.*)\))?", text, re.M)
+    stratum = re.search(r"^Stratum\s*:\s*(\d+)", text, re.M)
     if not m:
         return None
     offset = float(m.group(1)) * 1000.0 * (-1 if m.group(2) == "slow" else 1)
-    synced = bool(leap) and leap.group(1).strip() != "Not synchronised" and \
-        not (ref and ref.group(1) == "00000000")
-    return {"tool": "chronyc", "offset_ms": offset, "synced": synced,
-            "source": ref.group(2) or ref.group(1) if ref else None}
+    refid = ref.group(1).upper() if ref else None
+    local = refid in LOCAL_REFIDS or bool(ref and (ref.group(2) or "").upper() in LOCAL_REFIDS)
+    synced = bool(leap) and leap.group(1).strip() != "Not synchronised" and refid not in (None, "00000000") \
+        and not local
+    out = {"tool": "chronyc", "offset_ms": offset, "synced": synced,
+           "source": (ref.group(2) or ref.group(1)) if ref else None,
+           "stratum": int(stratum.group(1)) if stratum else None}
+    if local:
+        out["source"] = "local clock (%s)" % ref.group(1)
+    return out
 
 
 def parse_ntpq_peers(text):
-    """-> {offset_ms, synced, source} from `ntpq -pn`: the peer marked '*' is the system peer."""
+    """-> {offset_ms, synced, source} from `ntpq -pn`: the peer marked '*' is the system peer; a system
+    peer that is the local clock (refid `.LOCL.`, `LOCAL(0)`, 127.127.1.x) is not a synchronisation."""
     for line in text.splitlines():
         if line.startswith("*"):
             cols = line[1:].split()
             if len(cols) >= 9:
-                return {"tool": "ntpq", "offset_ms": float(cols[8]), "synced": True, "source": cols[0]}
+                local = cols[1].strip(".").upper() in LOCAL_REFIDS or cols[0].upper().startswith("LOCAL(") \
+                    or cols[0].startswith("127.127.1.")
+                return {"tool": "ntpq", "offset_ms": float(cols[8]), "synced": not local,
+                        "source": "local clock (%s)" % cols[0] if local else cols[0]}
     return {"tool": "ntpq", "offset_ms": None, "synced": False, "source": None}
 
 
@@ -165,7 +180,8 @@ def judge_clock(info, th):
     warn_ms, fail_ms = th.get("clock_offset_warn_ms", 1.0), th.get("clock_offset_fail_ms", 100.0)
     off = info.get("offset_ms")
     if not info["synced"]:
-        return result("host.clock", "warn", "clock not synchronized (%s)" % info["tool"], "none", info)
+        return result("host.clock", "warn", "clock not synchronized (%s%s)" % (
+            info["tool"], ", reference: %s" % info["source"] if info.get("source") else ""), "none", info)
     if off is not None and abs(off) >= fail_ms:
         return result("host.clock", "fail", "clock offset %.3f ms (limit %g ms)" % (off, fail_ms), "drain", info)
     if off is not None and abs(off) >= warn_ms:
