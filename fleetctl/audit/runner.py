@@ -58,9 +58,13 @@ class NodeOutcome:
         }
 
 
-def class_args(site, nodes: list[str], level: str, since: float | None, budget_s: float | None) -> dict:
+def class_args(site, nodes: list[str], level: str, since: float | None, budget_s: float | None,
+               ack: dict | None = None) -> dict:
     """One payload argument for nodes of one class, with `{node}` left for the node to fill in."""
-    args = payload_args(site, nodes[0], level, since, budget_s=budget_s)
+    if ack is not None:
+        ack = {"by": ack["by"], "nodes": [n for n in ack["nodes"] if n in set(nodes)]}
+    args = payload_args(site, nodes[0], level, since, budget_s=budget_s,
+                        ack_kernel_log=ack if ack and ack["nodes"] else None)
     args["node"] = "{node}"
     for key in ("kernel_log", "simulated_gpus", "state_file"):
         args[key] = site.checks.get(key, "") or ""
@@ -88,8 +92,10 @@ def _by_class(site, nodes: list[str]) -> list[list[str]]:
 
 def collect(site, nodes: list[str], level: str, *, transport=None, since: float | None = None,
             budget_s: float | None = None, escalate: bool = False,
-            on_result: Callable | None = None) -> dict[str, NodeOutcome]:
+            on_result: Callable | None = None, ack: dict | None = None) -> dict[str, NodeOutcome]:
     """Run the checks at `level` on every node through `transport` (default: the site's).
+
+    ack: {"by": who, "nodes": [...]}: those nodes acknowledge their kernel log up to now.
 
     With `escalate`, suspects (a warning, or a check that could not finish) are run again at the next
     level (quick -> standard -> deep), so a prolog-speed sweep can still end in deep evidence for
@@ -102,7 +108,7 @@ def collect(site, nodes: list[str], level: str, *, transport=None, since: float 
     owned = transport is None
     transport = transport or get_transport(site=site)
     try:
-        outcomes = _collect_once(site, nodes, level, transport, since, budget_s, on_result)
+        outcomes = _collect_once(site, nodes, level, transport, since, budget_s, on_result, ack)
         current, nxt = level, next_level(level)
         while escalate and nxt is not None:
             again_nodes = suspects({n: o.doc for n, o in outcomes.items()})
@@ -120,13 +126,14 @@ def collect(site, nodes: list[str], level: str, *, transport=None, since: float 
             transport.close()
 
 
-def _collect_once(site, nodes, level, transport, since, budget_s, on_result) -> dict[str, NodeOutcome]:
+def _collect_once(site, nodes, level, transport, since, budget_s, on_result,
+                  ack=None) -> dict[str, NodeOutcome]:
     from fleetctl.fanout import run_python
 
     source = payload_source()
     outcomes: dict[str, NodeOutcome] = {}
     for group in _by_class(site, nodes):
-        args = class_args(site, group, level, since, budget_s)
+        args = class_args(site, group, level, since, budget_s, ack)
         timeout = args["budget_s"] + TRANSPORT_MARGIN_S
         for r in run_python(transport, group, source, [json.dumps(args)], timeout=timeout,
                             on_result=on_result):
@@ -147,10 +154,12 @@ def _outcome(r) -> NodeOutcome:
 
 
 def collect_local(site, node: str, level: str, *, since: float | None = None,
-                  budget_s: float | None = None) -> NodeOutcome:
+                  budget_s: float | None = None, ack: dict | None = None) -> NodeOutcome:
     """Run the checks in this process for `node` (`fleetctl audit --local`, the Slurm hooks)."""
     start = time.monotonic()
-    args = payload_args(site, node, level, since, budget_s=budget_s)
+    ack = ack if ack and node in ack["nodes"] else None
+    args = payload_args(site, node, level, since, budget_s=budget_s,
+                        ack_kernel_log={"by": ack["by"], "nodes": [node]} if ack else None)
     try:
         doc = check_document(run_payload_locally(args))
     except FleetctlError as exc:

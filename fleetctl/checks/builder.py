@@ -62,13 +62,16 @@ def parse_xid_policy(site) -> dict:
 
 def payload_args(site, node: str, level: str = "quick", since: float | str | None = None, *,
                  budget_s: float | None = None, counter_interval_s: float | None = None,
-                 boot_id: str | None = None, dcgm_level: int = 1) -> dict:
+                 boot_id: str | None = None, dcgm_level: int = 1,
+                 ack_kernel_log: dict | None = None) -> dict:
     """The JSON argument of the payload for `node`: its class's expectations, thresholds and paths.
 
     since: epoch seconds, ISO time or 15m/2h/1d; only kernel-log lines from then on are judged
     (None: the whole log).
     budget_s: hard budget; defaults to thresholds.prolog_budget_s (quick), access.command_timeout less
     one second (standard), an hour (deep).
+    ack_kernel_log: {"by": who, "nodes": [names]}: those nodes acknowledge their kernel log up to now
+    (docs/checks.md, "Acknowledging the kernel log").
     """
     if level not in LEVELS:
         raise UsageError(f"unknown check level {level!r} (choose {', '.join(LEVELS)})")
@@ -89,6 +92,7 @@ def payload_args(site, node: str, level: str = "quick", since: float | str | Non
         "state_file": _fill(checks.get("state_file", ""), node),
         "xid_policy": parse_xid_policy(site),
         "counter_interval_s": counter_interval_s, "boot_id": boot_id, "dcgm_level": dcgm_level,
+        "ack_kernel_log": ack_kernel_log,
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -26,7 +27,10 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 @click.option("--since", metavar="WHEN", help="Judge kernel-log lines from then on: epoch, ISO time or 15m/2h/1d.")
 @click.option("--budget", type=float, metavar="S", help="Hard time budget per node (default by level).")
 @click.option("--drain", is_flag=True, help="Drain nodes with failures (reason `<prefix>:<code> <text>`).")
-@click.option("--resume", is_flag=True, help="Resume nodes fleetctl drained that now pass.")
+@click.option("--resume", is_flag=True, help="Resume nodes fleetctl drained that now pass (a node drained for "
+              "an Xid: its kernel log up to now is acknowledged as repaired).")
+@click.option("--ack-kernel-log", is_flag=True, help="Acknowledge the audited nodes' kernel-log errors up to "
+              "now as repaired (e.g. by a GPU reset without a reboot); later ones count again.")
 @click.option("--dry-run", is_flag=True, help="With --drain/--resume: show the actions, change nothing.")
 @click.option("--idle-only", is_flag=True, help="Audit only nodes Slurm reports idle (for cron).")
 @click.option("--prom", type=click.Path(dir_okay=False), help="Write a Prometheus textfile-collector file.")
@@ -43,7 +47,7 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
               help="Mesh: triangulation solver (nnls, l1, vote, netbouncer, ...; default nnls).")
 @pass_app
 def audit(app: Application, nodeset, level, escalate, local, node, transport, since, budget, drain,
-          resume, dry_run, idle_only, prom, history, mesh, mesh_only, duration, rate, out,
+          resume, ack_kernel_log, dry_run, idle_only, prom, history, mesh, mesh_only, duration, rate, out,
           solver) -> int:
     """Check node health (GPU, Xid, NICs, host, deep tests) and fleet consistency.
 
@@ -104,7 +108,8 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
         if nodeset:
             raise UsageError("--local checks this machine: give --node NAME instead of a node set")
         name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-        outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget)}
+        ack = _acknowledgements(backend, [name], resume, ack_kernel_log, dry_run)
+        outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget, ack=ack)}
     else:
         nodes = _site_nodes(site, nodeset)
         if idle_only:
@@ -114,8 +119,9 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
                 app.emit({"schema": "fleetctl.audit/1", "summary": {"nodes": 0}, "nodes": []},
                          lambda c: c.print("no idle nodes to audit"))
                 return 0
+        ack = _acknowledgements(backend, nodes, resume, ack_kernel_log, dry_run)
         outcomes = _collect_with_progress(app, site, nodes, level, transport, since_ts, budget, escalate,
-                                          collect)
+                                          functools.partial(collect, ack=ack))
 
     report = build_report(site, outcomes, level=level, started=started)
     # From the first Slurm action on, a failure is reported with the actions taken (exit 3), never
@@ -192,6 +198,26 @@ def _site_nodes(site, nodeset: str | None) -> list[str]:
     if unknown:
         raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
     return nodes
+
+
+def _acknowledgements(backend, nodes: list[str], resume: bool, ack_all: bool, dry_run: bool) -> dict | None:
+    """Which nodes acknowledge their kernel log in this audit: all of them with --ack-kernel-log; with
+    --resume, those fleetctl drained for an Xid (resuming them is the operator saying it was repaired).
+    Nothing with --dry-run: a dry run changes no node's state."""
+    if dry_run:
+        return None
+    if ack_all:
+        return {"by": "fleetctl audit --ack-kernel-log", "nodes": list(nodes)}
+    if not resume or backend is None:
+        return None
+    from fleetctl.slurm.reasons import parse_reason
+
+    drained_for_xid = []
+    for state in backend.lookup(nodes).found.values():
+        reason = parse_reason(state.reason, backend.drain_prefix) if state.drained else None
+        if reason is not None and reason.code.startswith(("xid.", "sxid.")):
+            drained_for_xid.append(state.name)
+    return {"by": "fleetctl audit --resume", "nodes": drained_for_xid} if drained_for_xid else None
 
 
 def _collect_with_progress(app, site, nodes, level, transport, since_ts, budget, escalate, collect):

@@ -101,6 +101,47 @@ def test_xid79_drains_node_then_resume_after_clear(lab, capsys, clean):
     assert "DRAIN" in after["State"] and after["Reason"] == "cable swap by alice"
 
 
+def test_xid_repaired_by_gpu_reset_is_acknowledged_by_resume(lab, capsys, clean):
+    """An Xid whose GPU was reset (no reboot: the kernel log keeps the line) fails the node until
+    `audit --resume` acknowledges the log; the node's own Prolog-level checks honour that too, and a
+    new Xid after the acknowledgement fails it again."""
+    node = "node4"
+    log = lab.site.checks["kernel_log"].format(node=node)
+
+    def xid_line():
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        return f"{stamp},000000+00:00 NVRM: Xid (PCI:0000:5d:00): 48, pid=77, name=python3, DBE\n"
+
+    original = Path(log).read_text() if Path(log).exists() else ""
+    try:
+        _acknowledge_by_resume(lab, capsys, node, log, xid_line)
+    finally:
+        Path(log).write_text(original)  # the other tests expect node4's log as it was
+
+
+def _acknowledge_by_resume(lab, capsys, node, log, xid_line):
+    with open(log, "a") as f:
+        f.write(xid_line())
+    rc, report = fleetctl_json(capsys, "audit", node, "--level", "quick", "--drain")
+    assert rc == 2 and report["actions"]["drained"] == [node]
+    assert scontrol_node(lab, node)["Reason"].startswith("fleetctl:xid.48 ")
+    # Without an acknowledgement the same log keeps the node drained.
+    rc, report = fleetctl_json(capsys, "audit", node, "--level", "quick", "--resume", "--dry-run")
+    assert report["actions"]["resume"] == []
+    time.sleep(1.1)  # the watermark has one-second log timestamps to its left
+    rc, report = fleetctl_json(capsys, "audit", node, "--level", "quick", "--resume")
+    assert rc == 0 and report["actions"]["resumed"] == [node], report["actions"]
+    scan = {r["code"]: r for r in by_node(report)[node]["results"]}["xid.scan"]
+    assert scan["evidence"]["acknowledged"]["by"] == "fleetctl audit --resume"
+    assert "DRAIN" not in scontrol_node(lab, node)["State"]
+    rc, _ = fleetctl_json(capsys, "audit", node, "--level", "quick")
+    assert rc == 0
+    with open(log, "a") as f:
+        f.write(xid_line())
+    rc, report = fleetctl_json(capsys, "audit", node, "--level", "quick")
+    assert rc == 2 and by_node(report)[node]["status"] == "fail"
+
+
 def test_nic_down_is_a_failed_check(lab, capsys, clean):
     assert cli_run(["lab", "fault", "add", "node4:eth1", "--down"]) == 0
     rc, report = fleetctl_json(capsys, "audit", "node4", "--level", "quick", "--since", "1s")

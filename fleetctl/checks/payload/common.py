@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import stat
 import subprocess
+import tempfile
 import time
 
 SCHEMA = "fleetctl.checks/1"
@@ -109,31 +112,91 @@ def run_cmd(argv, deadline, timeout=10.0, env=None):
             proc.stderr.decode("utf-8", "replace"))
 
 
+MAX_STATE_BYTES = 1 << 20  # the state file holds a few hundred small entries
+STATE_LOCK_WAIT_S = 2.0
+
+
 def load_state(path):
-    """The node's small state file (Xid boots, counter snapshots); empty when absent or corrupt."""
+    """The node's small state file (Xid boots, counter snapshots, acknowledgements); empty when absent,
+    corrupt, too large or not a regular file (a FIFO must not hang a Prolog)."""
     if not path:
         return {}
     try:
-        with open(path) as f:
-            state = json.load(f)
-        return state if isinstance(state, dict) else {}
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
+            return {}
+        state = json.loads(os.read(fd, MAX_STATE_BYTES + 1).decode("utf-8", "replace"))
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+    finally:
+        os.close(fd)
 
 
-def save_state(path, state):
-    """Write atomically; a state file that cannot be written only loses escalation memory."""
+def merge_state(current, before, after):
+    """Apply what this run changed (`before` -> `after`) onto `current`, the file as it is now.
+
+    A Prolog and a HealthCheck may run the checks on one node at once; each writes only the keys it
+    changed, dicts merged key by key, so neither erases the other's update."""
+    merged = dict(current)
+    for key in set(before) | set(after):
+        if key not in after:
+            merged.pop(key, None)
+        elif before.get(key) != after[key]:
+            if isinstance(after[key], dict) and isinstance(before.get(key), dict) \
+                    and isinstance(merged.get(key), dict):
+                merged[key] = merge_state(merged[key], before[key], after[key])
+            else:
+                merged[key] = after[key]
+    return merged
+
+
+def save_state(path, before, after):
+    """Merge this run's changes into the state file under an exclusive lock and replace it atomically
+    (private temp file beside it, fsync, rename). Returns an error text or None: a state file that
+    cannot be written only loses escalation memory, never the verdict."""
     if not path:
         return None
+    lock_fd = None
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = "%s.tmp.%d" % (path, os.getpid())
-        with open(tmp, "w") as f:
-            json.dump(state, f, sort_keys=True)
-        os.replace(tmp, path)
+        lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        give_up = time.monotonic() + STATE_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > give_up:
+                    return "%s: locked by another fleetctl for more than %.0f s" % (path, STATE_LOCK_WAIT_S)
+                time.sleep(0.02)
+        state = merge_state(load_state(path), before, after)
+        data = json.dumps(state, sort_keys=True).encode()
+        if len(data) > MAX_STATE_BYTES:
+            return "%s: state would exceed %d bytes; not written" % (path, MAX_STATE_BYTES)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".state.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         return None
     except OSError as exc:
-        return str(exc)
+        return "%s: %s" % (path, exc.strerror or exc)
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)  # releases the lock
 
 
 def boot_id(override=None):

@@ -110,6 +110,7 @@ def run_checks(args, deadline=None):
     node_key = args.get("node") or socket.gethostname()
     nodes_state = whole_state.get("nodes") if isinstance(whole_state.get("nodes"), dict) else {}
     node_state = nodes_state.get(node_key) if isinstance(nodes_state.get(node_key), dict) else {}
+    state_before = json.loads(json.dumps(node_state))  # a deep copy: save_state writes only what changed
     ctx = {"args": args, "deadline": deadline, "facts": {}, "state": node_state}
     groups = [(name, first, fn) for name, first, fn in GROUPS
               if LEVELS.index(first) <= LEVELS.index(level)]
@@ -135,8 +136,8 @@ def run_checks(args, deadline=None):
                                   % (deadline.budget_s, name), evidence={"budget_s": deadline.budget_s}))
     _name_xid_gpus(results, ctx.get("gpu_by_bus") or {})
     if complete:
-        nodes_state[node_key] = ctx["state"]
-        err = save_state(args.get("state_file"), {"nodes": nodes_state})
+        err = save_state(args.get("state_file"), {"nodes": {node_key: state_before}},
+                         {"nodes": {node_key: ctx["state"]}})
         if err:
             ctx["facts"]["state_file_error"] = err
     return _document(args, level, started, deadline, complete, results, ctx["facts"])

@@ -640,9 +640,42 @@ def check_xids(args, deadline, state):
         return [result("xid.source", "error", "cannot read %s: %s" % (where, exc.strerror or exc),
                        evidence={"path": args.get("kernel_log") or None})]
     boot = args.get("boot_epoch") or boot_epoch()
+    ack = acknowledge(args, state)
+    since = args.get("since")
+    if ack is not None:  # lines up to the acknowledged time were repaired (GPU reset) and signed off
+        since = ack["time"] if since is None else max(since, ack["time"])
     if hasattr(src, "read"):
         with src:
-            scan = scan_lines(iter_file_lines(src), since=args.get("since"), boot=boot, deadline=deadline)
+            scan = scan_lines(iter_file_lines(src), since=since, boot=boot, deadline=deadline)
     else:
-        scan = scan_lines(src, since=args.get("since"), boot=boot, deadline=deadline)
-    return judge_scan(scan, args, state, source)
+        scan = scan_lines(src, since=since, boot=boot, deadline=deadline)
+    out = judge_scan(scan, args, state, source)
+    if ack is not None:
+        out[-1]["evidence"]["acknowledged"] = ack
+        out[-1]["message"] += "; lines up to %s acknowledged by %s" % (
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ack["time"])), ack["by"])
+    return out
+
+
+def acknowledge(args, state):
+    """The node's kernel-log acknowledgement: {time, by}, or None.
+
+    An operator (`fleetctl audit --ack-kernel-log`) or `fleetctl audit --resume` of a node fleetctl
+    drained for an Xid says the errors logged so far were repaired, e.g. by a GPU reset that left the
+    kernel log as it was. This node's own clock stamps the watermark (the log's lines carry that clock);
+    it lives in the node's state file, so the Prolog and HealthCheck honour it too. Lines without a
+    time cannot be placed against it and are then not judged (as with --since).
+    """
+    request = args.get("ack_kernel_log")
+    if isinstance(request, dict) and args.get("node") in (request.get("nodes") or ()):
+        who = "".join(ch for ch in str(request.get("by") or "operator")[:64] if ch.isprintable())
+        state["kernel_log_ack"] = {"time": round(time.time(), 3), "by": who or "operator"}
+    ack = state.get("kernel_log_ack")
+    if not isinstance(ack, dict):
+        return None
+    when, who = ack.get("time"), ack.get("by")
+    # A state file is the node's own, but keep a damaged one from hiding errors: a time in the future
+    # (or not a number) is ignored.
+    if not isinstance(when, (int, float)) or isinstance(when, bool) or not 0 < when <= time.time() + 60:
+        return None
+    return {"time": float(when), "by": who if isinstance(who, str) else "operator"}
