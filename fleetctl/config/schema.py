@@ -15,9 +15,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
-from fleetctl.errors import ConfigError
+from fleetctl.errors import ConfigError, UsageError
+from fleetctl.nodeset import parse_nodeset
 
 CONTAINER_TYPES = {"table", "array"}
 SCALAR_TYPES = {"string", "integer", "number", "boolean", "nodeset", "enum", "string-list", "string-map"}
@@ -117,10 +116,10 @@ class Validator:
                 raise self.fail(key, f"expected one of {', '.join(spec.choices)}; got {value!r}")
             if typ == "nodeset":
                 try:
-                    if not value.strip() or len(NodeSet(value)) == 0:
-                        raise ValueError("empty node set")
-                except (NodeSetException, ValueError) as exc:
-                    raise self.fail(key, f"invalid node set {value!r}: {exc}") from None
+                    if len(parse_nodeset(value)) == 0:
+                        raise UsageError(f"invalid node set {value!r}: empty node set")
+                except UsageError as exc:
+                    raise self.fail(key, exc.message) from None
             return value
         if typ == "boolean":
             if not isinstance(value, bool):

@@ -12,10 +12,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ClusterShell.NodeSet import NodeSet
-
 from fleetctl.config.schema import validate
-from fleetctl.errors import ConfigError
+from fleetctl.errors import ConfigError, UsageError
+from fleetctl.nodeset import (MAX_NODES, NodeSet, check_node_name, contains, empty, is_node_name,
+                             parse_nodeset)
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,15 @@ class Site:
 
     @property
     def nodes(self) -> NodeSet:
-        out = NodeSet()
+        out = empty()
         for cls in self.node_classes:
             out.update(cls.nodes)
         return out
 
     def node_class(self, node: str) -> NodeClass | None:
-        return next((c for c in self.node_classes if node in c.nodes), None)
+        if not is_node_name(node):  # `in` would parse `node` as a node set: gpu[1-4] is no node
+            return None
+        return next((c for c in self.node_classes if contains(c.nodes, node)), None)
 
     def links_of(self, device: str) -> list[Link]:
         return [l for l in self.links.values() if device in (l.a.device, l.b.device)]
@@ -153,6 +155,7 @@ def parse_site(text: str, source: str = "<site>") -> Site:
     site = Site(name=data["cluster"]["name"], source=source, data=data)
     _resolve_node_classes(site)
     _resolve_switches(site)
+    _check_addresses(site)
     _check_slurm(site)
     if data["slurm"]["topology_conf"]:
         from fleetctl.config.topology import merge_topology_conf
@@ -170,7 +173,7 @@ def _relative_to(source: str, path: str) -> str:
 
 
 def _resolve_node_classes(site: Site) -> None:
-    seen = NodeSet()
+    seen = empty()
     names: set[str] = set()
     for i, raw in enumerate(site.data["node_classes"]):
         key = f"node_classes[{i}]"
@@ -178,7 +181,10 @@ def _resolve_node_classes(site: Site) -> None:
             raise ConfigError(f"duplicate node class name {raw['name']!r}", path=site.source,
                               key=f"{key}.name")
         names.add(raw["name"])
-        nodes = NodeSet(raw["nodes"])
+        nodes = parse_nodeset(raw["nodes"])  # valid: the schema parsed it
+        if len(seen) + len(nodes) > MAX_NODES:
+            raise ConfigError(f"the site file has more than {MAX_NODES:,} nodes", path=site.source,
+                              key=f"{key}.nodes")
         overlap = nodes.intersection(seen)
         if overlap:
             raise ConfigError(f"nodes {overlap} are already in another node class",
@@ -204,6 +210,14 @@ def _resolve_switches(site: Site) -> None:
             raise ConfigError(f"switch id {raw['id']!r} is also the name of a node", path=site.source,
                               key=f"fabric.switches[{i}].id")
         site.switches[raw["id"]] = Switch(**raw)
+
+
+def _check_addresses(site: Site) -> None:
+    for node in site.access["ssh"]["addresses"]:
+        try:
+            check_node_name(node)
+        except UsageError as exc:
+            raise ConfigError(exc.message, path=site.source, key="access.ssh.addresses") from None
 
 
 def _check_slurm(site: Site) -> None:

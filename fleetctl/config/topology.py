@@ -19,9 +19,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
-from fleetctl.errors import ConfigError
+from fleetctl.errors import ConfigError, UsageError
+from fleetctl.nodeset import parse_nodeset
 
 KEYS = {"switchname": "SwitchName", "switches": "Switches", "nodes": "Nodes", "linkspeed": "LinkSpeed"}
 MAX_TIER = 4  # the schema's limit on fabric.switches[].tier
@@ -86,9 +85,9 @@ def parse_topology_conf(text: str, source: str) -> dict[str, TopoSwitch]:
         for key, target in (("Nodes", switch.nodes), ("Switches", switch.children)):
             if key in fields:
                 try:
-                    target.extend(NodeSet(fields[key]))
-                except (NodeSetException, ValueError) as exc:
-                    raise ConfigError(f"invalid {key}= {fields[key]!r}: {exc}", path=where) from None
+                    target.extend(parse_nodeset(fields[key], what=f"{key}="))
+                except UsageError as exc:
+                    raise ConfigError(exc.message, path=where) from None
         switches[name] = switch
     return switches
 
