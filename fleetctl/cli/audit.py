@@ -95,6 +95,9 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
         if nodeset:
             raise UsageError("--local checks this machine: give --node NAME instead of a node set")
         name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        from fleetctl.nodeset import check_node_name
+
+        check_node_name(name, what="--node" if node else "node name of this machine")
         outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget)}
     else:
         nodes = _site_nodes(site, nodeset)

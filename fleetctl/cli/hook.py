@@ -61,6 +61,7 @@ def install(app: Application, directory: str, fail_closed: bool, log_path: str) 
     from importlib import resources
     from pathlib import Path
 
+    from fleetctl.audit.hooks import settings_text
     from fleetctl.errors import UsageError
 
     target = Path(directory)
@@ -68,12 +69,16 @@ def install(app: Application, directory: str, fail_closed: bool, log_path: str) 
     app.site  # validate before installing anything that would use it
     fleetctl_bin = shutil.which("fleetctl") or str(Path(sys.executable).parent / "fleetctl")
     source = resources.files("fleetctl.audit").joinpath("hook.sh").read_text()
+    settings_file = settings_text({  # validated before anything is written
+        "FLEETCTL": fleetctl_bin, "FLEETCTL_SITE": site_path,
+        "FLEETCTL_FAIL_CLOSED": str(int(fail_closed)), "FLEETCTL_HOOK_LOG": log_path})
     installed = []
     try:
         target.mkdir(parents=True, exist_ok=True)
-        env = (f"# written by fleetctl hook install\nFLEETCTL={fleetctl_bin}\nFLEETCTL_SITE={site_path}\n"
-               f"FLEETCTL_FAIL_CLOSED={int(fail_closed)}\nFLEETCTL_HOOK_LOG={log_path}\n")
-        (target / "fleetctl-hooks.env").write_text(env)
+        settings = target / "fleetctl-hooks.env"
+        tmp = target / ".fleetctl-hooks.env.tmp"
+        tmp.write_text(settings_file)
+        tmp.replace(settings)  # never a half-written settings file beside live wrappers
         for name in ("prolog", "epilog", "healthcheck"):
             path = target / f"fleetctl-{name}"
             path.write_text(source)
