@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import MAX_HOOK_BUDGET_S, seconds
 
 
 @click.group("hook")
@@ -32,7 +33,7 @@ def _hook_command(name: str, default_level: str, doc: str):
     @common_options
     @click.option("--level", type=click.Choice(["quick", "standard"]), default=default_level,
                   show_default=True)
-    @click.option("--budget", type=float, help="Hard time budget in seconds.")
+    @click.option("--budget", type=seconds(0.5, MAX_HOOK_BUDGET_S), help="Hard time budget in seconds.")
     @pass_app
     def command(app: Application, level: str, budget: float | None) -> int:
         return _run(app, name, level, budget)

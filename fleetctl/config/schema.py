@@ -54,6 +54,8 @@ def load_schema() -> tuple[dict[str, KeySpec], list[KeySpec]]:
         if typ not in CONTAINER_TYPES | SCALAR_TYPES:
             raise AssertionError(f"schema.toml: {entry['path']}: unknown type {typ}")
         spec = KeySpec(**entry)
+        if typ in ("integer", "number") and (spec.min is None or spec.max is None):
+            raise AssertionError(f"schema.toml: {spec.path}: a number needs both min and max")
         parent_path, _, _ = spec.path.rpartition(".")
         parent_path = parent_path.removesuffix("[]")
         siblings = root if not parent_path else by_path[parent_path].children

@@ -134,10 +134,18 @@ class Site:
         return [l for l in self.links.values() if device in (l.a.device, l.b.device)]
 
 
+MAX_SITE_BYTES = 32 * 1024 * 1024  # room for explicit links of a 10,000-node cluster, and a bound
+MAX_KEY_DEPTH = 64  # parts of one dotted key (a.b.c): tomllib's cost grows with the square of it
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+_DOTTED_KEY = re.compile(_KEY_PART + r"(?:[ \t]*\.[ \t]*" + _KEY_PART + ")*")
+
+
 def load_site(path: str | os.PathLike) -> Site:
     """Read, validate and resolve a site file."""
     path = Path(path).expanduser()
     try:
+        if path.stat().st_size > MAX_SITE_BYTES:
+            raise ConfigError(f"site file larger than {MAX_SITE_BYTES // 2**20} MiB", path=str(path))
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError("site file not found", path=str(path)) from None
@@ -147,10 +155,15 @@ def load_site(path: str | os.PathLike) -> Site:
 
 
 def parse_site(text: str, source: str = "<site>") -> Site:
+    if len(text) > MAX_SITE_BYTES:
+        raise ConfigError(f"site file larger than {MAX_SITE_BYTES // 2**20} MiB", path=source)
+    _check_key_depth(text, source)
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=source) from None
+    except RecursionError:
+        raise ConfigError("not valid TOML: arrays or tables nested too deeply", path=source) from None
     data = validate(document, source)
     site = Site(name=data["cluster"]["name"], source=source, data=data)
     _resolve_node_classes(site)
@@ -163,6 +176,16 @@ def parse_site(text: str, source: str = "<site>") -> Site:
         merge_topology_conf(site, _relative_to(source, data["slurm"]["topology_conf"]))
     _resolve_links(site)
     return site
+
+
+def _check_key_depth(text: str, source: str) -> None:
+    """Refuse dotted keys of more than MAX_KEY_DEPTH parts before tomllib sees them. The scan may
+    over-count (a dotted run inside a string value), never under-count: no real site key comes close."""
+    for match in _DOTTED_KEY.finditer(text):
+        run = match.group()
+        if run.count(".") >= MAX_KEY_DEPTH and len(re.findall(_KEY_PART, run)) > MAX_KEY_DEPTH:
+            line = text.count("\n", 0, match.start()) + 1
+            raise ConfigError(f"line {line}: a key of more than {MAX_KEY_DEPTH} dotted parts", path=source)
 
 
 def _relative_to(source: str, path: str) -> str:
