@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,15 +144,24 @@ _DOTTED_KEY = re.compile(_KEY_PART + r"(?:[ \t]*\.[ \t]*" + _KEY_PART + ")*")
 def load_site(path: str | os.PathLike) -> Site:
     """Read, validate and resolve a site file."""
     path = Path(path).expanduser()
+    return parse_site(read_bounded(path, "site file"), source=str(path))
+
+
+def read_bounded(path: Path, what: str, *, where: str = "", limit: int = MAX_SITE_BYTES) -> str:
+    """The text of a regular file of at most `limit` bytes, or ConfigError (never a FIFO or device that
+    would block or never end)."""
     try:
-        if path.stat().st_size > MAX_SITE_BYTES:
-            raise ConfigError(f"site file larger than {MAX_SITE_BYTES // 2**20} MiB", path=str(path))
-        text = path.read_text()
+        with open(path, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ConfigError(f"{what} is not a regular file", path=str(path))
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise ConfigError(f"{what} larger than {limit // 2**20} MiB", path=str(path))
+        return data.decode()
     except FileNotFoundError:
-        raise ConfigError("site file not found", path=str(path)) from None
+        raise ConfigError(f"{what} not found{where}", path=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read site file: {exc}", path=str(path)) from None
-    return parse_site(text, source=str(path))
+        raise ConfigError(f"cannot read {what}: {exc}", path=str(path)) from None
 
 
 def parse_site(text: str, source: str = "<site>") -> Site:
