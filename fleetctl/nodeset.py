@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException, set_std_group_resolver
 from ClusterShell.NodeUtils import GroupResolver, GroupResolverError
@@ -53,13 +54,28 @@ def check_node_name(name: str, *, what: str = "node name") -> str:
     return name
 
 
+def _operands(text: str) -> list[str]:
+    """`a[1-2,4],b!c` -> ['a[1-2,4]', 'b', 'c']: split at operators outside brackets, in one pass."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif depth == 0 and ch in ",!&^":
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return out
+
+
 def _bound(text: str, what: str) -> int:
     """An upper bound of the nodes ClusterShell would expand for `text`, computed from the text alone.
 
     Every operand of `,` `!` `&` `^` is expanded in full, so the bound is the sum over operands of the
     product of their bracket sizes (`a[1-3]b[1-2]` = 6), whatever the operators."""
     total = 0
-    for operand in re.split(r"[,!&^](?![^\[]*\])", text):
+    for operand in _operands(text):
         size = 1
         for group in re.findall(r"\[([^\[\]]*)\]", operand):
             count = 0
@@ -125,11 +141,18 @@ def contains(nodes: str | NodeSet, node: str) -> bool:
     if not is_node_name(node):
         return False
     if isinstance(nodes, str):
-        try:
-            nodes = parse_nodeset(nodes)
-        except UsageError:
-            return False
+        nodes = _parsed_or_empty(nodes)
     return node in nodes
+
+
+@lru_cache(maxsize=64)
+def _parsed_or_empty(text: str) -> NodeSet:
+    # Reports ask "is node X in finding F" for every node and finding: parse each text once.
+    # Callers only test membership, so sharing one NodeSet is safe.
+    try:
+        return parse_nodeset(text)
+    except UsageError:
+        return empty()
 
 
 def expand(text: str | Iterable[str]) -> list[str]:

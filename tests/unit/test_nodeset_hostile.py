@@ -154,3 +154,17 @@ def test_a_node_name_never_becomes_a_path_outside_the_template():
     assert _fill("/var/lib/fleetctl/{node}/state.json", "gpu01") == "/var/lib/fleetctl/gpu01/state.json"
     with pytest.raises(UsageError):
         _fill("/var/lib/fleetctl/{node}/state.json", "../../../../tmp/x")
+
+
+def test_the_longest_allowed_texts_parse_quickly():
+    texts = ["a," * (MAX_NODESET_TEXT // 2 - 1) + "a",
+             ",".join(f"n{i}" for i in range(12_000))[:MAX_NODESET_TEXT].rstrip(",n"),
+             "]" + ",a" * (MAX_NODESET_TEXT // 2 - 1)]
+    for text in texts:
+        assert len(text) <= MAX_NODESET_TEXT
+        start = time.monotonic()
+        try:
+            parse_nodeset(text)
+        except UsageError:
+            pass
+        assert time.monotonic() - start < 2, text[:40]
