@@ -27,8 +27,12 @@ exit "${FAKE_RC:-0}"
 """
 
 
-@pytest.fixture
-def hookdir(tmp_path):
+# /bin/sh is dash on Debian and bash on RHEL-like nodes: run the wrapper under both where present.
+SHELLS = sorted({os.path.realpath(sh) for sh in ("/bin/sh", "/bin/dash", "/bin/bash") if os.path.exists(sh)})
+
+
+@pytest.fixture(params=SHELLS)
+def hookdir(request, tmp_path):
     d = tmp_path / "hook dir"  # a space in the install directory too
     d.mkdir()
     source = resources.files("fleetctl.audit").joinpath("hook.sh").read_text()
@@ -39,6 +43,7 @@ def hookdir(tmp_path):
     fake = tmp_path / "fake-fleetctl"
     fake.write_text(FAKE)
     fake.chmod(0o755)
+    (d / ".shell").write_text(request.param)
     return d
 
 
@@ -53,7 +58,8 @@ def wrapper(hookdir: Path, settings: str | bytes | None, *, hook="prolog", rc="0
     seen.unlink(missing_ok=True)
     env = {"PATH": os.environ["PATH"], "FLEETCTL": str(tmp / "fake-fleetctl"), "FAKE_RC": rc,
            "FAKE_OUT": str(seen), "FLEETCTL_HOOK_LOG": str(tmp / "hooks.log")}
-    out = subprocess.run(["/bin/sh", str(hookdir / f"fleetctl-{hook}")], env=env, capture_output=True,
+    shell = (hookdir / ".shell").read_text()
+    out = subprocess.run([shell, str(hookdir / f"fleetctl-{hook}")], env=env, capture_output=True,
                          text=True, timeout=timeout, cwd=tmp)
     called = json.loads(seen.read_text()) if seen.exists() and seen.stat().st_size else None
     return out.returncode, called, out.stderr, (tmp / "pwned").exists()
