@@ -189,8 +189,9 @@ def parse_site(text: str, source: str = "<site>") -> Site:
 
 
 def _check_key_depth(text: str, source: str) -> None:
-    """Refuse dotted keys of more than MAX_KEY_DEPTH parts before tomllib sees them. The scan may
-    over-count (a dotted run inside a string value), never under-count: no real site key comes close."""
+    """Refuse dotted keys of more than MAX_KEY_DEPTH parts before tomllib sees them. The scan matches
+    every part TOML allows in a key (bare, "basic", 'literal') and may over-count a dotted run inside
+    a string value; no real site key comes close to the limit."""
     for match in _DOTTED_KEY.finditer(text):
         run = match.group()
         if run.count(".") >= MAX_KEY_DEPTH and len(re.findall(_KEY_PART, run)) > MAX_KEY_DEPTH:
