@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ClusterShell.NodeSet import NodeSet
-
 from fleetctl.audit.report import AuditReport
 from fleetctl.errors import SlurmError
+from fleetctl.nodeset import contains
 from fleetctl.slurm.base import SlurmUnreachable
 from fleetctl.slurm.reasons import is_ours
 
@@ -63,7 +62,7 @@ def drain_cause(report: AuditReport, node: str) -> tuple[str, str] | None:
             more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
             return first["code"], first.get("message", "") + more
     for finding in report.fleet:
-        if finding["status"] == "fail" and node in NodeSet(finding["nodes"]):
+        if finding["status"] == "fail" and contains(finding["nodes"], node):
             return finding["code"], finding.get("message", "")
     return None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -20,10 +21,12 @@ from pathlib import Path
 
 from fleetctl.audit.runner import NodeOutcome, collect_local
 from fleetctl.checks import changes, hardware_failures
-from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError
+from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError, UsageError
+from fleetctl.nodeset import check_node_name, is_node_name
 
 HOOKS = ("prolog", "epilog", "healthcheck")
 DEFAULT_STATE_DIR = "/run/fleetctl"
+_JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,20})?\Z")
 
 
 @dataclass
@@ -45,7 +48,15 @@ class HookVerdict:
 
 
 def hook_node() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    """This node's name; it becomes part of file names, so it must follow the node-name grammar."""
+    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return check_node_name(name, what="node name (SLURMD_NODENAME or host name)")
+
+
+def hook_job_id() -> str:
+    """SLURM_JOB_ID when it looks like one (it becomes part of a file name), else ''."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    return job_id if _JOB_ID.match(job_id) else ""
 
 
 def state_dir() -> Path:
@@ -59,7 +70,7 @@ def _job_mark(node: str, job_id: str) -> Path:
 def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = None,
              backend=None) -> HookVerdict:
     node = hook_node()
-    job_id = os.environ.get("SLURM_JOB_ID", "")
+    job_id = hook_job_id()
     started = time.time()
     since, before = None, None
     if hook == "epilog":
@@ -122,10 +133,35 @@ def _read_mark(path: Path) -> dict | None:
         return None
 
 
+# The keys the wrapper (hook.sh) reads from its settings file; it ignores any other.
+SETTINGS_KEYS = ("FLEETCTL", "FLEETCTL_SITE", "FLEETCTL_FAIL_CLOSED", "FLEETCTL_HOOK_LOG", "FLEETCTL_HOOK_STATE_DIR",
+                 "FLEETCTL_PROLOG_BUDGET", "FLEETCTL_EPILOG_BUDGET", "FLEETCTL_HEALTHCHECK_BUDGET")
+
+
+def settings_text(settings: dict[str, str]) -> str:
+    """The wrapper's settings file (fleetctl-hooks.env): KEY='VALUE' lines, or UsageError.
+
+    The wrapper reads the file literally and never runs it; the quotes keep it harmless even for a
+    shell that sources it, so a value may hold no quote, backslash, newline or other control character.
+    """
+    lines = ["# written by fleetctl hook install; read (never run) by the fleetctl hook wrappers"]
+    for key, value in settings.items():
+        if key not in SETTINGS_KEYS:
+            raise AssertionError(f"unknown hook setting {key}")
+        bad = next((ch for ch in value if ch in "'\"\\" or ord(ch) < 32 or ord(ch) == 127), None)
+        if not value or bad is not None:
+            why = "is empty" if not value else f"contains {bad!r}"
+            raise UsageError(f"cannot install hooks: {key} {value!r} {why} (quotes, backslashes and "
+                             "control characters cannot be written to the settings file)")
+        lines.append(f"{key}='{value}'")
+    return "\n".join(lines) + "\n"
+
+
 def log_verdict(verdict: HookVerdict | None, hook: str, error: FleetctlError | Exception | None = None) -> str:
     """One line for the hook log (and slurmd's log): what was decided and why."""
-    node = verdict.node if verdict else hook_node()
-    job = os.environ.get("SLURM_JOB_ID", "-")
+    raw = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = verdict.node if verdict else (raw if is_node_name(raw) else repr(raw[:80]))
+    job = hook_job_id() or "-"
     if verdict is None:
         line = f"fleetctl {hook} node={node} job={job} verdict=error error={error}"
     else:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ClusterShell.NodeSet import NodeSet
 
 from fleetctl.audit.runner import NodeOutcome
-from fleetctl.nodeset import fold
+from fleetctl.nodeset import contains, fold, natural_order
 from fleetctl.errors import EXIT_ERROR, EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS
 
 SCHEMA = "fleetctl.audit/1"
@@ -38,7 +37,7 @@ class AuditReport:
         """The node's own status, raised to `fail` by a failing fleet finding that names it."""
         status = self.outcomes[node].status
         for finding in self.fleet:
-            if finding["status"] == "fail" and node in NodeSet(finding["nodes"]):
+            if finding["status"] == "fail" and contains(finding["nodes"], node):
                 return "fail"
         return status
 
@@ -75,7 +74,7 @@ class AuditReport:
         }
 
     def nodes_worst_first(self) -> list[str]:
-        natural = list(NodeSet.fromlist(list(self.outcomes)))  # node2 before node10
+        natural = natural_order(self.outcomes)  # node2 before node10
         return sorted(natural, key=lambda n: ORDER.get(self.node_status(n), 9))  # stable sort
 
     def to_dict(self) -> dict:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from importlib import resources
 
 from fleetctl.errors import ConfigError, DataError, UsageError
+from fleetctl.nodeset import check_node_name
 
 # Concatenation order: a module only uses names of the modules before it (runner last: it calls main()).
 PAYLOAD_MODULES = ("common", "gpu_collect", "gpu_judge", "xid", "netdev", "nics", "host", "deep", "runner")
@@ -43,7 +44,8 @@ def build_payload() -> str:
 
 
 def _fill(template: str, node: str) -> str:
-    return template.replace("{node}", node) if template else ""
+    # The node name becomes a path component: `../../tmp/x` must never get that far.
+    return template.replace("{node}", check_node_name(node)) if template else ""
 
 
 def parse_xid_policy(site) -> dict:

@@ -10,6 +10,7 @@ import time
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import MAX_TIMEOUT_S, FiniteFloatRange, seconds
 
 STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green", "skipped": "dim"}
 
@@ -25,7 +26,7 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 @click.option("-t", "--transport", type=click.Choice(["ssh", "srun", "local"]), default=None,
               help="Fan-out transport (default: the site's access.transport).")
 @click.option("--since", metavar="WHEN", help="Judge kernel-log lines from then on: epoch, ISO time or 15m/2h/1d.")
-@click.option("--budget", type=float, metavar="S", help="Hard time budget per node (default by level).")
+@click.option("--budget", type=seconds(0.1, MAX_TIMEOUT_S), metavar="S", help="Hard time budget per node (default by level).")
 @click.option("--drain", is_flag=True, help="Drain nodes with failures (reason `<prefix>:<code> <text>`).")
 @click.option("--resume", is_flag=True, help="Resume nodes fleetctl drained that now pass (a node drained for "
               "an Xid: its kernel log up to now is acknowledged as repaired).")
@@ -37,9 +38,9 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 @click.option("--history", type=click.Path(file_okay=False), help="Keep JSON reports here; show what changed.")
 @click.option("--mesh", is_flag=True, help="Also probe the NIC mesh and locate network faults.")
 @click.option("--mesh-only", is_flag=True, help="Probe the NIC mesh only (no node checks).")
-@click.option("--duration", type=float, default=5.0, show_default=True, metavar="S",
+@click.option("--duration", type=seconds(0.1, 3600), default=5.0, show_default=True, metavar="S",
               help="Mesh: seconds of probing.")
-@click.option("--rate", type=float, default=50.0, show_default=True, metavar="HZ",
+@click.option("--rate", type=FiniteFloatRange(0.1, 1000), default=50.0, show_default=True, metavar="HZ",
               help="Mesh: probes per second per NIC pair.")
 @click.option("--out", type=click.Path(dir_okay=False), metavar="FILE.h5",
               help="Mesh: write the run (records, matrices, clock, findings) to this HDF5 file.")
@@ -108,6 +109,9 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
         if nodeset:
             raise UsageError("--local checks this machine: give --node NAME instead of a node set")
         name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        from fleetctl.nodeset import check_node_name
+
+        check_node_name(name, what="--node" if node else "node name of this machine")
         ack = _acknowledgements(backend, [name], resume, ack_kernel_log, dry_run)
         outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget, ack=ack)}
     else:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import MAX_CONNECT_TIMEOUT_S, MAX_TIMEOUT_S, seconds
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, ConfigError
 from fleetctl.fanout.registry import TRANSPORTS
 
@@ -25,9 +26,9 @@ PROGRESS_AFTER_S = 1.0  # a progress bar only for runs that last; quick ones pri
 @common_options
 @click.option("-t", "--transport", type=click.Choice(sorted(TRANSPORTS)), default=None,
               help="Transport (default: the site's access.transport, else ssh).")
-@click.option("--timeout", type=click.FloatRange(min=0.001), default=None, metavar="SECONDS",
+@click.option("--timeout", type=seconds(0.001, MAX_TIMEOUT_S), default=None, metavar="SECONDS",
               help="Time the command may run on each node (default: access.command_timeout).")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.001), default=None, metavar="SECONDS",
+@click.option("--connect-timeout", type=seconds(0.001, MAX_CONNECT_TIMEOUT_S), default=None, metavar="SECONDS",
               help="Time to connect to each node (default: access.connect_timeout).")
 @click.option("-f", "--fanout", type=click.IntRange(1, 4096), default=None, metavar="N",
               help="Nodes contacted at once (default: access.concurrency).")

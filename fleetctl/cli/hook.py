@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import MAX_HOOK_BUDGET_S, seconds
 
 
 @click.group("hook")
@@ -32,7 +33,7 @@ def _hook_command(name: str, default_level: str, doc: str):
     @common_options
     @click.option("--level", type=click.Choice(["quick", "standard"]), default=default_level,
                   show_default=True)
-    @click.option("--budget", type=float, help="Hard time budget in seconds.")
+    @click.option("--budget", type=seconds(0.5, MAX_HOOK_BUDGET_S), help="Hard time budget in seconds.")
     @pass_app
     def command(app: Application, level: str, budget: float | None) -> int:
         return _run(app, name, level, budget)
@@ -61,6 +62,7 @@ def install(app: Application, directory: str, fail_closed: bool, log_path: str) 
     from importlib import resources
     from pathlib import Path
 
+    from fleetctl.audit.hooks import settings_text
     from fleetctl.errors import UsageError
 
     target = Path(directory)
@@ -68,12 +70,16 @@ def install(app: Application, directory: str, fail_closed: bool, log_path: str) 
     app.site  # validate before installing anything that would use it
     fleetctl_bin = shutil.which("fleetctl") or str(Path(sys.executable).parent / "fleetctl")
     source = resources.files("fleetctl.audit").joinpath("hook.sh").read_text()
+    settings_file = settings_text({  # validated before anything is written
+        "FLEETCTL": fleetctl_bin, "FLEETCTL_SITE": site_path,
+        "FLEETCTL_FAIL_CLOSED": str(int(fail_closed)), "FLEETCTL_HOOK_LOG": log_path})
     installed = []
     try:
         target.mkdir(parents=True, exist_ok=True)
-        env = (f"# written by fleetctl hook install\nFLEETCTL={fleetctl_bin}\nFLEETCTL_SITE={site_path}\n"
-               f"FLEETCTL_FAIL_CLOSED={int(fail_closed)}\nFLEETCTL_HOOK_LOG={log_path}\n")
-        (target / "fleetctl-hooks.env").write_text(env)
+        settings = target / "fleetctl-hooks.env"
+        tmp = target / ".fleetctl-hooks.env.tmp"
+        tmp.write_text(settings_file)
+        tmp.replace(settings)  # never a half-written settings file beside live wrappers
         for name in ("prolog", "epilog", "healthcheck"):
             path = target / f"fleetctl-{name}"
             path.write_text(source)

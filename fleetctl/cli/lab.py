@@ -7,6 +7,7 @@ import shlex
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import FiniteFloatRange
 from fleetctl.errors import LabError
 
 
@@ -146,17 +147,17 @@ def fault() -> None:
 @fault.command("add")
 @common_options
 @click.argument("target")
-@click.option("--loss", type=float, metavar="PCT", help="Drop PCT % of packets (nftables).")
+@click.option("--loss", type=FiniteFloatRange(0, 100), metavar="PCT", help="Drop PCT % of packets (nftables).")
 @click.option("--down", is_flag=True, help="Take the cable down (routes reconverge at once).")
 @click.option("--rate", metavar="RATE", help="Cap the rate with tbf, e.g. 10mbit.")
-@click.option("--load", type=float, default=90.0, show_default=True, metavar="PCT",
+@click.option("--load", type=FiniteFloatRange(0, 200), default=90.0, show_default=True, metavar="PCT",
               help="With --rate: background UDP load at PCT % of the cap (0: none), so queues build.")
 @click.option("--flap", metavar="PERIOD", help="Toggle the cable down/up every PERIOD/2, e.g. 2s.")
-@click.option("--xid", type=int, help="GPU: write an Xid of this number to the host's kernel log.")
+@click.option("--xid", type=click.IntRange(1, 9999), help="GPU: write an Xid of this number to the host's kernel log.")
 @click.option("--ecc-dbe", is_flag=True, help="GPU: one more double-bit ECC error.")
 @click.option("--remap-pending", is_flag=True, help="GPU: a row remap pending (needs a reset).")
-@click.option("--temp", type=int, metavar="C", help="GPU: temperature in C.")
-@click.option("--pcie-width", type=int, metavar="W", help="GPU: degraded PCIe link width.")
+@click.option("--temp", type=click.IntRange(-40, 200), metavar="C", help="GPU: temperature in C.")
+@click.option("--pcie-width", type=click.IntRange(1, 32), metavar="W", help="GPU: degraded PCIe link width.")
 @pass_app
 def fault_add(app: Application, target, loss, down, rate, load, flap, xid, ecc_dbe, remap_pending, temp,
               pcie_width) -> int:

@@ -12,6 +12,7 @@ import json
 import sys
 
 from fleetctl.config.schema import KeySpec, load_schema
+from fleetctl.nodeset import MAX_NODE_NAME, MAX_NODES
 
 HEADER = """\
 # Site configuration reference
@@ -28,7 +29,10 @@ Rules that hold everywhere:
 - Unknown keys are errors (with the nearest known key suggested): a typo never falls back silently.
 - An error names the file, the key with array indexes (`node_classes[1].nics[0].mtu`) and what was
   expected.
-- Node sets use ClusterShell syntax: `gpu[001-064,070]`.
+- Node sets use ClusterShell syntax: `gpu[001-064,070]`, without node groups (`@name`), at most
+  MAX_NODES nodes in a set and in the whole file. Node names are letters, digits, `_`, `-` and `.`
+  (not first), at most MAX_NODE_NAME characters, without `..` (docs/security.md).
+- Every number has a range (below); `nan` and `inf` are refused.
 - Link ids are stable names used in findings, faults and HDF5 runs. When `id` is empty it is derived
   from the ends: `leaf1--spine2`, `gpu003:mlx5_0--rail0-su1` (switch ports are left out, NICs kept).
   Parallel links between the same two ends need explicit ids.
@@ -90,7 +94,7 @@ def _cell(text: str) -> str:
 
 def render() -> str:
     _, specs = load_schema()
-    out = [HEADER]
+    out = [HEADER.replace("MAX_NODES", f"{MAX_NODES:,}").replace("MAX_NODE_NAME", str(MAX_NODE_NAME))]
     for spec in specs:
         if "." not in spec.path:  # a top-level section starts a new heading
             shape = "[[{0}]]".format(spec.name) if spec.type == "array" else f"[{spec.name}]"

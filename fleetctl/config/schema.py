@@ -15,9 +15,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
-from fleetctl.errors import ConfigError
+from fleetctl.errors import ConfigError, UsageError
+from fleetctl.nodeset import parse_nodeset
 
 CONTAINER_TYPES = {"table", "array"}
 SCALAR_TYPES = {"string", "integer", "number", "boolean", "nodeset", "enum", "string-list", "string-map"}
@@ -55,6 +54,8 @@ def load_schema() -> tuple[dict[str, KeySpec], list[KeySpec]]:
         if typ not in CONTAINER_TYPES | SCALAR_TYPES:
             raise AssertionError(f"schema.toml: {entry['path']}: unknown type {typ}")
         spec = KeySpec(**entry)
+        if typ in ("integer", "number") and (spec.min is None or spec.max is None):
+            raise AssertionError(f"schema.toml: {spec.path}: a number needs both min and max")
         parent_path, _, _ = spec.path.rpartition(".")
         parent_path = parent_path.removesuffix("[]")
         siblings = root if not parent_path else by_path[parent_path].children
@@ -117,10 +118,10 @@ class Validator:
                 raise self.fail(key, f"expected one of {', '.join(spec.choices)}; got {value!r}")
             if typ == "nodeset":
                 try:
-                    if not value.strip() or len(NodeSet(value)) == 0:
-                        raise ValueError("empty node set")
-                except (NodeSetException, ValueError) as exc:
-                    raise self.fail(key, f"invalid node set {value!r}: {exc}") from None
+                    if len(parse_nodeset(value)) == 0:
+                        raise UsageError(f"invalid node set {value!r}: empty node set")
+                except UsageError as exc:
+                    raise self.fail(key, exc.message) from None
             return value
         if typ == "boolean":
             if not isinstance(value, bool):

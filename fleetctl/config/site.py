@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ClusterShell.NodeSet import NodeSet
-
 from fleetctl.config.schema import validate
-from fleetctl.errors import ConfigError
+from fleetctl.errors import ConfigError, UsageError
+from fleetctl.nodeset import (MAX_NODES, NodeSet, check_node_name, contains, empty, is_node_name,
+                             parse_nodeset)
 
 
 @dataclass(frozen=True)
@@ -120,39 +121,64 @@ class Site:
 
     @property
     def nodes(self) -> NodeSet:
-        out = NodeSet()
+        out = empty()
         for cls in self.node_classes:
             out.update(cls.nodes)
         return out
 
     def node_class(self, node: str) -> NodeClass | None:
-        return next((c for c in self.node_classes if node in c.nodes), None)
+        if not is_node_name(node):  # `in` would parse `node` as a node set: gpu[1-4] is no node
+            return None
+        return next((c for c in self.node_classes if contains(c.nodes, node)), None)
 
     def links_of(self, device: str) -> list[Link]:
         return [l for l in self.links.values() if device in (l.a.device, l.b.device)]
 
 
+MAX_SITE_BYTES = 32 * 1024 * 1024  # room for explicit links of a 10,000-node cluster, and a bound
+MAX_KEY_DEPTH = 64  # parts of one dotted key (a.b.c): tomllib's cost grows with the square of it
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+_DOTTED_KEY = re.compile(_KEY_PART + r"(?:[ \t]*\.[ \t]*" + _KEY_PART + ")*")
+
+
 def load_site(path: str | os.PathLike) -> Site:
     """Read, validate and resolve a site file."""
     path = Path(path).expanduser()
+    return parse_site(read_bounded(path, "site file"), source=str(path))
+
+
+def read_bounded(path: Path, what: str, *, where: str = "", limit: int = MAX_SITE_BYTES) -> str:
+    """The text of a regular file of at most `limit` bytes, or ConfigError (never a FIFO or device that
+    would block or never end)."""
     try:
-        text = path.read_text()
+        with open(path, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ConfigError(f"{what} is not a regular file", path=str(path))
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise ConfigError(f"{what} larger than {limit // 2**20} MiB", path=str(path))
+        return data.decode()
     except FileNotFoundError:
-        raise ConfigError("site file not found", path=str(path)) from None
+        raise ConfigError(f"{what} not found{where}", path=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read site file: {exc}", path=str(path)) from None
-    return parse_site(text, source=str(path))
+        raise ConfigError(f"cannot read {what}: {exc}", path=str(path)) from None
 
 
 def parse_site(text: str, source: str = "<site>") -> Site:
+    if len(text) > MAX_SITE_BYTES:
+        raise ConfigError(f"site file larger than {MAX_SITE_BYTES // 2**20} MiB", path=source)
+    _check_key_depth(text, source)
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=source) from None
+    except RecursionError:
+        raise ConfigError("not valid TOML: arrays or tables nested too deeply", path=source) from None
     data = validate(document, source)
     site = Site(name=data["cluster"]["name"], source=source, data=data)
     _resolve_node_classes(site)
     _resolve_switches(site)
+    _check_addresses(site)
     _check_slurm(site)
     if data["slurm"]["topology_conf"]:
         from fleetctl.config.topology import merge_topology_conf
@@ -160,6 +186,17 @@ def parse_site(text: str, source: str = "<site>") -> Site:
         merge_topology_conf(site, _relative_to(source, data["slurm"]["topology_conf"]))
     _resolve_links(site)
     return site
+
+
+def _check_key_depth(text: str, source: str) -> None:
+    """Refuse dotted keys of more than MAX_KEY_DEPTH parts before tomllib sees them. The scan matches
+    every part TOML allows in a key (bare, "basic", 'literal') and may over-count a dotted run inside
+    a string value; no real site key comes close to the limit."""
+    for match in _DOTTED_KEY.finditer(text):
+        run = match.group()
+        if run.count(".") >= MAX_KEY_DEPTH and len(re.findall(_KEY_PART, run)) > MAX_KEY_DEPTH:
+            line = text.count("\n", 0, match.start()) + 1
+            raise ConfigError(f"line {line}: a key of more than {MAX_KEY_DEPTH} dotted parts", path=source)
 
 
 def _relative_to(source: str, path: str) -> str:
@@ -170,7 +207,7 @@ def _relative_to(source: str, path: str) -> str:
 
 
 def _resolve_node_classes(site: Site) -> None:
-    seen = NodeSet()
+    seen = empty()
     names: set[str] = set()
     for i, raw in enumerate(site.data["node_classes"]):
         key = f"node_classes[{i}]"
@@ -178,7 +215,10 @@ def _resolve_node_classes(site: Site) -> None:
             raise ConfigError(f"duplicate node class name {raw['name']!r}", path=site.source,
                               key=f"{key}.name")
         names.add(raw["name"])
-        nodes = NodeSet(raw["nodes"])
+        nodes = parse_nodeset(raw["nodes"])  # valid: the schema parsed it
+        if len(seen) + len(nodes) > MAX_NODES:
+            raise ConfigError(f"the site file has more than {MAX_NODES:,} nodes", path=site.source,
+                              key=f"{key}.nodes")
         overlap = nodes.intersection(seen)
         if overlap:
             raise ConfigError(f"nodes {overlap} are already in another node class",
@@ -204,6 +244,14 @@ def _resolve_switches(site: Site) -> None:
             raise ConfigError(f"switch id {raw['id']!r} is also the name of a node", path=site.source,
                               key=f"fabric.switches[{i}].id")
         site.switches[raw["id"]] = Switch(**raw)
+
+
+def _check_addresses(site: Site) -> None:
+    for node in site.access["ssh"]["addresses"]:
+        try:
+            check_node_name(node)
+        except UsageError as exc:
+            raise ConfigError(exc.message, path=site.source, key="access.ssh.addresses") from None
 
 
 def _check_slurm(site: Site) -> None:

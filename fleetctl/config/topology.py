@@ -19,9 +19,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
-from fleetctl.errors import ConfigError
+from fleetctl.errors import ConfigError, UsageError
+from fleetctl.nodeset import parse_nodeset
 
 KEYS = {"switchname": "SwitchName", "switches": "Switches", "nodes": "Nodes", "linkspeed": "LinkSpeed"}
 MAX_TIER = 4  # the schema's limit on fabric.switches[].tier
@@ -86,9 +85,9 @@ def parse_topology_conf(text: str, source: str) -> dict[str, TopoSwitch]:
         for key, target in (("Nodes", switch.nodes), ("Switches", switch.children)):
             if key in fields:
                 try:
-                    target.extend(NodeSet(fields[key]))
-                except (NodeSetException, ValueError) as exc:
-                    raise ConfigError(f"invalid {key}= {fields[key]!r}: {exc}", path=where) from None
+                    target.extend(parse_nodeset(fields[key], what=f"{key}="))
+                except UsageError as exc:
+                    raise ConfigError(exc.message, path=where) from None
         switches[name] = switch
     return switches
 
@@ -104,6 +103,9 @@ def switch_tiers(switches: dict[str, TopoSwitch], source: str) -> dict[str, int]
         if name in path:
             cycle = " -> ".join(path[path.index(name):] + (name,))
             raise ConfigError(f"switch hierarchy has a cycle: {cycle}", path=f"{source}:{sw.line}")
+        if len(path) >= MAX_TIER:  # before recursing deeper: a long chain must not exhaust the stack
+            raise ConfigError(f"switch {path[0]!r} has more than {MAX_TIER} tiers below it",
+                              path=f"{source}:{switches[path[0]].line}")
         for child in sw.children:
             if child not in switches:
                 raise ConfigError(f"switch {name!r} lists unknown switch {child!r} in Switches=",
@@ -124,12 +126,9 @@ def merge_topology_conf(site, path: str) -> None:
     """Add the switches and links of topology.conf at `path` to `site` (before links are resolved)."""
     from fleetctl.config.site import Switch
 
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise ConfigError("topology.conf not found (slurm.topology_conf)", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read topology.conf: {exc}", path=path) from None
+    from fleetctl.config.site import read_bounded
+
+    text = read_bounded(Path(path), "topology.conf", where=" (slurm.topology_conf)")
     switches = parse_topology_conf(text, path)
     tiers = switch_tiers(switches, path)
 

@@ -7,11 +7,9 @@ site file does not, and the reverse) are flagged, never silently dropped.
 
 from __future__ import annotations
 
-from ClusterShell.NodeSet import NodeSet
-
 from fleetctl.errors import SlurmError
 from fleetctl.inventory.model import GpuInfo, Inventory, Link, NicInfo, Node, SlurmInfo, Switch
-from fleetctl.nodeset import fold, parse_nodeset
+from fleetctl.nodeset import NodeSet, fold, from_names, parse_nodeset
 from fleetctl.slurm.reasons import is_ours
 
 
@@ -39,7 +37,7 @@ def build_inventory(site, nodeset=None, slurm=None) -> Inventory:
     if slurm is not None:
         _merge_slurm(inv, slurm, wanted)
     if wanted is not None:
-        unknown = wanted - NodeSet.fromlist(list(inv.nodes))
+        unknown = wanted - from_names(inv.nodes)
         if unknown:
             where = "the site file or Slurm" if inv.slurm_queried and not inv.slurm_error else "the site file"
             inv.warnings.append(f"nodes {unknown} are not in {where}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from fleetctl.errors import SlurmError
 from fleetctl.slurm.base import Reservation, SlurmJob, SlurmNode
@@ -78,10 +77,13 @@ def _int(value: str | None) -> int | None:
 def expand_nodelist(text: str) -> list[str]:
     if text in NULL:
         return []
+    from fleetctl.errors import UsageError
+    from fleetctl.nodeset import expand
+
     try:
-        return list(NodeSet(text))
-    except (NodeSetException, ValueError) as exc:
-        raise SlurmError(f"cannot parse Slurm node list {text!r}: {exc}") from None
+        return expand(text)
+    except UsageError as exc:
+        raise SlurmError(f"cannot parse Slurm node list: {exc.message}") from None
 
 
 def parse_state(text: str) -> tuple[str, list[str]]:
