@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetctl.atomic import write_atomic
 from fleetctl.audit.runner import NodeOutcome, collect_local
 from fleetctl.checks import changes, hardware_failures
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError, UsageError
@@ -119,9 +120,8 @@ def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = 
 
 def _write_mark(path: Path, mark: dict) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(mark, default=str))
-    except OSError:
+        write_atomic(path, json.dumps(mark, default=str))
+    except (OSError, FleetctlError):
         pass  # without the mark the epilog looks back a day instead: not worth failing a job for
 
 
@@ -182,7 +182,6 @@ def save_last(verdict: HookVerdict) -> None:
     """Keep the last verdict per hook and node as JSON, for `cat` by an operator."""
     try:
         path = state_dir() / f"last-{verdict.hook}-{verdict.node}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
-    except OSError:
+        write_atomic(path, json.dumps(verdict.to_dict(), indent=1, default=str))
+    except (OSError, FleetctlError):
         pass

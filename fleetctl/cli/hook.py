@@ -62,6 +62,7 @@ def install(app: Application, directory: str, fail_closed: bool, log_path: str) 
     from importlib import resources
     from pathlib import Path
 
+    from fleetctl.atomic import write_atomic
     from fleetctl.audit.hooks import settings_text
     from fleetctl.errors import UsageError
 
@@ -76,14 +77,11 @@ def install(app: Application, directory: str, fail_closed: bool, log_path: str) 
     installed = []
     try:
         target.mkdir(parents=True, exist_ok=True)
-        settings = target / "fleetctl-hooks.env"
-        tmp = target / ".fleetctl-hooks.env.tmp"
-        tmp.write_text(settings_file)
-        tmp.replace(settings)  # never a half-written settings file beside live wrappers
+        # Never a half-written settings file or wrapper beside live ones, never through a planted link.
+        write_atomic(target / "fleetctl-hooks.env", settings_file)
         for name in ("prolog", "epilog", "healthcheck"):
             path = target / f"fleetctl-{name}"
-            path.write_text(source)
-            path.chmod(0o755)
+            write_atomic(path, source, mode=0o755)
             installed.append(str(path))
     except OSError as exc:
         raise UsageError(f"cannot install hooks into {target}: {exc.strerror or exc}") from None
