@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -273,3 +274,24 @@ def enter(mount_ns: str | None) -> list[str]:
     """Prefix entering the lab's mount namespace (nothing for the system Slurm). --wd=/ keeps the
     working directory a real one after the switch."""
     return ["nsenter", f"--mount={mount_ns}", "--wd=/"] if mount_ns else []
+
+
+def main(argv: list[str]) -> int:
+    """`python -m fleetctl.lab.slurmroot SUITE...`: build the roots that are absent (scripts/install)."""
+    for choice in argv or ["trixie"]:
+        suite = suite_of(choice)
+        if suite is None:
+            continue
+        try:
+            root, took = ensure_root(suite, lambda m: print(f"install: {m}", flush=True))
+        except LabError as exc:
+            print(f"install: Debian {suite} root for the lab: {exc.message}", file=sys.stderr)
+            return 1
+        state = f"built in {took:.0f} s" if took is not None else "cached"
+        print(f"install: Debian {suite} root (Slurm {(root / STAMP).read_text().split('slurm=')[-1].strip()}) "
+              f"{state}: {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
