@@ -6,8 +6,8 @@
   suffix, because free text may contain anything.
 - `squeue -h -o` with '|' between fields and the free-text job name last.
 
-Reasons: from 24.11 Slurm keeps a node's last Reason (and its [user@time]) after `State=RESUME`, on an
-IDLE node; 22.05 clears it. A reason counts only while the node is drained, down, failing or waiting
+Reasons: Slurm 24.11 keeps a node's last Reason (and its [user@time]) after `State=RESUME`, on an
+IDLE node; 22.05 and 26.05 clear it. A reason counts only while the node is drained, down, failing or waiting
 for a reboot, so that a stale one is never taken for a drain in force (docs/slurm-versions.md).
 
 `--json` is not used: in 22.05 it is served by the openapi v0.0.3x plugins, in 24.11 by data_parser
@@ -111,7 +111,7 @@ def node_from_record(rec: dict[str, str]) -> SlurmNode:
     state, flags = parse_state(rec.get("State", ""))
     reason = rec.get("Reason", "")
     if reason in NULL or not reason_in_force(state, flags):
-        reason = ""  # 24.11+ keeps the last reason on a resumed node: no longer in force
+        reason = ""  # 24.11 keeps the last reason on a resumed node: no longer in force
     return SlurmNode(
         name=rec["NodeName"], state=state, flags=flags, reason=reason,
         reason_user=rec.get("ReasonUser", "") if reason else "",

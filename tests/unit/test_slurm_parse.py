@@ -137,10 +137,10 @@ def test_reservations_recorded(version):
     assert parse_reservations(read(version, "no_reservation.txt")) == []
 
 
-@pytest.mark.parametrize("version", ["24.11", "26.05"])
-def test_resumed_node_keeps_a_stale_reason_that_is_not_in_force(version):
-    # From 24.11 `scontrol update State=RESUME` leaves Reason (and its [user@time]) on the now IDLE
-    # node, as seen in the lab; 22.05 clears it. A stale reason must not look like a drain in force.
+@pytest.mark.parametrize("version", RECORDED)
+def test_a_reason_on_a_node_that_is_not_drained_or_down_is_not_in_force(version):
+    # 24.11's `scontrol update State=RESUME` leaves Reason (and its [user@time]) on the now IDLE node,
+    # as seen in the lab (22.05 and 26.05 clear it). A stale reason must not look like a drain in force.
     drained = read(version, "show_node.txt").splitlines()[0]
     assert "State=IDLE+DRAIN " in drained
     (node,) = parse_nodes(drained.replace("State=IDLE+DRAIN ", "State=IDLE "))
