@@ -1,4 +1,4 @@
-"""Parsers of Slurm command output, in forms that 22.05 and 24.11 both print.
+"""Parsers of Slurm command output, in forms that 22.05, 24.11 and 26.05 all print (docs/slurm-versions.md).
 
 - `scontrol show node|reservation --oneliner`: one record per line, `Key=Value` fields separated by
   spaces. Values may hold spaces (OS=Linux 6.1.0 #1 SMP ..., Reason=free text [user@time]), so a field
