@@ -1,6 +1,6 @@
 """The default Slurm backend: scontrol, sinfo and squeue run as subprocesses (argv lists, no shell).
 
-Works with Slurm 22.05, 24.11 and 26.05: it only uses `scontrol show ... --oneliner`, `scontrol update /
+Works with Slurm 22.05 and 24.11: it only uses `scontrol show ... --oneliner`, `scontrol update /
 create / delete / requeue` and `squeue -h -o` with a delimiter (see parse.py).
 """
 
