@@ -106,8 +106,7 @@ def _build(suite: str, root: Path, progress) -> float:
     system.require_commands(["debootstrap"])
     tmp = root.with_name(root.name + ".tmp")
     for stale in (tmp, root):  # an interrupted build, or a root without its stamp
-        if stale.exists():
-            shutil.rmtree(stale)
+        _remove_tree(stale)
     mirror = debian_mirror()
     progress(f"building the Debian {suite} root in {root} from {mirror} (once; cached)")
     t0 = time.monotonic()
@@ -122,6 +121,30 @@ def _build(suite: str, root: Path, progress) -> float:
     (tmp / STAMP).write_text(f"suite={suite}\nmirror={mirror}\nslurm={version}\n")
     os.replace(tmp, root)
     return round(time.monotonic() - t0, 1)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove an unfinished root. A debootstrap killed in its second stage leaves /proc, /sys (and
+    perhaps /dev) mounted inside it: unmount those first, never delete through a mount."""
+    if not path.exists():
+        return
+    prefix = str(path) + "/"
+    for mount in sorted((m for m in _mountpoints() if m.startswith(prefix)), reverse=True):
+        system.run(["umount", "-l", mount], "remove an unfinished root", check=False)
+    left = [m for m in _mountpoints() if m.startswith(prefix)]
+    if left:
+        raise LabError(f"{path}: still mounted inside: {', '.join(left[:3])}",
+                       hint="unmount them, then run `fleetctl lab up` again")
+    shutil.rmtree(path)
+
+
+def _mountpoints() -> list[str]:
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    # Field 5 is the mount point, with spaces and the like octal-escaped.
+    return [line.split()[4].encode().decode("unicode_escape") for line in lines if len(line.split()) > 4]
 
 
 # ---------------------------------------------------------------- running the root's programs

@@ -105,3 +105,25 @@ def test_a_root_without_its_loader_is_a_clear_error(tmp_path):
     (root / slurmroot.LOADER).unlink()
     with pytest.raises(LabError, match="incomplete"):
         slurmroot.write_wrappers(root, "trixie", tmp_path / "bin")
+
+
+def test_an_unfinished_root_is_unmounted_before_it_is_removed(tmp_path, monkeypatch):
+    tmp = tmp_path / "trixie.tmp"
+    (tmp / "proc").mkdir(parents=True)
+    mounted = [str(tmp / "proc"), "/proc"]
+    calls = []
+
+    def fake_run(cmd, step, check=True, **_kw):
+        calls.append(cmd)
+        mounted.remove(cmd[-1])
+
+    monkeypatch.setattr(slurmroot, "_mountpoints", lambda: list(mounted))
+    monkeypatch.setattr(slurmroot.system, "run", fake_run)
+    slurmroot._remove_tree(tmp)
+    assert calls == [["umount", "-l", str(tmp / "proc")]] and not tmp.exists() and mounted == ["/proc"]
+    (tmp / "sys").mkdir(parents=True)
+    mounted.append(str(tmp / "sys"))
+    monkeypatch.setattr(slurmroot.system, "run", lambda *a, **k: None)  # umount fails: nothing deleted
+    with pytest.raises(LabError, match="still mounted"):
+        slurmroot._remove_tree(tmp)
+    assert (tmp / "sys").is_dir()
