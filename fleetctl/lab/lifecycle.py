@@ -54,7 +54,8 @@ def down(progress: Callable[[str], None] = lambda _m: None) -> dict:
 def describe(p: dict) -> str:
     text = f"{p['hosts']} hosts x {p['nics_per_host']} NICs, {p['leaves']} leaves, {p['spines']} spines"
     text += f", {p['gpus_per_host']} GPUs per host" if p.get("gpus_per_host") else ""
-    return text + (f", Slurm of Debian {p['slurm_from']}" if p.get("slurm_from", "system") != "system" else "")
+    slurm_from = p.get("slurm_from", "system")
+    return text + (f", Slurm of Debian {slurm_from}" if slurm_from != "system" else "")
 
 
 def unhealthy(st: dict) -> list[str]:
@@ -174,8 +175,8 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
 
         load_site(paths.site_file())  # the lab's own site file must pass the schema
 
-    actions = {"preflight": step_preflight, "slurmroot": step_slurmroot, "namespaces": step_namespaces, "links": step_links,
-               "addresses": lambda: fabric.configure(plan), "hostnames": step_hostnames,
+    actions = {"preflight": step_preflight, "slurmroot": step_slurmroot, "namespaces": step_namespaces,
+               "links": step_links, "addresses": lambda: fabric.configure(plan), "hostnames": step_hostnames,
                "munge": step_munge, "slurm": step_slurm, "ssh": step_ssh, "gpus": step_gpus,
                "site": step_site}
     for name in STEPS:

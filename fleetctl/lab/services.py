@@ -130,7 +130,8 @@ def wait_nodes_idle(conf: Path, plan: Plan, records: list[dict], lab: Path, time
     def idle() -> bool:
         _require_running(records, "slurm", {r["name"]: lab / "logs" / f"slurmd.{r['name'][7:]}.log"
                                             for r in records})
-        out = subprocess.run([_program("sinfo", bindir), "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
+        out = subprocess.run([_program("sinfo", bindir), "-h", "-N", "-o", "%N %t"], capture_output=True,
+                             text=True,
                              env=env, timeout=10).stdout
         states.clear()
         for line in out.splitlines():

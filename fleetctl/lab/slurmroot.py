@@ -311,8 +311,8 @@ def main(argv: list[str]) -> int:
             print(f"install: Debian {suite} root for the lab: {exc.message}", file=sys.stderr)
             return 1
         state = f"built in {took:.0f} s" if took is not None else "cached"
-        print(f"install: Debian {suite} root (Slurm {(root / STAMP).read_text().split('slurm=')[-1].strip()}) "
-              f"{state}: {root}")
+        version = (root / STAMP).read_text().split("slurm=")[-1].strip()
+        print(f"install: Debian {suite} root (Slurm {version}) {state}: {root}")
     return 0
 
 
