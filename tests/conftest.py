@@ -2,7 +2,9 @@
 
 Tests that use it are marked `@pytest.mark.lab`. The session lab is the default size plus simulated
 GPUs and clock skew (4 hosts x 2 NICs, 2 leaves, 2 spines, 4 GPUs per host); override the size with
-FLEETCTL_TEST_LAB_HOSTS / _NICS / _LEAVES / _SPINES / _GPUS. Two pytest runs on one machine take turns
+FLEETCTL_TEST_LAB_HOSTS / _NICS / _LEAVES / _SPINES / _GPUS. FLEETCTL_TEST_SLURM chooses its Slurm:
+system (default), trixie or 24.11 (Debian 13's), sid (Debian unstable's, the newest); the Slurm-facing
+tests are marked `slurm` too (`-m slurm` runs just them). Two pytest runs on one machine take turns
 (flock on /run/fleetctl-lab.lock). The lab lives in FLEETCTL_LAB_DIR (default /var/lib/fleetctl/lab).
 
     def test_something(lab):          # lab: fleetctl.lab.session.Lab
@@ -27,7 +29,20 @@ def _lab_params():
                      leaves=int(env("FLEETCTL_TEST_LAB_LEAVES", "2")),
                      spines=int(env("FLEETCTL_TEST_LAB_SPINES", "2")),
                      gpus_per_host=int(env("FLEETCTL_TEST_LAB_GPUS", "4")),
-                     clock_skew=True)
+                     clock_skew=True, slurm_from=_slurm_from())
+
+
+def _slurm_from() -> str:
+    choice = os.environ.get("FLEETCTL_TEST_SLURM", "") or "system"
+    return "trixie" if choice == "24.11" else choice
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slurm: talks to the lab's Slurm (run on every Slurm version)")
+
+
+def pytest_report_header(config):
+    return f"lab Slurm: {_slurm_from()} (FLEETCTL_TEST_SLURM)"
 
 
 @pytest.fixture(scope="session")
@@ -39,4 +54,13 @@ def lab():
     from fleetctl.lab.session import LabSession
 
     with LabSession(_lab_params()) as running:
-        yield running
+        # A Debian root's Slurm: its client commands first in PATH for this process too (the CLI backend
+        # and the srun transport, called in-process, find scontrol and srun by name).
+        saved = os.environ.get("PATH")
+        if "PATH" in running.env:
+            os.environ["PATH"] = running.env["PATH"]
+        try:
+            yield running
+        finally:
+            if saved is not None:
+                os.environ["PATH"] = saved

@@ -34,28 +34,40 @@ def _refuse_if_session_busy() -> None:
 @click.option("--clock-skew", is_flag=True, help="Give each host a known clock offset and drift.")
 @click.option("--no-slurm", is_flag=True, help="No munge, slurmctld, slurmd.")
 @click.option("--no-ssh", is_flag=True, help="No sshd (site file then uses the local transport).")
+@click.option("--slurm", "slurm_from", default="system", show_default=True,
+              type=click.Choice(["system", "trixie", "24.11", "sid"]),
+              help="Whose Slurm: this machine's, Debian 13's (trixie = 24.11) or Debian unstable's (sid, "
+                   "the newest); the last two from a cached Debian root (built by debootstrap once).")
 @pass_app
 def up(app: Application, hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew, no_slurm,
-       no_ssh) -> int:
+       no_ssh, slurm_from) -> int:
     """Build the lab (idempotent: a healthy lab of the same size is kept)."""
     from fleetctl.lab import lifecycle
     from fleetctl.lab.topology import LabParams
 
     _refuse_if_session_busy()
     params = LabParams(hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew,
-                       not no_slurm, not no_ssh)
+                       not no_slurm, not no_ssh, "trixie" if slurm_from == "24.11" else slurm_from)
     st = lifecycle.up(params, progress=lambda m: app.debug(m))
     out = {"status": st["status"], "params": st["params"], "site_file": str(_site()),
-           "up_seconds": st.get("up_seconds")}
+           "up_seconds": st.get("up_seconds"), "slurm": st.get("slurm")}
 
     def render(console):
         took = f" in {st['up_seconds']:.1f} s" if st.get("up_seconds") else " (already up)"
         console.print(f"[green]lab up[/green]{took}: {lifecycle.describe(st['params'])}")
+        if st.get("slurm"):
+            console.print(f"slurm {st['slurm']['version']} ({_slurm_from(st['slurm'])})")
         console.print(f"site file: {_site()}")
         console.print("use it from a shell: [bold]eval \"$(fleetctl lab env)\"[/bold]")
 
     app.emit(out, render)
     return 0
+
+
+def _slurm_from(slurm: dict) -> str:
+    if slurm.get("root"):
+        return f"Debian {slurm.get('from')} root {slurm['root']}"
+    return "this machine's"
 
 
 def _site():
@@ -103,8 +115,8 @@ def _render_status(console, st: dict) -> None:
     console.print(f"lab: [{colour}]{st['status']}[/{colour}] ({describe(st['params'])}), dir {st['lab_dir']}")
     console.print(f"site file: {st['site_file']}")
     if st.get("slurm"):
-        console.print(f"slurm {st['slurm']['version']}: {st['slurm']['conf']}, partition "
-                      f"{st['slurm']['partition']}")
+        console.print(f"slurm {st['slurm']['version']} ({_slurm_from(st['slurm'])}): {st['slurm']['conf']}, "
+                      f"partition {st['slurm']['partition']}")
     table = Table("host", "netns", "mgmt", "NICs", box=None)
     addrs = st["addresses"]
     for host, mgmt in addrs.get("mgmt", {}).items():

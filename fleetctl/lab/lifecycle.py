@@ -15,16 +15,17 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from fleetctl.errors import LabError
-from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, state, system
+from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, slurmroot, state, system
 from fleetctl.lab.topology import BRIDGE, LabParams, build_plan
 
-STEPS = ("preflight", "namespaces", "links", "addresses", "hostnames", "munge", "slurm", "ssh",
-         "gpus", "site")
+STEPS = ("preflight", "slurmroot", "namespaces", "links", "addresses", "hostnames", "munge", "slurm",
+         "ssh", "gpus", "site")
 # What `up` writes into the lab dir; `down` removes these names only (the dir may be shared).
-_OWN_ENTRIES = ("site.toml", "slurm.conf", "cgroup.conf", "hooks", "munge", "slurm", "logs", "ssh", "uts",
-                "hosts")
+_OWN_ENTRIES = ("site.toml", "slurm.conf", "cgroup.conf", "plugstack.conf", "hooks", "munge", "slurm",
+                "slurm-bin", "logs", "ssh", "uts", "ns", "hosts")
 
 
 def up(params: LabParams, progress: Callable[[str], None] = lambda _m: None) -> dict:
@@ -52,7 +53,9 @@ def down(progress: Callable[[str], None] = lambda _m: None) -> dict:
 
 def describe(p: dict) -> str:
     text = f"{p['hosts']} hosts x {p['nics_per_host']} NICs, {p['leaves']} leaves, {p['spines']} spines"
-    return text + (f", {p['gpus_per_host']} GPUs per host" if p.get("gpus_per_host") else "")
+    text += f", {p['gpus_per_host']} GPUs per host" if p.get("gpus_per_host") else ""
+    slurm_from = p.get("slurm_from", "system")
+    return text + (f", Slurm of Debian {slurm_from}" if slurm_from != "system" else "")
 
 
 def unhealthy(st: dict) -> list[str]:
@@ -74,10 +77,13 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
     fail_at = os.environ.get("FLEETCTL_LAB_FAIL_AT", "")
     t0 = time.monotonic()
 
+    suite = slurmroot.suite_of(params.slurm_from) if params.slurm else None
+
     def step_preflight():
         needed = ["ip", "nft", "tc", "nsenter", "unshare", "sysctl"]
         if params.slurm:
-            needed += ["munged", "slurmctld", "slurmd", "sinfo"]
+            # A Debian root's Slurm: its daemons' wrappers are compiled (slurmroot.py says why).
+            needed += ["munged"] + (["gcc"] if suite else ["slurmctld", "slurmd", "sinfo"])
         if params.ssh:
             needed += ["ssh-keygen", "/usr/sbin/sshd"]
         system.require_commands(needed)
@@ -85,6 +91,21 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
             raise LabError("preflight: the lab needs root (network namespaces, veths, daemons)")
         fabric.check_mgmt_range_free()
         lab.mkdir(parents=True, exist_ok=True)
+
+    def step_slurmroot():
+        # A Debian root's Slurm: the root (built once, cached), wrappers of its programs, and the lab's
+        # mount namespace in which they cover this machine's (slurmroot.py says why).
+        if not suite:
+            return
+        root, took = slurmroot.ensure_root(suite, progress)
+        if took is not None:
+            st["root_build_seconds"] = took
+        context["bindir"] = lab / "slurm-bin"
+        standard = slurmroot.write_wrappers(root, suite, context["bindir"])
+        st["mount_ns"] = str(lab / "ns" / "mnt")
+        state.save(st)  # recorded before creation, like the namespaces
+        slurmroot.create_mount_ns(Path(st["mount_ns"]), context["bindir"], standard)
+        context["root"] = root
 
     def step_namespaces():
         st["netns"] = plan.netns_names()
@@ -111,15 +132,18 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
     def step_slurm():
         if not params.slurm:
             return
-        version = slurmconf.slurm_version()
+        bindir, root, mount_ns = context.get("bindir"), context.get("root"), st.get("mount_ns")
+        version = slurmconf.slurm_version(bindir)
         conf = slurmconf.write_conf(lab, plan, socket.gethostname().split(".")[0],
-                                    context["munge_socket"], version)
+                                    context["munge_socket"], version, bindir=bindir,
+                                    plugin_dir=slurmroot.plugin_dir(root) if root else None)
         st["slurm"] = {"conf": str(conf), "version": f"{version[0]}.{version[1]:02d}",
-                       "partition": slurmconf.PARTITION}
-        _track(st, [services.start_slurmctld(lab, conf)])
-        records = services.start_slurmds(lab, conf, plan, st["uts"])
+                       "partition": slurmconf.PARTITION, "from": params.slurm_from,
+                       "root": str(root) if root else None, "bindir": str(bindir) if bindir else None}
+        _track(st, [services.start_slurmctld(lab, conf, bindir, mount_ns)])
+        records = services.start_slurmds(lab, conf, plan, st["uts"], bindir, mount_ns)
         _track(st, records)
-        services.wait_nodes_idle(conf, plan, records, lab)
+        services.wait_nodes_idle(conf, plan, records, lab, bindir=bindir)
 
     def step_ssh():
         if not params.ssh:
@@ -129,7 +153,7 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
             env["SLURM_CONF"] = st["slurm"]["conf"]
         context["ssh"] = services.write_ssh_keys(lab, plan, env)
         st["ssh"] = context["ssh"]
-        records = services.start_sshds(lab, plan, st["uts"])
+        records = services.start_sshds(lab, plan, st["uts"], st.get("mount_ns"))
         _track(st, records)
         services.wait_sshds(plan, records, lab)
 
@@ -151,8 +175,8 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
 
         load_site(paths.site_file())  # the lab's own site file must pass the schema
 
-    actions = {"preflight": step_preflight, "namespaces": step_namespaces, "links": step_links,
-               "addresses": lambda: fabric.configure(plan), "hostnames": step_hostnames,
+    actions = {"preflight": step_preflight, "slurmroot": step_slurmroot, "namespaces": step_namespaces,
+               "links": step_links, "addresses": lambda: fabric.configure(plan), "hostnames": step_hostnames,
                "munge": step_munge, "slurm": step_slurm, "ssh": step_ssh, "gpus": step_gpus,
                "site": step_site}
     for name in STEPS:
@@ -224,8 +248,10 @@ def _teardown(st: dict | None, progress: Callable[[str], None]) -> dict:
     strays = [system.proc_record(pid, "stray") for pid in sorted(stray_pids)]
     system.stop(strays, timeout=2.0)
     removed["processes"] = len(live) + len(strays)
-    uts = list((st or {}).get("uts", {}).values()) + services.stale_uts(lab)
-    services.remove_uts(sorted(set(uts)))
+    # UTS namespaces and the mount namespace are bind mounts on files under the lab dir.
+    mounts = list((st or {}).get("uts", {}).values()) + services.stale_uts(lab)
+    mounts += [st["mount_ns"]] if (st or {}).get("mount_ns") else []
+    services.remove_uts(sorted(set(mounts + services.stale_mounts(lab / "ns"))))
     root_links = sorted(set((st or {}).get("root_links", [])) | set(stale_links))
     present = set(system.netns_list())
     removed["netns"] = len([ns for ns in netns if ns in present])
@@ -277,4 +303,7 @@ def env() -> dict[str, str]:
     out = {"FLEETCTL_SITE": str(paths.site_file())}
     if st.get("slurm"):
         out["SLURM_CONF"] = st["slurm"]["conf"]
+        if st["slurm"].get("bindir"):
+            # A Debian root's Slurm: its client commands (wrappers) before this machine's.
+            out["PATH"] = st["slurm"]["bindir"] + ":" + os.environ.get("PATH", os.defpath)
     return out

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from fleetctl.errors import LabError
-from fleetctl.lab import system
+from fleetctl.lab import slurmroot, system
 from fleetctl.lab.topology import MGMT_GATEWAY, Plan
 
 
@@ -67,7 +67,12 @@ def _mountpoints() -> set[str]:
 
 
 def stale_uts(lab: Path) -> list[str]:
-    prefix = str(lab / "uts") + "/"
+    return stale_mounts(lab / "uts")
+
+
+def stale_mounts(directory: Path) -> list[str]:
+    """Mount points under `directory` (namespaces bind-mounted on files, left by a killed session)."""
+    prefix = str(directory) + "/"
     return sorted(p for p in _mountpoints() if p.startswith(prefix))
 
 
@@ -91,24 +96,33 @@ def start_munge(lab: Path) -> tuple[dict, str]:
 
 
 # ---------------------------------------------------------------- Slurm
-def start_slurmctld(lab: Path, conf: Path) -> dict:
+def _program(name: str, bindir: Path | None) -> str:
+    """A Slurm program by name (this machine's), or the lab's wrapper of a Debian root's."""
+    return str(bindir / name) if bindir else name
+
+
+def start_slurmctld(lab: Path, conf: Path, bindir: Path | None = None, mount_ns: str | None = None) -> dict:
     log = lab / "logs" / "slurmctld.log"
-    rec = spawn(["slurmctld", "-D", "-i", "-f", str(conf)], lab / "logs" / "slurmctld.out", "slurmctld")
+    rec = spawn(slurmroot.enter(mount_ns) + [_program("slurmctld", bindir), "-D", "-i", "-f", str(conf)],
+                lab / "logs" / "slurmctld.out", "slurmctld")
     if not system.wait_for(lambda: _port_open(MGMT_GATEWAY, 6817) or not system.alive(rec["pid"]), 15):
         raise LabError(f"slurm: slurmctld did not listen on {MGMT_GATEWAY}:6817 within 15 s")
     _require_running([rec], "slurm", {"slurmctld": log})
     return rec
 
 
-def start_slurmds(lab: Path, conf: Path, plan: Plan, uts: dict[str, str]) -> list[dict]:
+def start_slurmds(lab: Path, conf: Path, plan: Plan, uts: dict[str, str], bindir: Path | None = None,
+                  mount_ns: str | None = None) -> list[dict]:
     records = []
     for host in plan.hosts:
-        cmd = system.nsenter(host.netns, uts[host.name]) + ["slurmd", "-D", "-f", str(conf), "-N", host.name]
+        cmd = system.nsenter(host.netns, uts[host.name], mount_ns) + [
+            _program("slurmd", bindir), "-D", "-f", str(conf), "-N", host.name]
         records.append(spawn(cmd, lab / "logs" / f"slurmd.{host.name}.out", f"slurmd:{host.name}"))
     return records
 
 
-def wait_nodes_idle(conf: Path, plan: Plan, records: list[dict], lab: Path, timeout: float = 20) -> None:
+def wait_nodes_idle(conf: Path, plan: Plan, records: list[dict], lab: Path, timeout: float = 20,
+                    bindir: Path | None = None) -> None:
     env = {**os.environ, "SLURM_CONF": str(conf)}
     names = {h.name for h in plan.hosts}
     states: dict[str, str] = {}
@@ -116,7 +130,8 @@ def wait_nodes_idle(conf: Path, plan: Plan, records: list[dict], lab: Path, time
     def idle() -> bool:
         _require_running(records, "slurm", {r["name"]: lab / "logs" / f"slurmd.{r['name'][7:]}.log"
                                             for r in records})
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
+        out = subprocess.run([_program("sinfo", bindir), "-h", "-N", "-o", "%N %t"], capture_output=True,
+                             text=True,
                              env=env, timeout=10).stdout
         states.clear()
         for line in out.splitlines():
@@ -175,11 +190,13 @@ def write_ssh_keys(lab: Path, plan: Plan, env: dict[str, str]) -> dict:
     return {"identity_file": str(client), "known_hosts": str(d / "known_hosts")}
 
 
-def start_sshds(lab: Path, plan: Plan, uts: dict[str, str]) -> list[dict]:
+def start_sshds(lab: Path, plan: Plan, uts: dict[str, str], mount_ns: str | None = None) -> list[dict]:
+    """One sshd per host; with a Debian root's Slurm, in the lab's mount namespace, so that a session's
+    scontrol or srun is that Slurm's as on a real node."""
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     records = []
     for host in plan.hosts:
-        cmd = system.nsenter(host.netns, uts[host.name]) + [
+        cmd = system.nsenter(host.netns, uts[host.name], mount_ns) + [
             "/usr/sbin/sshd", "-D", "-e", "-f", str(lab / "ssh" / host.name / "sshd_config")]
         records.append(spawn(cmd, lab / "logs" / f"sshd.{host.name}.log", f"sshd:{host.name}"))
     return records

@@ -1,4 +1,5 @@
-"""The lab's slurm.conf and its hook dispatchers, for Slurm 22.05 (Debian 12) and 24.11 (Debian 13)."""
+"""The lab's slurm.conf and its hook dispatchers, for Slurm 22.05 (Debian 12), 24.11 (Debian 13) and
+the newest Debian ships (sid); docs/slurm-versions.md lists what differs."""
 
 from __future__ import annotations
 
@@ -23,15 +24,19 @@ exit 0
 """
 
 
-def slurm_version() -> tuple[int, int]:
-    out = system.run(["slurmctld", "-V"], "slurm version").stdout
+def _program(name: str, bindir: Path | None) -> str:
+    return str(bindir / name) if bindir else name
+
+
+def slurm_version(bindir: Path | None = None) -> tuple[int, int]:
+    out = system.run([_program("slurmctld", bindir), "-V"], "slurm version").stdout
     m = re.search(r"(\d+)\.(\d+)", out)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def node_hardware() -> str:
+def node_hardware(bindir: Path | None = None) -> str:
     """CPU layout as `slurmd -C` reports it: node lines must match it or slurmd is refused."""
-    out = system.run(["slurmd", "-C"], "slurm hardware").stdout
+    out = system.run([_program("slurmd", bindir), "-C"], "slurm hardware").stdout
     keys = {}
     for word in out.split():
         key, _, value = word.partition("=")
@@ -57,7 +62,10 @@ def write_hooks(lab: Path) -> dict[str, str]:
 
 
 def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
-               version: tuple[int, int]) -> Path:
+               version: tuple[int, int], *, bindir: Path | None = None,
+               plugin_dir: Path | None = None) -> Path:
+    """slurm.conf (and cgroup.conf from 24.05). `bindir`/`plugin_dir`: a Debian root's Slurm, whose
+    plugins are not at the compiled-in path (that is this machine's Slurm's)."""
     hooks = write_hooks(lab)
     slurm = lab / "slurm"
     (slurm / "state").mkdir(parents=True, exist_ok=True)
@@ -65,7 +73,7 @@ def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
         (slurm / "spool" / host.name).mkdir(parents=True, exist_ok=True)
     logs = lab / "logs"
     logs.mkdir(exist_ok=True)
-    hardware = node_hardware()
+    hardware = node_hardware(bindir)
     lines = [
         "# Written by `fleetctl lab up`; removed by `fleetctl lab down`.",
         "ClusterName=lab",
@@ -100,6 +108,11 @@ def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
         "MinJobAge=60",
         "InactiveLimit=0",
     ]
+    if plugin_dir:
+        # The root's own plugins; and no plugstack of this machine's (SPANK plugins built for its
+        # Slurm would be refused by another version): an empty one of the lab's.
+        (lab / "plugstack.conf").write_text("# fleetctl lab: no SPANK plugins for a Debian root's Slurm\n")
+        lines += [f"PluginDir={plugin_dir}", f"PlugStackConfig={lab / 'plugstack.conf'}"]
     for host in plan.hosts:
         lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
                      f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")

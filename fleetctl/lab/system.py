@@ -39,12 +39,15 @@ def ip_batch(netns: str | None, lines: list[str], step: str, *, force: bool = Fa
     run(cmd, step, input="\n".join(lines) + "\n", check=not force)
 
 
-def nsenter(netns: str, uts: str | None = None) -> list[str]:
+def nsenter(netns: str, uts: str | None = None, mount: str | None = None) -> list[str]:
     """Prefix entering a namespace. Not `ip netns exec`: its private mount namespace hides
-    /sys/fs/cgroup and slurmd then dies."""
+    /sys/fs/cgroup and slurmd then dies. `mount`: the lab's own mount namespace (a Debian root's
+    Slurm, see slurmroot.py), a copy of this machine's that keeps /sys/fs/cgroup."""
     cmd = ["nsenter", f"--net={NETNS_DIR / netns}"]
     if uts:
         cmd.append(f"--uts={uts}")
+    if mount:
+        cmd += [f"--mount={mount}", "--wd=/"]
     return cmd
 
 
@@ -142,7 +145,9 @@ def pids_in_netns(inodes: set[int]) -> list[int]:
     return out
 
 
-LAB_PROGRAMS = ("munged", "slurmctld", "slurmd", "slurmstepd", "sshd", "nsenter", "python", "python3")
+# ld-linux-x86-64: a Debian root's Slurm daemons run through the root's loader (slurmroot.py).
+LAB_PROGRAMS = ("munged", "slurmctld", "slurmd", "slurmstepd", "sshd", "nsenter", "python", "python3",
+                "ld-linux-x86-64")
 
 
 def pids_mentioning(text: str, programs: tuple[str, ...] = LAB_PROGRAMS) -> list[int]:

@@ -43,6 +43,8 @@ class LabParams:
     clock_skew: bool = False
     slurm: bool = True
     ssh: bool = True
+    # Whose Slurm: "system" (this machine's) or a Debian root's ("trixie": 24.11, "sid": the newest).
+    slurm_from: str = "system"
 
     def validate(self) -> None:
         limits = {"hosts": (1, 200), "nics_per_host": (1, 8), "leaves": (1, 16), "spines": (1, 16),
@@ -52,6 +54,10 @@ class LabParams:
             if not lo <= value <= hi:
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} {value}: must be between {lo} and {hi}")
+        from fleetctl.lab.slurmroot import CHOICES
+
+        if self.slurm_from not in CHOICES:
+            raise UsageError(f"--slurm {self.slurm_from}: choose one of {', '.join(CHOICES)}")
         if self.leaves > self.hosts:
             raise UsageError(f"--leaves {self.leaves}: more leaves than hosts ({self.hosts})")
         per_leaf = -(-self.hosts // self.leaves) * self.nics_per_host

@@ -1,10 +1,14 @@
-"""Parsers of Slurm command output, in forms that 22.05 and 24.11 both print.
+"""Parsers of Slurm command output, in forms that 22.05, 24.11 and 26.05 all print (docs/slurm-versions.md).
 
 - `scontrol show node|reservation --oneliner`: one record per line, `Key=Value` fields separated by
   spaces. Values may hold spaces (OS=Linux 6.1.0 #1 SMP ..., Reason=free text [user@time]), so a field
   starts only where a space is followed by `Key=`; Reason is cut out first using its `[user@time]`
   suffix, because free text may contain anything.
 - `squeue -h -o` with '|' between fields and the free-text job name last.
+
+Reasons: Slurm 24.11 keeps a node's last Reason (and its [user@time]) after `State=RESUME`, on an
+IDLE node; 22.05 and 26.05 clear it. A reason counts only while the node is drained, down, failing or waiting
+for a reboot, so that a stale one is never taken for a drain in force (docs/slurm-versions.md).
 
 `--json` is not used: in 22.05 it is served by the openapi v0.0.3x plugins, in 24.11 by data_parser
 v0.0.40+, with different document shapes.
@@ -94,15 +98,26 @@ def parse_state(text: str) -> tuple[str, list[str]]:
     return parts[0], parts[1:]
 
 
+# A node's Reason is in force only in these states (as state or flag); Slurm's own `sinfo -R` lists
+# the same nodes.
+_REASON_STATES = ("DRAIN", "DOWN", "FAIL", "REBOOT", "INVAL", "MAINT", "POWER_DOWN", "UNKNOWN")
+
+
+def reason_in_force(state: str, flags: list[str]) -> bool:
+    return any(word in part for part in (state, *flags) for word in _REASON_STATES)
+
+
 def node_from_record(rec: dict[str, str]) -> SlurmNode:
     if "NodeName" not in rec:
         raise SlurmError(f"Slurm node record without NodeName: {sorted(rec)[:5]}")
     state, flags = parse_state(rec.get("State", ""))
     reason = rec.get("Reason", "")
+    if reason in NULL or not reason_in_force(state, flags):
+        reason = ""  # 24.11 keeps the last reason on a resumed node: no longer in force
     return SlurmNode(
-        name=rec["NodeName"], state=state, flags=flags,
-        reason="" if reason in NULL else reason,
-        reason_user=rec.get("ReasonUser", ""), reason_time=rec.get("ReasonTime", ""),
+        name=rec["NodeName"], state=state, flags=flags, reason=reason,
+        reason_user=rec.get("ReasonUser", "") if reason else "",
+        reason_time=rec.get("ReasonTime", "") if reason else "",
         partitions=_list(rec.get("Partitions")), features=_list(rec.get("AvailableFeatures")),
         active_features=_list(rec.get("ActiveFeatures")),
         cpus=_int(rec.get("CPUTot")), real_memory_mb=_int(rec.get("RealMemory")),

@@ -66,6 +66,7 @@ def test_clean_lab_has_no_failures(lab, capsys, clean):
         assert codes["nic.link"]["status"] == "ok", codes["nic.link"]
 
 
+@pytest.mark.slurm
 def test_xid79_drains_node_then_resume_after_clear(lab, capsys, clean):
     node, operators = "node2", "node3"
     start = time.time()
@@ -237,6 +238,7 @@ def cancel(lab, job_id):
     subprocess.run(["scancel", job_id], env=lab.command_env(), capture_output=True, timeout=30)
 
 
+@pytest.mark.slurm
 def test_prolog_drains_node_with_fatal_fault_and_job_is_requeued(lab, hooks):
     assert cli_run(["lab", "fault", "add", "node1:gpu2", "--remap-pending"]) == 0
     job = sbatch(lab, "-w", "node1", "-N1", "--requeue", "--wrap", "sleep 1")
@@ -258,6 +260,7 @@ def _write_env(hooks: Path, **values):
     env.write_text("\n".join(lines + [f"{k}={v}" for k, v in values.items()]) + "\n")
 
 
+@pytest.mark.slurm
 @pytest.mark.parametrize("breakage", ["crash", "hang"])
 def test_broken_fleetctl_in_prolog_drains_nothing(lab, hooks, tmp_path, breakage):
     if breakage == "crash":
@@ -292,6 +295,7 @@ def test_escalation_reruns_suspects_at_the_next_level(lab, capsys, clean):
     assert rc == 1
 
 
+@pytest.mark.slurm
 def test_epilog_drains_node_after_xid_during_job(lab, hooks, tmp_path):
     # The Prolog marks the job's start and keeps its check document; the Epilog judges kernel-log
     # lines from then on only and what got worse since that document.
@@ -323,6 +327,7 @@ def test_epilog_drains_node_after_xid_during_job(lab, hooks, tmp_path):
     assert not list((tmp_path / "state").glob("job-*"))  # the Epilog removes the job's mark
 
 
+@pytest.mark.slurm
 def test_healthcheck_drains_then_resumes_its_own_drain(lab, hooks):
     hook = str(hooks / "fleetctl-healthcheck")
     env = ["env", "SLURMD_NODENAME=node3"]

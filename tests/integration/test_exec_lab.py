@@ -15,6 +15,7 @@ from fleetctl.fanout.payload import json_output
 from fleetctl.nodeset import fold
 
 pytestmark = pytest.mark.lab
+SRUN = pytest.param("srun", marks=pytest.mark.slurm)  # run on every Slurm version (-m slurm)
 
 PAYLOAD = """import json, os, socket, sys
 print(json.dumps({"node": os.environ.get("FLEETCTL_NODE"), "hostname": socket.gethostname(),
@@ -30,7 +31,7 @@ def site_env(lab, monkeypatch):
     return lab
 
 
-@pytest.mark.parametrize("transport", ["ssh", "srun"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN])
 def test_exec_every_node(site_env, capsys, transport):
     lab = site_env
     nodes = fold(lab.nodes)
@@ -44,7 +45,7 @@ def test_exec_every_node(site_env, capsys, transport):
     assert f"{nodes} ({len(lab.nodes)})" in out
 
 
-@pytest.mark.parametrize("transport", ["ssh", "srun"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN])
 def test_per_node_exit_status(site_env, capsys, transport):
     lab = site_env
     first, second = lab.nodes[0], lab.nodes[1]
@@ -57,7 +58,7 @@ def test_per_node_exit_status(site_env, capsys, transport):
     assert by_node[first]["status"] == "ok" and by_node[first]["stdout"] == "hi\n"
 
 
-@pytest.mark.parametrize("transport", ["ssh", "srun"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN])
 def test_hung_node_times_out_others_reported(site_env, transport):
     lab = site_env
     hung = lab.nodes[-1]
@@ -71,7 +72,7 @@ def test_hung_node_times_out_others_reported(site_env, transport):
     assert took < 20
 
 
-@pytest.mark.parametrize("transport", ["ssh", "srun", "local"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "local"])
 def test_python_payload(site_env, transport):
     lab = site_env
     with get_transport(transport, site=lab.site) as t:
@@ -127,6 +128,7 @@ def test_unreachable_lab_address(site_env):
     assert ghost.status == "unreachable" and real.ok
 
 
+@pytest.mark.slurm
 def test_srun_with_a_drained_node_fails_every_node_with_sruns_message(site_env):
     """The documented srun limit: all nodes or none. Each node gets srun's own reason."""
     lab = site_env

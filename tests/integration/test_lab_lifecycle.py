@@ -7,6 +7,7 @@ bring it back at the end, so the other lab tests can run before or after them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -79,6 +80,22 @@ def test_up_cleans_leftovers_of_a_killed_session_and_nothing_else(bare):
     finally:
         subprocess.run(["ip", "netns", "del", foreign_ns], check=False)
         subprocess.run(["ip", "link", "del", foreign_link], check=False)
+
+
+def test_a_debian_roots_slurm_after_a_killed_session_is_cleaned_up(bare):
+    """Slurm 24.11 from the Debian root: its daemons (run by the root's loader) and the lab's mount
+    namespace are left behind by a killed session; the next `up` removes them, `down` leaves nothing."""
+    params = dataclasses.replace(SMALL, slurm_from="trixie")
+    st = lifecycle.up(params)
+    assert st["slurm"]["version"] == "24.11" and st["mount_ns"] in machine()["mounts"]
+    paths.state_file().unlink()
+    st = lifecycle.up(params)
+    assert st["status"] == "up" and not lifecycle.unhealthy(st)
+    out = subprocess.run([f"{st['slurm']['bindir']}/sinfo", "-h", "-o", "%T %D"], capture_output=True,
+                         text=True, timeout=30, check=True, env={**os.environ, **lifecycle.env()}).stdout
+    assert out.split() == ["idle", str(params.hosts)]
+    lifecycle.down()
+    assert machine() == bare
 
 
 def test_up_rebuilds_a_lab_whose_daemon_died(bare):

@@ -16,6 +16,7 @@ from fleetctl.lab import lifecycle
 pytestmark = pytest.mark.lab
 
 
+@pytest.mark.slurm
 def test_srun_runs_on_every_node(lab):
     n = len(lab.nodes)
     out = subprocess.run(["srun", f"-N{n}", "hostname"], capture_output=True, text=True, timeout=60,
@@ -23,6 +24,7 @@ def test_srun_runs_on_every_node(lab):
     assert sorted(out.split()) == sorted(lab.nodes)
 
 
+@pytest.mark.slurm
 def test_ssh_strict_host_keys(lab):
     site = lab.site
     ssh = site.access["ssh"]
@@ -100,6 +102,7 @@ def test_up_with_another_size_is_a_clear_error(lab, capsys):
     assert "another size is up" in capsys.readouterr().err
 
 
+@pytest.mark.slurm
 def test_status_and_env(lab, capsys):
     assert cli_run(["lab", "status", "--format", "json"]) == 0
     st = json.loads(capsys.readouterr().out)
@@ -114,6 +117,7 @@ def test_status_and_env(lab, capsys):
     assert f"export FLEETCTL_SITE={lab.site_file}" in out
 
 
+@pytest.mark.slurm
 def test_prolog_hooks_are_installed_by_dropping_a_file(lab, tmp_path):
     marker = tmp_path / "prolog-ran"
     hook = lab.lab_dir / "hooks" / "prolog.d" / "50-test"
@@ -145,3 +149,35 @@ def test_clock_truth_is_readable_by_the_probe_agent(lab):
     truth = lab.state["clock"]["hosts"]["node1"]
     assert c.offset_at(c.t0) == truth["offset_ms"] / 1000
     assert abs(c.offset_at(c.t0 + 1000) - c.offset_at(c.t0) - truth["drift_ppm"] * 1e-3) < 1e-12
+
+
+@pytest.mark.slurm
+def test_every_slurm_command_is_the_labs_slurm(lab, tmp_path):
+    """A Debian root's Slurm must be the one seen everywhere: in the test's PATH, in a job step, in a
+    Prolog (where fleetctl's hooks call scontrol) and in an ssh session, as on a real node."""
+    want = f"slurm-wlm {lab.state['slurm']['version']}."
+    env = lab.command_env()
+    assert subprocess.run(["scontrol", "--version"], env=env, capture_output=True, text=True,
+                          check=True, timeout=30).stdout.startswith(want)
+    step = subprocess.run(["srun", "-N1", "-w", lab.nodes[0], "scontrol", "--version"], env=env,
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+    assert step.startswith(want), step
+    marker = tmp_path / "prolog-version"
+    hook = lab.lab_dir / "hooks" / "prolog.d" / "50-version"
+    hook.write_text(f"#!/bin/sh\nPATH=/usr/sbin:/usr/bin:/sbin:/bin scontrol --version >> {marker}\n")
+    hook.chmod(0o755)
+    try:
+        subprocess.run(["srun", "-N1", "-w", lab.nodes[1], "true"], env=env, check=True, timeout=60)
+    finally:
+        hook.unlink()
+    assert marker.read_text().startswith(want), marker.read_text()
+    ssh = lab.site.access["ssh"]
+    client = paramiko.SSHClient()
+    client.load_host_keys(ssh["known_hosts"])
+    client.connect(ssh["addresses"][lab.nodes[2]], username=ssh["user"], key_filename=ssh["identity_file"],
+                   look_for_keys=False, allow_agent=False, timeout=10)
+    try:
+        _, stdout, _ = client.exec_command("scontrol --version")
+        assert stdout.read().decode().startswith(want)
+    finally:
+        client.close()

@@ -93,6 +93,7 @@ def test_rate_limited_link_under_load(lab, fault):
     assert f["metric"] in ("delay", "loss") and f["severity"] in ("major", "critical")
 
 
+@pytest.mark.slurm
 def test_agents_over_srun(lab):
     """srun splits long output lines: the agents' output must survive it (short lines)."""
     with get_transport("srun", site=lab.site) as t:

@@ -15,7 +15,7 @@ from fleetctl.config import parse_site
 from fleetctl.inventory import build_inventory
 from fleetctl.slurm.cli_backend import CliBackend
 
-OUT = Path(__file__).parent / "slurm_outputs" / "24.11"
+OUT = Path(__file__).parent / "slurm_outputs" / "24.11-docs"
 
 SITE = """
 [cluster]

@@ -1,6 +1,8 @@
 """Record the Slurm outputs the parser tests use, from the lab's real Slurm (run as root):
 
-    python tests/unit/slurm_outputs/capture.py
+    python tests/unit/slurm_outputs/capture.py [system|trixie|sid]
+
+(the lab's Slurm: this machine's, or a Debian root's, see docs/slurm-versions.md)
 
 Brings up a lab (taking the session lock), makes a fleetctl drain, an operator drain, a running job,
 a pending job and a reservation, records `scontrol show node|reservation --oneliner` and squeue in
@@ -9,6 +11,7 @@ the parsers' format into slurm_outputs/<major.minor>/, then tears the lab down.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -21,8 +24,10 @@ from fleetctl.slurm.parse import SQUEUE_FORMAT
 
 
 def main() -> None:
-    with LabSession(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2)) as lab:
+    choice = sys.argv[1] if len(sys.argv) > 1 else "system"
+    with LabSession(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, slurm_from=choice)) as lab:
         env = lab.command_env()
+        os.environ["PATH"] = env["PATH"]  # a Debian root's client commands, for the backend too
         sh = lambda *a: subprocess.run(list(a), env=env, capture_output=True, text=True,  # noqa: E731
                                        timeout=60, check=True).stdout
         slurm = backend_for_site(lab.site)
