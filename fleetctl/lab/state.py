@@ -13,6 +13,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from fleetctl.atomic import write_atomic
 from fleetctl.errors import LabError
 from fleetctl.lab import paths
 
@@ -34,15 +35,11 @@ def load() -> dict | None:
 
 
 def save(state: dict) -> None:
-    path = paths.state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(paths.state_file(), json.dumps(state, indent=2) + "\n")
 
 
 def remove() -> None:
-    for p in (paths.state_file(), paths.state_file().with_suffix(".tmp")):
+    for p in (paths.state_file(), paths.state_file().with_suffix(".tmp")):  # .tmp: older fleetctl's
         p.unlink(missing_ok=True)
 
 
