@@ -1,27 +1,28 @@
 """The probe agent: stdlib-only, shipped to every node with `run_python` (nothing installed there).
 
-One process per node, one thread. Per NIC: a responder socket bound to (NIC address, port) and one
+The payload is wire.py + health.py + this file (`payload_source()`), one script. One process per
+node, one thread, one epoll. Per NIC: a responder socket bound to (NIC address, port) and one
 sender socket per source port (the set of source ports spreads a pair's flows over the ECMP paths;
-one socket per port keeps each flow's 5-tuple fixed, so its traced path stays valid). Every probe
-carries the run tag and an HMAC-SHA256 (truncated to 16 bytes) under the per-run key:
+one socket per port keeps each flow's 5-tuple fixed, so its traced path stays valid). Packets:
+wire.py (version 2, keyed BLAKE2b MAC). Foreign, garbled, forged and replayed packets (responder:
+64-probe anti-replay window per flow; sender: an echo for a record already answered) are counted
+and dropped.
 
-    probe  MAGIC type=1 ver run_tag src_nic dst_nic flow seq slot t1           + mac
-    echo   MAGIC type=2 ver run_tag src_nic dst_nic flow seq slot t1 t2 t3     + mac
+Hot path (docs/mesh-probing.md, "agent cost"): every wake-up drains all ready datagrams of every
+ready socket (recvmsg_into one preallocated buffer, bounded per turn), answers in place in that
+buffer, sends from one reused probe buffer; records live in preallocated ring arrays.
 
-t1 sender's send time, t2 responder's (kernel, SO_TIMESTAMPNS) receive time, t3 responder's send
-time, t4 the sender's kernel receive time of the echo. `slot` is the sender's record index, so an
-echo finds its record without a lookup table. Foreign (wrong magic or run), garbled (bad length or
-fields), forged (bad MAC) and replayed packets (responder: 64-probe anti-replay window per flow;
-sender: an echo for a record already answered) are counted and dropped.
+Records: a bounded ring (power of two). A record is final once answered or older than the echo
+timeout; every health window (1 s) the final records leave the ring as a batch with that window's
+health row. Output modes (config "output"):
+  "document" (default, the one-shot audit): batches accumulate (at most `max_records` records) and
+      one JSON document is printed at exit, as before plus "health";
+  "stream" (continuous probing): each batch is printed at once as `FLS1 <batch> <i> <n> <text>`
+      lines (collect.parse_stream joins them), then an end object; memory stays bounded by the ring.
 
-Memory is bounded: the record arrays are allocated once (at most `max_records`), the responder
-tracks only the flows assigned to it. The agent always exits: sending stops at start + duration,
-it answers for `linger` more seconds, then prints one JSON document (records as base64 of zlib of
-little-endian arrays, in short pieces, one per line) and exits; an alarm ends it even if stdout
-blocks.
-
-In the lab (`lab up --clock-skew`), every timestamp is put on the host's emulated clock:
-t + offset + drift * (t - t0), from the lab state passed in the configuration.
+Clock: timestamps go through a clock source chosen by the node's "clock" entry: the system clock,
+or "offset" (a fixed offset and drift, e.g. the lab's emulated skew, fleetctl/lab/clock.py). The
+agent never reads anything but its configuration and /proc counters.
 
 Configuration (JSON): embedded by the collector in place of `_EMBEDDED_CONFIG` (keeps the key off
 the command line), or on stdin when run as `python -m fleetctl.mesh.agent`. FLEETCTL_NODE (set by
@@ -31,11 +32,9 @@ every transport) says which node's entry applies.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
-import selectors
+import select
 import signal
 import socket
 import struct
@@ -44,115 +43,149 @@ import time
 import zlib
 from array import array
 
+from fleetctl.mesh.health import HEALTH_FIELDS, HealthMeter  # payload-local
+from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, MAX_DATAGRAM  # payload-local
+from fleetctl.mesh.wire import PROBE, PROBE_LEN, TIMES, Codec, run_tag  # payload-local
+
+# the shipped script: these modules of this package, in this order, lines marked payload-local
+# left out (probe_run._payload joins them); each only uses names of the modules before it
+PAYLOAD_PARTS = ("wire", "health", "agent")
+
 _EMBEDDED_CONFIG = None  # replaced by the collector with the run's configuration (a JSON string)
 
-MAGIC = b"FLP1"
-VERSION = 1
-PROBE, ECHO = 1, 2
-MAC_LEN = 16
-# magic, type, version, run tag, src_nic, dst_nic, flow, seq, slot, t1
-HEAD = struct.Struct("<4sBB8sIIIIIq")
-TIMES = struct.Struct("<qq")  # t2, t3 of an echo
-PROBE_LEN = HEAD.size + MAC_LEN
-ECHO_LEN = HEAD.size + TIMES.size + MAC_LEN
+VERSION = 2  # wire and document version
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)
 SO_BINDTODEVICE = getattr(socket, "SO_BINDTODEVICE", 25)
 IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
 MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
+MSG_TRUNC = getattr(socket, "MSG_TRUNC", 0x20)
+SOL_SOCKET = socket.SOL_SOCKET
 LOOP_DPORT = 33434  # loop probes go to a closed port of the switch: it answers port-unreachable
-CMSG_SPACE = socket.CMSG_SPACE(16)
+CMSG_SPACE = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)  # timestamp + overflow count
+TS = struct.Struct("qq")
+U32 = struct.Struct("I")
 REPLAY_WINDOW = 64
 MAX_BURST = 64  # probes sent per loop turn at most: catching up must not become a flood
 MAX_LAG_S = 0.25  # further behind schedule than this: skip ahead (counted), do not burst
+MAX_DRAIN = 256  # datagrams read from one socket per turn: the send schedule must not starve
+RING_MAX = 1 << 22
+STREAM_PIECE = 400  # characters of batch text per output line (srun splits longer lines)
 # record states (the collector turns 1 into "lost out" or "lost back" with the responders' logs)
-ANSWERED, UNANSWERED, SEND_FAILED, PENDING = 0, 1, 4, 255
-COUNTERS = ("sent", "send_errors", "skipped", "echoes", "answered", "foreign", "garbled", "bad_mac",
-            "replayed", "unexpected", "records_dropped", "log_dropped", "loop_errors")
+ANSWERED, UNANSWERED, SEND_FAILED, PENDING, FREE = 0, 1, 4, 255, 254
+COUNTERS = ("sent", "send_errors", "skipped", "echoes", "answered", "answer_errors", "foreign",
+            "garbled", "bad_mac", "replayed", "unexpected", "late", "records_dropped",
+            "log_dropped", "loop_errors", "ring_forced")
+RECORD_FIELDS = (("flow", "I"), ("seq", "I"), ("t1", "q"), ("t2", "q"), ("t3", "q"), ("t4", "q"),
+                 ("state", "B"))
 
 
-def run_tag(run_id: str) -> bytes:
-    return hashlib.sha256(run_id.encode()).digest()[:8]
-
-
-def mac(key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, hashlib.sha256).digest()[:MAC_LEN]
-
-
+# ---------------------------------------------------------------------- compatibility (bytes API)
 def pack_probe(key: bytes, tag: bytes, src_nic: int, dst_nic: int, flow: int, seq: int, slot: int,
                t1: int) -> bytes:
-    body = HEAD.pack(MAGIC, PROBE, VERSION, tag, src_nic, dst_nic, flow, seq, slot, t1)
-    return body + mac(key, body)
+    return Codec(key, tag).pack_probe(src_nic, dst_nic, flow, seq, slot, t1)
 
 
 def pack_echo(key: bytes, probe_head: bytes, t2: int, t3: int) -> bytes:
-    body = bytearray(probe_head)
-    body[4] = ECHO
-    body += TIMES.pack(t2, t3)
-    body = bytes(body)
-    return body + mac(key, body)
+    return Codec(key, bytes(probe_head[6:14])).pack_echo(probe_head, t2, t3)
 
 
 def unpack(key: bytes, tag: bytes, data: bytes, counters: dict) -> tuple | None:
     """(type, src_nic, dst_nic, flow, seq, slot, t1, t2, t3, head) of a genuine packet, else
     None with the reason counted."""
-    if len(data) < 4 or data[:4] != MAGIC:
-        counters["foreign"] += 1
+    got = Codec(key, tag).unpack(data)
+    if isinstance(got, str):
+        counters[got] += 1
         return None
-    if len(data) not in (PROBE_LEN, ECHO_LEN):
-        counters["garbled"] += 1
-        return None
-    _, kind, version, ptag, src, dst, flow, seq, slot, t1 = HEAD.unpack_from(data)
-    if ptag != tag:
-        counters["foreign"] += 1  # another run's probe (or another tool's)
-        return None
-    body, got = data[:-MAC_LEN], data[-MAC_LEN:]
-    if not hmac.compare_digest(mac(key, body), got):
-        counters["bad_mac"] += 1
-        return None
-    expected_len = PROBE_LEN if kind == PROBE else ECHO_LEN if kind == ECHO else -1
-    if version != VERSION or len(data) != expected_len:
-        counters["garbled"] += 1
-        return None
-    t2 = t3 = 0
-    if kind == ECHO:
-        t2, t3 = TIMES.unpack_from(data, HEAD.size)
-    return kind, src, dst, flow, seq, slot, t1, t2, t3, data[:HEAD.size]
+    return (*got, bytes(data[:HEAD.size]))
 
 
-class Clock:
-    """The host's clock in ns: the real clock, or in the lab its emulated skewed version."""
-
-    def __init__(self, skew: dict | None):
-        skew = skew or {}
-        self.offset_ns = int(round(float(skew.get("offset_ms", 0.0)) * 1e6))
-        self.drift = float(skew.get("drift_ppm", 0.0)) * 1e-6
-        self.t0_ns = int(round(float(skew.get("t0", 0.0)) * 1e9))
+# ---------------------------------------------------------------------- clock sources
+class SystemClock:
+    """The host's own clock: timestamps as the kernel gives them."""
 
     def host(self, real_ns: int) -> int:
-        if not self.offset_ns and not self.drift:
-            return real_ns
+        return real_ns
+
+
+class OffsetClock:
+    """A fixed offset and drift on top of the system clock: t + offset + drift * (t - t0).
+    Entry: {"source": "offset", "offset_ms", "drift_ppm", "t0" (epoch s)}."""
+
+    def __init__(self, entry: dict):
+        self.offset_ns = int(round(float(entry.get("offset_ms", 0.0)) * 1e6))
+        self.drift = float(entry.get("drift_ppm", 0.0)) * 1e-6
+        self.t0_ns = int(round(float(entry.get("t0", 0.0)) * 1e9))
+        if abs(self.offset_ns) > 10 ** 15 or abs(self.drift) > 1e-2:
+            raise ValueError("clock offset/drift out of range")
+
+    def host(self, real_ns: int) -> int:
         return real_ns + self.offset_ns + int((real_ns - self.t0_ns) * self.drift)
 
 
+CLOCK_SOURCES = {"system": SystemClock, "offset": OffsetClock}
+
+
+def clock_source(entry: dict | None):
+    """The clock source a node's "clock" entry names (no entry: the system clock). An entry
+    without "source" but with an offset or drift is an offset clock (configuration version 1)."""
+    if not entry:
+        return SystemClock()
+    name = entry.get("source") or ("offset" if "offset_ms" in entry or "drift_ppm" in entry
+                                   else "system")
+    if name not in CLOCK_SOURCES:
+        raise ValueError(f"unknown clock source {name!r}")
+    return CLOCK_SOURCES[name]() if name == "system" else CLOCK_SOURCES[name](entry)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(4, (max(1, n) - 1).bit_length())
+
+
+def _spans(start: int, count: int, size: int) -> list[tuple[int, int]]:
+    """The index ranges of `count` ring entries from position `start` (at most two: it wraps)."""
+    if count <= 0:
+        return []
+    if start + count <= size:
+        return [(start, start + count)]
+    return [(start, size), (0, start + count - size)]
+
+
+def _b64(arr: array) -> list[str]:
+    """base64 of zlib of the little-endian array, in 400-character pieces: printed one per line
+    (indent=0), no output line is long enough for a transport to split it (srun does)."""
+    if sys.byteorder != "little":
+        arr = array(arr.typecode, arr)
+        arr.byteswap()
+    text = base64.b64encode(zlib.compress(arr.tobytes(), 1)).decode("ascii")
+    return [text[i:i + 400] for i in range(0, len(text), 400)]
+
+
 class Agent:
-    def __init__(self, config: dict, node: str):
+    def __init__(self, config: dict, node: str, out=None):
         self.node = node
         mine = config["nodes"].get(node)
         if mine is None:
             raise ValueError(f"node {node!r} is not in the run configuration")
-        self.key = bytes.fromhex(config["key"])
-        self.tag = run_tag(config["run_id"])
+        self.codec = Codec(bytes.fromhex(config["key"]), run_tag(config["run_id"]))
         self.port = int(config["port"])
         self.sports = [int(p) for p in config["sports"]]
         self.rate = float(config["rate"])
         self.duration = float(config["duration"])
         self.linger = float(config.get("linger", 1.0))
         self.start_at = float(config.get("start_at") or time.time())
-        self.clock = Clock(mine.get("clock"))
+        self.stream = config.get("output", "document") == "stream"
+        if config.get("output", "document") not in ("document", "stream"):
+            raise ValueError(f"unknown output mode {config.get('output')!r}")
+        self.window_s = min(60.0, max(0.1, float(config.get("health_window_s", 1.0))))
+        self.echo_timeout_s = min(10.0, max(0.1, float(config.get("echo_timeout_s",
+                                                                    max(self.linger, 0.5)))))
+        self.clock = clock_source(mine.get("clock"))
         self.counters = {k: 0 for k in COUNTERS}
         self.errors: list[str] = []
         self.kernel_rx = 0
         self.software_rx = 0
+        self.out = out or sys.stdout
         self.nics = {int(i): (addr, dev) for i, addr, dev in mine["nics"]}
         # pairs this node sends: (flow base, src nic, dst nic, dst address)
         self.pairs = [(int(f), int(s), int(d), a) for f, s, d, a in config["pairs"]
@@ -166,88 +199,149 @@ class Agent:
         # flows answered here: flow -> [highest seq, bitmap] (bounded by the assignment)
         self.replay = {int(f) + j: [-1, 0] for f, _s, d, _a in config["pairs"]
                        if int(d) in self.nics for j in range(n_sp)}
-        expected = int(self.rate * self.duration * (len(self.pairs) + len(self.loops)) * 1.05) + 16
         cap = int(config.get("max_records", 2_000_000))
+        sends_per_s = self.rate * (len(self.pairs) + len(self.loops))
+        answers_per_s = self.rate * max(1, len(self.replay) // max(1, n_sp))
+        # document mode: at most `capacity` records in all (the old bound); stream: unbounded
+        expected = int(sends_per_s * self.duration * 1.05) + 16
         self.capacity = max(0, min(expected, cap))
-        zero8 = bytes(8 * self.capacity)
-        self.r_flow = array("I", bytes(4 * self.capacity))
-        self.r_seq = array("I", bytes(4 * self.capacity))
+        log_expected = int(answers_per_s * self.duration * 1.05) + 16
+        self.log_capacity = max(0, min(log_expected, cap))
+        span = self.echo_timeout_s + 2 * self.window_s
+        self.ring = min(RING_MAX, _pow2(int(sends_per_s * span * 1.5) + 64))
+        self.log_ring = min(RING_MAX, _pow2(int(answers_per_s * 2 * self.window_s * 1.5) + 64))
+        self.mask, self.log_mask = self.ring - 1, self.log_ring - 1
+        zero4, zero8 = bytes(4 * self.ring), bytes(8 * self.ring)
+        self.r_flow, self.r_seq, self.r_slot = array("I", zero4), array("I", zero4), \
+            array("I", zero4)
         self.r_t1, self.r_t2, self.r_t3, self.r_t4 = (array("q", zero8) for _ in range(4))
-        self.r_state = array("B", bytes([PENDING]) * self.capacity)
-        self.n = 0
-        log_cap = max(0, min(int(self.rate * self.duration * max(1, len(self.replay) // n_sp)
-                                 * 1.05) + 16, cap))
-        self.log_flow = array("I", bytes(4 * log_cap))
-        self.log_seq = array("I", bytes(4 * log_cap))
-        self.log_n = 0
-        self.sel = selectors.DefaultSelector()
-        self.senders: dict[tuple[int, int], socket.socket] = {}  # (nic, sport index) -> socket
-        self.loopers: dict[int, socket.socket] = {}  # nic -> loop socket (IP_RECVERR)
-        self.targets: list[tuple] = []  # the send schedule's round: see `open`
+        self.r_state = array("B", bytes([FREE]) * self.ring)
+        self.n = 0  # records made (global index of the next)
+        self.emitted = 0  # records that left the ring
+        self.l_flow = array("I", bytes(4 * self.log_ring))
+        self.l_seq = array("I", bytes(4 * self.log_ring))
+        self.log_n = self.log_emitted = 0
+        # document mode: the batches so far (arrays grow up to capacity)
+        self.acc = {name: array(code) for name, code in RECORD_FIELDS}
+        self.acc_flow, self.acc_seq = array("I"), array("I")
+        self.batches = 0
+        self.health = HealthMeter(self.counters, self.window_s,
+                                  late_cap=int(sends_per_s * self.window_s * 1.2) + 64)
+        self.pending_health: list[list] = []
+        self.ovfl: dict[int, int] = {}  # fd -> last SO_RXQ_OVFL count
+        # preallocated buffers: one receive buffer, one probe buffer
+        self.rbuf = bytearray(MAX_DATAGRAM)
+        self.rview = memoryview(self.rbuf)
+        self.rbufs = [self.rbuf]
+        self.pbuf = bytearray(ECHO_LEN)
+        self.pview = memoryview(self.pbuf)[:PROBE_LEN]
+        self.epoll = select.epoll()
+        self.by_fd: dict[int, tuple] = {}  # fd -> (socket, role, nic); role 0 send 1 answer 2 loop
+        self.senders: dict[tuple[int, int], socket.socket] = {}
+        self.loopers: dict[int, socket.socket] = {}
+        self.targets: list[tuple] = []
 
     # ------------------------------------------------------------------ sockets
     def _socket(self, addr: str, port: int, dev: str) -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if dev:  # egress through this NIC only: a dead NIC must not be masked by another route
             try:
-                s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, dev.encode())
+                s.setsockopt(SOL_SOCKET, SO_BINDTODEVICE, dev.encode())
             except OSError as exc:
                 self.errors.append(f"{dev}: SO_BINDTODEVICE: {exc.strerror}")
-        try:
-            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        except OSError:
-            pass
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        for opt in (SO_TIMESTAMPNS, SO_RXQ_OVFL):
+            try:
+                s.setsockopt(SOL_SOCKET, opt, 1)
+            except OSError:
+                pass
+        s.setsockopt(SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         s.bind((addr, port))
         s.setblocking(False)
         return s
 
+    def _register(self, sock: socket.socket, role: int, nic: int) -> None:
+        self.epoll.register(sock.fileno(), select.EPOLLIN)
+        self.by_fd[sock.fileno()] = (sock, role, nic)
+
     def open(self) -> None:
         for nic, (addr, dev) in self.nics.items():
             try:
-                r = self._socket(addr, self.port, dev)
-                self.sel.register(r, selectors.EVENT_READ, (True, nic))
+                self._register(self._socket(addr, self.port, dev), 1, nic)
                 for j, sp in enumerate(self.sports):
                     s = self._socket(addr, sp, dev)
                     self.senders[(nic, j)] = s
-                    self.sel.register(s, selectors.EVENT_READ, (False, nic))
+                    self._register(s, 0, nic)
                 if self.loop_port and any(src == nic for _f, src, _a in self.loops):
                     s = self._socket(addr, self.loop_port, dev)
                     s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)  # ICMP answers -> error queue
                     self.loopers[nic] = s
-                    self.sel.register(s, selectors.EVENT_READ, (None, nic))
+                    self._register(s, 2, nic)
             except OSError as exc:
                 self.errors.append(f"nic {nic} {addr}: {exc.strerror or exc}")
         n_sp = len(self.sports)
-        # one round of the schedule: (flows, src nic, dst nic, address, port, sockets)
-        self.targets = [(tuple(b + j for j in range(n_sp)), s, d, a, self.port,
+        # one round of the schedule: (flows, src nic, dst nic, (address, port), sockets)
+        self.targets = [(tuple(b + j for j in range(n_sp)), s, d, (a, self.port),
                          tuple(self.senders[(s, j)] for j in range(n_sp)))
                         for b, s, d, a in self.pairs if (s, 0) in self.senders]
-        self.targets += [((f,), s, s, a, LOOP_DPORT, (self.loopers[s],))
+        self.targets += [((f,), s, s, (a, LOOP_DPORT), (self.loopers[s],))
                          for f, s, a in self.loops if s in self.loopers]
 
     def close(self) -> None:
-        for key in list(self.sel.get_map().values()):
-            self.sel.unregister(key.fileobj)
-            key.fileobj.close()
-        self.sel.close()
+        for sock, _role, _nic in self.by_fd.values():
+            sock.close()
+        self.by_fd.clear()
+        self.epoll.close()
 
     # ------------------------------------------------------------------ receive
-    def _recv(self, sock: socket.socket):
-        data, anc, _flags, addr = sock.recvmsg(256, CMSG_SPACE)
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-                sec, nsec = struct.unpack_from("qq", payload)
-                self.kernel_rx += 1
-                return data, addr, sec * 1_000_000_000 + nsec
+    def _rx_time(self, anc, fd: int) -> int:
+        """Kernel receive time from the ancillary data (and the socket's overflow count)."""
+        rx = 0
+        for level, kind, data in anc:
+            if level == SOL_SOCKET:
+                if kind == SO_TIMESTAMPNS and len(data) >= 16:
+                    sec, nsec = TS.unpack_from(data)
+                    rx = sec * 1_000_000_000 + nsec
+                elif kind == SO_RXQ_OVFL and len(data) >= 4:
+                    drops = U32.unpack_from(data)[0]
+                    before = self.ovfl.get(fd, 0)
+                    if drops > before:
+                        self.ovfl[fd] = drops
+                        self.health.ovfl_total += drops - before
+        if rx:
+            self.kernel_rx += 1
+            return rx
         self.software_rx += 1
-        return data, addr, time.time_ns()
+        return time.time_ns()
+
+    def drain(self, sock: socket.socket, fd: int, responder: bool, nic: int) -> None:
+        """Every ready datagram of the socket (at most MAX_DRAIN): answer or match it."""
+        recv, bufs, buf, view, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.rview, \
+            self.codec.check
+        c = self.counters
+        for _ in range(MAX_DRAIN):
+            try:
+                n, anc, flags, addr = recv(bufs, CMSG_SPACE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
+                continue
+            rx = self._rx_time(anc, fd)
+            kind = check(view, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
+            if kind.__class__ is str:
+                c[kind] += 1
+                continue
+            src, dst, flow, seq, slot = IDS.unpack_from(buf, IDS_AT)
+            if responder:
+                self._answer(sock, addr, nic, kind, dst, flow, seq, rx)
+            else:
+                t2, t3 = TIMES.unpack_from(buf, HEAD.size)
+                self._echoed(nic, kind, src, flow, seq, slot, t2, t3, rx)
 
     def drain_loop(self, sock: socket.socket, nic: int) -> None:
         """ICMP port-unreachable from the switch a loop probe was sent to: the loop is closed.
         The error queue hands back our own probe (MAC checked), its slot finds the record."""
-        for _ in range(256):
+        for _ in range(MAX_DRAIN):
             try:
                 data, anc, _flags, _addr = sock.recvmsg(256, 512, MSG_ERRQUEUE)
             except (BlockingIOError, InterruptedError):
@@ -261,42 +355,28 @@ class Agent:
                 return
             rx, err = None, None
             for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-                    sec, nsec = struct.unpack_from("qq", payload)
+                if level == SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                    sec, nsec = TS.unpack_from(payload)
                     rx = sec * 1_000_000_000 + nsec
                 elif level == socket.IPPROTO_IP and kind == IP_RECVERR and len(payload) >= 24:
                     err = payload
             rx = rx or time.time_ns()
-            p = unpack(self.key, self.tag, data, self.counters)
-            if p is None or err is None:
+            kind = self.codec.check(memoryview(data), len(data))
+            if kind.__class__ is str:
+                self.counters[kind] += 1
                 continue
+            if err is None:
+                continue
+            src, _dst, flow, seq, slot = IDS.unpack_from(data, IDS_AT)
             origin, icmp_type, icmp_code = err[4], err[5], err[6]
             offender = socket.inet_ntoa(err[20:24])
-            _kind, src, _dst, flow, seq, slot = p[:6]
             if origin != 2 or icmp_type != 3 or icmp_code != 3 or \
                     offender != self.loop_addr.get(flow) or src != nic:
                 self.counters["loop_errors"] += 1  # answered by someone else: not closed
                 continue
             self._echoed(nic, ECHO, src, flow, seq, slot, 0, 0, rx)
 
-    def drain(self, sock: socket.socket, responder: bool, nic: int) -> None:
-        for _ in range(256):  # bounded: the send schedule must not starve
-            try:
-                data, addr, rx = self._recv(sock)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
-                continue
-            p = unpack(self.key, self.tag, data, self.counters)
-            if p is None:
-                continue
-            kind, src, dst, flow, seq, slot, _t1, t2, t3, head = p
-            if responder:
-                self._answer(sock, addr, nic, kind, src, dst, flow, seq, head, rx)
-            else:
-                self._echoed(nic, kind, src, flow, seq, slot, t2, t3, rx)
-
-    def _answer(self, sock, addr, nic, kind, src, dst, flow, seq, head, rx) -> None:
+    def _answer(self, sock, addr, nic, kind, dst, flow, seq, rx) -> None:
         st = self.replay.get(flow)
         if kind != PROBE or dst != nic or st is None:
             self.counters["unexpected"] += 1
@@ -312,55 +392,149 @@ class Agent:
                 self.counters["replayed"] += 1
                 return
             st[1] = bits | (1 << back)
-        if self.log_n < len(self.log_flow):
-            self.log_flow[self.log_n], self.log_seq[self.log_n] = flow, seq
-            self.log_n += 1
-        else:
-            self.counters["log_dropped"] += 1
-        t2 = self.clock.host(rx)
+        self._log(flow, seq)
+        host = self.clock.host
+        self.codec.echo_in_place(self.rbuf, host(rx), host(time.time_ns()))
         try:
-            sock.sendto(pack_echo(self.key, head, t2, self.clock.host(time.time_ns())), addr)
+            sock.sendto(self.rview[:ECHO_LEN], addr)
             self.counters["answered"] += 1
         except OSError:
-            self.counters["send_errors"] += 1
+            self.counters["answer_errors"] += 1
+
+    def _log(self, flow: int, seq: int) -> None:
+        if not self.stream and self.log_n >= self.log_capacity:
+            self.counters["log_dropped"] += 1
+            return
+        if self.log_n - self.log_emitted >= self.log_ring:
+            self.emit()  # the log ring is full before its window ended: flush it early
+        pos = self.log_n & self.log_mask
+        self.l_flow[pos], self.l_seq[pos] = flow, seq
+        self.log_n += 1
 
     def _echoed(self, nic, kind, src, flow, seq, slot, t2, t3, rx) -> None:
-        if kind != ECHO or src != nic or slot >= self.n or self.r_flow[slot] != flow \
-                or self.r_seq[slot] != seq:
+        pos = slot & self.mask
+        if kind != ECHO or src != nic or self.r_slot[pos] != slot or self.r_flow[pos] != flow \
+                or self.r_seq[pos] != seq:
             self.counters["unexpected"] += 1
             return
-        if self.r_state[slot] != PENDING:
-            self.counters["replayed"] += 1
+        state = self.r_state[pos]
+        if state != PENDING:
+            self.counters["late" if state == FREE else "replayed"] += 1
             return
-        self.r_t2[slot], self.r_t3[slot], self.r_t4[slot] = t2, t3, self.clock.host(rx)
-        self.r_state[slot] = ANSWERED
+        self.r_t2[pos], self.r_t3[pos], self.r_t4[pos] = t2, t3, self.clock.host(rx)
+        self.r_state[pos] = ANSWERED
         self.counters["echoes"] += 1
 
     # ------------------------------------------------------------------ send
     def send(self, i: int) -> None:
-        flows, src, dst, daddr, dport, socks = self.targets[i % len(self.targets)]
+        flows, src, dst, dest, socks = self.targets[i % len(self.targets)]
         k = i // len(self.targets)
         j = k % len(flows)
         flow, seq = flows[j], k // len(flows)
-        if self.n >= self.capacity:
+        if not self.stream and self.n >= self.capacity:
             self.counters["records_dropped"] += 1
             return
-        slot = self.n
+        if self.n - self.emitted >= self.ring:
+            self._force_room()
+        idx = self.n
         self.n += 1
+        pos, slot = idx & self.mask, idx & 0xFFFFFFFF
         t1 = self.clock.host(time.time_ns())
-        self.r_flow[slot], self.r_seq[slot], self.r_t1[slot] = flow, seq, t1
-        packet = pack_probe(self.key, self.tag, src, dst, flow, seq, slot, t1)
+        self.r_flow[pos], self.r_seq[pos], self.r_slot[pos], self.r_t1[pos] = flow, seq, slot, t1
+        self.r_state[pos] = PENDING
+        self.codec.pack_probe_into(self.pbuf, src, dst, flow, seq, slot, t1)
         try:
             try:
-                socks[j].sendto(packet, (daddr, dport))
+                socks[j].sendto(self.pview, dest)
             except ConnectionRefusedError:  # a loop socket's last ICMP answer, reported once
-                socks[j].sendto(packet, (daddr, dport))
-            self.r_state[slot] = PENDING
+                socks[j].sendto(self.pview, dest)
             self.counters["sent"] += 1
         except OSError:  # NIC down, no route: the probe never left
-            self.r_state[slot] = SEND_FAILED
+            self.r_state[pos] = SEND_FAILED
             self.counters["send_errors"] += 1
 
+    def _force_room(self) -> None:
+        """The ring is full of records still waiting for echoes (the output cannot keep up or
+        the rate is far above the plan): the oldest quarter leaves now, unanswered (counted)."""
+        upto = self.emitted + max(1, self.ring // 4)
+        self.counters["ring_forced"] += upto - self.emitted
+        self.health.ring_forced += upto - self.emitted
+        self._take(upto)
+
+    # ------------------------------------------------------------------ batches
+    def _final_upto(self, limit_t1: int) -> int:
+        """Index after the last record that is final: answered, failed or sent before limit_t1
+        (records are in send order, so the first pending younger record stops the scan)."""
+        i, st, t1, mask = self.emitted, self.r_state, self.r_t1, self.mask
+        while i < self.n:
+            pos = i & mask
+            if st[pos] == PENDING and t1[pos] >= limit_t1:
+                break
+            i += 1
+        return i
+
+    def _take(self, upto: int) -> dict:
+        """Records [emitted, upto) leave the ring (pending ones as unanswered): their arrays."""
+        spans = _spans(self.emitted & self.mask, upto - self.emitted, self.ring)
+        for lo, hi in spans:
+            for p in range(lo, hi):
+                if self.r_state[p] == PENDING:
+                    self.r_state[p] = UNANSWERED
+        out = {}
+        for name, code in RECORD_FIELDS:
+            arr = getattr(self, "r_" + name)
+            part = array(code)
+            for lo, hi in spans:
+                part.extend(arr[lo:hi])
+            out[name] = part
+        for lo, hi in spans:
+            self.r_state[lo:hi] = array("B", bytes([FREE]) * (hi - lo))
+        self.emitted = upto
+        if not self.stream:
+            for name, _code in RECORD_FIELDS:
+                self.acc[name].extend(out[name])
+        return out
+
+    def _take_log(self) -> tuple[array, array]:
+        spans = _spans(self.log_emitted & self.log_mask, self.log_n - self.log_emitted,
+                       self.log_ring)
+        flows, seqs = array("I"), array("I")
+        for lo, hi in spans:
+            flows.extend(self.l_flow[lo:hi])
+            seqs.extend(self.l_seq[lo:hi])
+        self.log_emitted = self.log_n
+        if not self.stream:
+            self.acc_flow.extend(flows)
+            self.acc_seq.extend(seqs)
+        return flows, seqs
+
+    def emit(self, final: bool = False) -> None:
+        """Final records and the responder log leave their rings as one batch (printed at once
+        in stream mode), with the health rows closed since the last batch."""
+        limit = self.clock.host(time.time_ns()) - int(self.echo_timeout_s * 1e9)
+        recs = self._take(self.n if final else self._final_upto(limit))
+        flows, seqs = self._take_log()
+        rows, self.pending_health = self.pending_health, []
+        if not self.stream:
+            return
+        batch = {"kind": "batch", "v": VERSION, "node": self.node, "batch": self.batches,
+                 "records": {"n": len(recs["flow"]),
+                             **{k: "".join(_b64(v)) for k, v in recs.items()}},
+                 "received": {"n": len(flows), "flow": "".join(_b64(flows)),
+                              "seq": "".join(_b64(seqs))},
+                 "health": rows}
+        self._print_object(batch)
+
+    def _print_object(self, obj: dict) -> None:
+        """One object as FLS1 lines: `FLS1 <batch> <i> <n> <piece>` (compact JSON in pieces)."""
+        text = json.dumps(obj, separators=(",", ":"))
+        pieces = [text[i:i + STREAM_PIECE] for i in range(0, len(text), STREAM_PIECE)] or [""]
+        k = self.batches
+        self.batches += 1
+        self.out.write("".join(f"FLS1 {k} {i} {len(pieces)} {p}\n" for i, p in enumerate(pieces)))
+        self.out.flush()
+
+    # ------------------------------------------------------------------ loop
     def loop(self) -> None:
         mono0 = time.monotonic() + max(0.0, self.start_at - time.time())
         send_end = mono0 + self.duration
@@ -368,8 +542,16 @@ class Agent:
         interval = 1.0 / (self.rate * len(self.targets)) if self.targets and self.rate > 0 \
             else None
         next_t, i = mono0, 0
+        next_window = time.monotonic() + self.window_s
+        poll, by_fd, meter = self.epoll.poll, self.by_fd, self.health
         while True:
             now = time.monotonic()
+            if now >= next_window:
+                self.pending_health.append(meter.close())
+                next_window += self.window_s
+                if next_window <= now:  # stalled for more than a window: realign
+                    next_window = now + self.window_s
+                self.emit()
             if now >= end:
                 break
             if interval is not None and now < send_end:
@@ -380,57 +562,57 @@ class Agent:
                     next_t += skip * interval
                 burst = 0
                 while next_t <= now and burst < MAX_BURST:
+                    meter.note_late(now - next_t)
                     self.send(i)
                     i += 1
                     next_t += interval
                     burst += 1
-                wait = max(0.0, min(next_t, end) - time.monotonic())
+                wait = min(next_t, end, next_window) - time.monotonic()
             else:
-                wait = end - now
-            for key, _ev in self.sel.select(min(wait, 0.05)):
-                responder, nic = key.data
-                if responder is None:
-                    self.drain_loop(key.fileobj, nic)
+                wait = min(end, next_window) - now
+            meter.wakeups += 1
+            for fd, _ev in poll(max(0.0, min(wait, 0.05))):
+                sock, role, nic = by_fd[fd]
+                if role == 2:
+                    self.drain_loop(sock, nic)
                 else:
-                    self.drain(key.fileobj, responder, nic)
+                    self.drain(sock, fd, role == 1, nic)
+        self.pending_health.append(meter.close())
+        self.emit(final=True)
 
     # ------------------------------------------------------------------ output
-    def report(self) -> dict:
-        for slot in range(self.n):
-            if self.r_state[slot] == PENDING:
-                self.r_state[slot] = UNANSWERED
-        n, m = self.n, self.log_n
+    def summary(self) -> dict:
         kinds = "kernel" if self.kernel_rx and not self.software_rx else \
             "software" if not self.kernel_rx else "mixed"
-        return {
-            "node": self.node, "version": VERSION, "rx_timestamps": kinds,
-            "counters": self.counters, "errors": self.errors,
-            "capacity": self.capacity,
-            "records": {"n": n, "flow": _b64(self.r_flow[:n]), "seq": _b64(self.r_seq[:n]),
-                        "t1": _b64(self.r_t1[:n]), "t2": _b64(self.r_t2[:n]),
-                        "t3": _b64(self.r_t3[:n]), "t4": _b64(self.r_t4[:n]),
-                        "state": _b64(self.r_state[:n])},
-            "received": {"n": m, "flow": _b64(self.log_flow[:m]), "seq": _b64(self.log_seq[:m])},
-        }
+        return {"node": self.node, "version": VERSION, "rx_timestamps": kinds,
+                "counters": self.counters, "errors": self.errors, "capacity": self.capacity,
+                "health": {"window_s": self.window_s, "fields": list(HEALTH_FIELDS),
+                           "windows": [] if self.stream else self.health.rows,
+                           "run": self.health.run_summary()}}
+
+    def report(self) -> dict:
+        """The one-shot document (output "document"): every batch's records together."""
+        doc = self.summary()
+        n, m = len(self.acc["flow"]), len(self.acc_flow)
+        doc["records"] = {"n": n, **{k: _b64(v) for k, v in self.acc.items()}}
+        doc["received"] = {"n": m, "flow": _b64(self.acc_flow), "seq": _b64(self.acc_seq)}
+        return doc
+
+    def finish_stream(self) -> None:
+        self._print_object({"kind": "end", **self.summary()})
 
 
-def _b64(arr: array) -> list[str]:
-    """base64 of zlib of the little-endian array, in 400-character pieces: printed one per line
-    (indent=0), no output line is long enough for a transport to split it (srun does)."""
-    if sys.byteorder != "little":
-        arr = array(arr.typecode, arr)
-        arr.byteswap()
-    text = base64.b64encode(zlib.compress(arr.tobytes(), 1)).decode("ascii")
-    return [text[i:i + 400] for i in range(0, len(text), 400)]
-
-
-def run(config: dict, node: str) -> dict:
-    agent = Agent(config, node)
+def run(config: dict, node: str, out=None) -> dict | None:
+    """Probe per the configuration; the document (output "document"), or None after streaming."""
+    agent = Agent(config, node, out)
     agent.open()
     try:
         agent.loop()
     finally:
         agent.close()
+    if agent.stream:
+        agent.finish_stream()
+        return None
     return agent.report()
 
 
@@ -452,8 +634,9 @@ def main() -> int:
     except OSError as exc:
         print(f"fleetctl probe agent: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(json.dumps(out, indent=0))
-    sys.stdout.flush()
+    if out is not None:
+        sys.stdout.write(json.dumps(out, indent=0))
+        sys.stdout.flush()
     return 0
 
 

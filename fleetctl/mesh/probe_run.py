@@ -71,9 +71,29 @@ class ProbeResult:
     elapsed_s: float
 
 
+def _source(module) -> str:
+    """The module's source; a module naming PAYLOAD_PARTS (the probe agent) is those modules of
+    its package joined into one script, lines marked `# payload-local` left out."""
+    parts = getattr(module, "PAYLOAD_PARTS", None)
+    if not parts:
+        return Path(module.__file__).read_text()
+    here = Path(module.__file__).parent
+    out = ["# fleetctl payload: " + " + ".join(f"{p}.py" for p in parts) + ", generated.\n"
+           "from __future__ import annotations\n"]
+    for name in parts:
+        kept = [line for line in (here / f"{name}.py").read_text().splitlines()
+                if "# payload-local" not in line
+                and line.strip() != "from __future__ import annotations"]
+        out.append(f"\n# ---- {name}.py\n" + "\n".join(kept) + "\n")
+    source = "".join(out)
+    if "import fleetctl" in source or "from fleetctl" in source:
+        raise RuntimeError(f"{module.__name__}: payload imports fleetctl")
+    return source
+
+
 def _payload(module, config: dict) -> str:
     """The module's source with the configuration embedded (the marker line is replaced)."""
-    source = Path(module.__file__).read_text()
+    source = _source(module)
     marker = "_EMBEDDED_CONFIG = None"
     if marker not in source:
         raise RuntimeError(f"{module.__name__}: payload marker missing")
