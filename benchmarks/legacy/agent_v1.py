@@ -1,3 +1,6 @@
+# FROZEN COPY of fleetctl/mesh/agent.py as of wire version 1 (commit 2844612), kept only so that
+# benchmarks/agent_cpu.py can measure the old agent beside the new one in one run. Not imported by
+# fleetctl, not shipped, not maintained: do not edit (fixes go to fleetctl/mesh/agent.py).
 """The probe agent: stdlib-only, shipped to every node with `run_python` (nothing installed there).
 
 One process per node, one thread. Per NIC: a responder socket bound to (NIC address, port) and one

@@ -54,20 +54,26 @@ PAYLOAD_PARTS = ("wire", "health", "agent")
 _EMBEDDED_CONFIG = None  # replaced by the collector with the run's configuration (a JSON string)
 
 VERSION = 2  # wire and document version
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)
-SO_BINDTODEVICE = getattr(socket, "SO_BINDTODEVICE", 25)
-IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
-MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
-MSG_TRUNC = getattr(socket, "MSG_TRUNC", 0x20)
-SOL_SOCKET = socket.SOL_SOCKET
+# plain ints (some socket constants are enums: `flags & MSG_TRUNC` on an enum costs a call)
+SO_TIMESTAMPNS = int(getattr(socket, "SO_TIMESTAMPNS", 35))
+SO_RXQ_OVFL = int(getattr(socket, "SO_RXQ_OVFL", 40))
+SO_BINDTODEVICE = int(getattr(socket, "SO_BINDTODEVICE", 25))
+IP_RECVERR = int(getattr(socket, "IP_RECVERR", 11))
+MSG_ERRQUEUE = int(getattr(socket, "MSG_ERRQUEUE", 0x2000))
+MSG_TRUNC = int(getattr(socket, "MSG_TRUNC", 0x20))
+SOL_SOCKET = int(socket.SOL_SOCKET)
 LOOP_DPORT = 33434  # loop probes go to a closed port of the switch: it answers port-unreachable
 CMSG_SPACE = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)  # timestamp + overflow count
 TS = struct.Struct("qq")
 U32 = struct.Struct("I")
 REPLAY_WINDOW = 64
-MAX_BURST = 64  # probes sent per loop turn at most: catching up must not become a flood
+REPLAY_MASK = (1 << REPLAY_WINDOW) - 1
+MAX_BURST = 64  # probes sent per loop turn at most (unless two ticks hold more)
 MAX_LAG_S = 0.25  # further behind schedule than this: skip ahead (counted), do not burst
+# shortest loop turn: per-wake-up costs (epoll, sleep, one empty read per ready socket), not
+# per-datagram ones, dominated the agent's CPU; t2/t4 are kernel times, so a responder that
+# answers a few ms later measures the same one-way delays
+TICK_MIN_S, TICK_MAX_S, TICK_PACKETS = 0.005, 0.02, 32
 MAX_DRAIN = 256  # datagrams read from one socket per turn: the send schedule must not starve
 RING_MAX = 1 << 22
 STREAM_PIECE = 400  # characters of batch text per output line (srun splits longer lines)
@@ -202,6 +208,11 @@ class Agent:
         cap = int(config.get("max_records", 2_000_000))
         sends_per_s = self.rate * (len(self.pairs) + len(self.loops))
         answers_per_s = self.rate * max(1, len(self.replay) // max(1, n_sp))
+        tick = config.get("tick_s")
+        if tick is None:  # about TICK_PACKETS datagrams per turn, within [TICK_MIN_S, TICK_MAX_S]
+            load = 2 * (sends_per_s + answers_per_s) + 1e-9  # a probe: two datagrams here
+            tick = min(TICK_MAX_S, max(TICK_MIN_S, TICK_PACKETS / load))
+        self.tick_s = min(TICK_MAX_S, max(0.0, float(tick)))
         # document mode: at most `capacity` records in all (the old bound); stream: unbounded
         expected = int(sends_per_s * self.duration * 1.05) + 16
         self.capacity = max(0, min(expected, cap))
@@ -314,29 +325,98 @@ class Agent:
         self.software_rx += 1
         return time.time_ns()
 
-    def drain(self, sock: socket.socket, fd: int, responder: bool, nic: int) -> None:
-        """Every ready datagram of the socket (at most MAX_DRAIN): answer or match it."""
-        recv, bufs, buf, view, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.rview, \
-            self.codec.check
-        c = self.counters
+    # The two drains and send_burst are the hot path: names are bound to locals, the common
+    # case (one timestamp cmsg, a genuine packet) runs inline, counters are added once per call.
+    def drain_echoes(self, sock: socket.socket, fd: int, nic: int) -> None:
+        """Sender socket: match every ready echo (at most MAX_DRAIN) to its record."""
+        recv, bufs, buf, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check
+        c, mask, host = self.counters, self.mask, self.clock.host
+        r_slot, r_flow, r_seq, r_state = self.r_slot, self.r_flow, self.r_seq, self.r_state
+        r_t2, r_t3, r_t4 = self.r_t2, self.r_t3, self.r_t4
+        ids, times, ts = IDS.unpack_from, TIMES.unpack_from, TS.unpack_from
+        echoes = kernel = 0
+        for _ in range(MAX_DRAIN):
+            try:
+                n, anc, flags, _addr = recv(bufs, CMSG_SPACE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
+                continue
+            if len(anc) == 1 and anc[0][1] == SO_TIMESTAMPNS and anc[0][0] == SOL_SOCKET:
+                sec, nsec = ts(anc[0][2])
+                rx = sec * 1_000_000_000 + nsec
+                kernel += 1
+            else:
+                rx = self._rx_time(anc, fd)
+            kind = check(buf, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
+            if kind != ECHO:
+                c[kind if kind.__class__ is str else "unexpected"] += 1
+                continue
+            src, _dst, flow, seq, slot = ids(buf, IDS_AT)
+            pos = slot & mask
+            if src != nic or r_slot[pos] != slot or r_flow[pos] != flow or r_seq[pos] != seq:
+                c["unexpected"] += 1
+                continue
+            state = r_state[pos]
+            if state != PENDING:
+                c["late" if state == FREE else "replayed"] += 1
+                continue
+            r_t2[pos], r_t3[pos] = times(buf, HEAD.size)
+            r_t4[pos] = host(rx)
+            r_state[pos] = ANSWERED
+            echoes += 1
+        c["echoes"] += echoes
+        self.kernel_rx += kernel
+
+    def drain_probes(self, sock: socket.socket, fd: int, nic: int) -> None:
+        """Responder socket: answer every ready genuine probe (at most MAX_DRAIN) in place."""
+        recv, bufs, buf, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check
+        c, host, echo, sendto = self.counters, self.clock.host, self.codec.echo_in_place, \
+            sock.sendto
+        replay, out, ids, ts, time_ns = self.replay, self.rview[:ECHO_LEN], IDS.unpack_from, \
+            TS.unpack_from, time.time_ns
+        answered = kernel = 0
         for _ in range(MAX_DRAIN):
             try:
                 n, anc, flags, addr = recv(bufs, CMSG_SPACE)
             except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
+                break
+            except OSError:
                 continue
-            rx = self._rx_time(anc, fd)
-            kind = check(view, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
-            if kind.__class__ is str:
-                c[kind] += 1
-                continue
-            src, dst, flow, seq, slot = IDS.unpack_from(buf, IDS_AT)
-            if responder:
-                self._answer(sock, addr, nic, kind, dst, flow, seq, rx)
+            if len(anc) == 1 and anc[0][1] == SO_TIMESTAMPNS and anc[0][0] == SOL_SOCKET:
+                sec, nsec = ts(anc[0][2])
+                rx = sec * 1_000_000_000 + nsec
+                kernel += 1
             else:
-                t2, t3 = TIMES.unpack_from(buf, HEAD.size)
-                self._echoed(nic, kind, src, flow, seq, slot, t2, t3, rx)
+                rx = self._rx_time(anc, fd)
+            kind = check(buf, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
+            if kind != PROBE:
+                c[kind if kind.__class__ is str else "unexpected"] += 1
+                continue
+            _src, dst, flow, seq, _slot = ids(buf, IDS_AT)
+            st = replay.get(flow)
+            if dst != nic or st is None:
+                c["unexpected"] += 1
+                continue
+            top, bits = st
+            if seq > top:  # anti-replay: a 64-probe window per flow
+                st[1] = ((bits << (seq - top)) | 1) & REPLAY_MASK if top >= 0 else 1
+                st[0] = seq
+            else:
+                back = top - seq
+                if back >= REPLAY_WINDOW or bits >> back & 1:
+                    c["replayed"] += 1
+                    continue
+                st[1] = bits | (1 << back)
+            self._log(flow, seq)
+            echo(buf, host(rx), host(time_ns()))
+            try:
+                sendto(out, addr)
+                answered += 1
+            except OSError:
+                c["answer_errors"] += 1
+        c["answered"] += answered
+        self.kernel_rx += kernel
 
     def drain_loop(self, sock: socket.socket, nic: int) -> None:
         """ICMP port-unreachable from the switch a loop probe was sent to: the loop is closed.
@@ -361,7 +441,7 @@ class Agent:
                 elif level == socket.IPPROTO_IP and kind == IP_RECVERR and len(payload) >= 24:
                     err = payload
             rx = rx or time.time_ns()
-            kind = self.codec.check(memoryview(data), len(data))
+            kind = self.codec.check(data, len(data))
             if kind.__class__ is str:
                 self.counters[kind] += 1
                 continue
@@ -374,32 +454,7 @@ class Agent:
                     offender != self.loop_addr.get(flow) or src != nic:
                 self.counters["loop_errors"] += 1  # answered by someone else: not closed
                 continue
-            self._echoed(nic, ECHO, src, flow, seq, slot, 0, 0, rx)
-
-    def _answer(self, sock, addr, nic, kind, dst, flow, seq, rx) -> None:
-        st = self.replay.get(flow)
-        if kind != PROBE or dst != nic or st is None:
-            self.counters["unexpected"] += 1
-            return
-        top, bits = st
-        if seq > top:
-            shift = seq - top
-            st[1] = ((bits << shift) | 1) & ((1 << REPLAY_WINDOW) - 1) if top >= 0 else 1
-            st[0] = seq
-        else:
-            back = top - seq
-            if back >= REPLAY_WINDOW or bits >> back & 1:
-                self.counters["replayed"] += 1
-                return
-            st[1] = bits | (1 << back)
-        self._log(flow, seq)
-        host = self.clock.host
-        self.codec.echo_in_place(self.rbuf, host(rx), host(time.time_ns()))
-        try:
-            sock.sendto(self.rview[:ECHO_LEN], addr)
-            self.counters["answered"] += 1
-        except OSError:
-            self.counters["answer_errors"] += 1
+            self._loop_closed(nic, flow, seq, slot, rx)
 
     def _log(self, flow: int, seq: int) -> None:
         if not self.stream and self.log_n >= self.log_capacity:
@@ -411,47 +466,63 @@ class Agent:
         self.l_flow[pos], self.l_seq[pos] = flow, seq
         self.log_n += 1
 
-    def _echoed(self, nic, kind, src, flow, seq, slot, t2, t3, rx) -> None:
+    def _loop_closed(self, nic, flow, seq, slot, rx) -> None:
         pos = slot & self.mask
-        if kind != ECHO or src != nic or self.r_slot[pos] != slot or self.r_flow[pos] != flow \
-                or self.r_seq[pos] != seq:
+        if self.r_slot[pos] != slot or self.r_flow[pos] != flow or self.r_seq[pos] != seq:
             self.counters["unexpected"] += 1
             return
         state = self.r_state[pos]
         if state != PENDING:
             self.counters["late" if state == FREE else "replayed"] += 1
             return
-        self.r_t2[pos], self.r_t3[pos], self.r_t4[pos] = t2, t3, self.clock.host(rx)
+        self.r_t2[pos] = self.r_t3[pos] = 0
+        self.r_t4[pos] = self.clock.host(rx)
         self.r_state[pos] = ANSWERED
         self.counters["echoes"] += 1
 
     # ------------------------------------------------------------------ send
-    def send(self, i: int) -> None:
-        flows, src, dst, dest, socks = self.targets[i % len(self.targets)]
-        k = i // len(self.targets)
-        j = k % len(flows)
-        flow, seq = flows[j], k // len(flows)
-        if not self.stream and self.n >= self.capacity:
-            self.counters["records_dropped"] += 1
-            return
-        if self.n - self.emitted >= self.ring:
-            self._force_room()
-        idx = self.n
-        self.n += 1
-        pos, slot = idx & self.mask, idx & 0xFFFFFFFF
-        t1 = self.clock.host(time.time_ns())
-        self.r_flow[pos], self.r_seq[pos], self.r_slot[pos], self.r_t1[pos] = flow, seq, slot, t1
-        self.r_state[pos] = PENDING
-        self.codec.pack_probe_into(self.pbuf, src, dst, flow, seq, slot, t1)
-        try:
+    def send_burst(self, i: int, count: int) -> None:
+        """Probes i .. i+count-1 of the schedule: round-robin over the targets, each target's
+        source ports in turn; seq counts a flow's probes."""
+        targets, nt, mask, pbuf, pview = self.targets, len(self.targets), self.mask, self.pbuf, \
+            self.pview
+        pack, host, time_ns, c = self.codec.pack_probe_into, self.clock.host, time.time_ns, \
+            self.counters
+        r_flow, r_seq, r_slot, r_t1, r_state = self.r_flow, self.r_seq, self.r_slot, self.r_t1, \
+            self.r_state
+        limit = None if self.stream else self.capacity
+        sent = 0
+        for i in range(i, i + count):
+            flows, src, dst, dest, socks = targets[i % nt]
+            k = i // nt
+            nf = len(flows)
+            j = k % nf
+            flow, seq = flows[j], k // nf
+            if limit is not None and self.n >= limit:
+                c["records_dropped"] += 1
+                continue
+            if self.n - self.emitted >= self.ring:
+                self._force_room()
+            idx = self.n
+            self.n = idx + 1
+            pos, slot = idx & mask, idx & 0xFFFFFFFF
+            t1 = host(time_ns())
+            r_flow[pos], r_seq[pos], r_slot[pos], r_t1[pos] = flow, seq, slot, t1
+            r_state[pos] = PENDING
+            pack(pbuf, src, dst, flow, seq, slot, t1)
             try:
-                socks[j].sendto(self.pview, dest)
-            except ConnectionRefusedError:  # a loop socket's last ICMP answer, reported once
-                socks[j].sendto(self.pview, dest)
-            self.counters["sent"] += 1
-        except OSError:  # NIC down, no route: the probe never left
-            self.r_state[pos] = SEND_FAILED
-            self.counters["send_errors"] += 1
+                try:
+                    socks[j].sendto(pview, dest)
+                except ConnectionRefusedError:  # a loop socket's last ICMP answer, reported once
+                    socks[j].sendto(pview, dest)
+                sent += 1
+            except OSError:  # NIC down, no route: the probe never left
+                r_state[pos] = SEND_FAILED
+                c["send_errors"] += 1
+        c["sent"] += sent
+
+    def send(self, i: int) -> None:
+        self.send_burst(i, 1)
 
     def _force_room(self) -> None:
         """The ring is full of records still waiting for echoes (the output cannot keep up or
@@ -542,8 +613,11 @@ class Agent:
         interval = 1.0 / (self.rate * len(self.targets)) if self.targets and self.rate > 0 \
             else None
         next_t, i = mono0, 0
+        # catching up must not become a flood: at most two ticks' worth (or MAX_BURST) per turn
+        max_burst = max(MAX_BURST, int(2 * self.tick_s / interval) + 1) if interval else 0
         next_window = time.monotonic() + self.window_s
-        poll, by_fd, meter = self.epoll.poll, self.by_fd, self.health
+        poll, by_fd, meter, tick, sleep = self.epoll.poll, self.by_fd, self.health, self.tick_s, \
+            time.sleep
         while True:
             now = time.monotonic()
             if now >= next_window:
@@ -560,23 +634,36 @@ class Agent:
                     self.counters["skipped"] += skip
                     i += skip
                     next_t += skip * interval
-                burst = 0
-                while next_t <= now and burst < MAX_BURST:
+                if next_t <= now:  # the due probes in one burst; lateness of its first one
+                    burst = min(max_burst, int((now - next_t) / interval) + 1)
                     meter.note_late(now - next_t)
-                    self.send(i)
-                    i += 1
-                    next_t += interval
-                    burst += 1
+                    self.send_burst(i, burst)
+                    i += burst
+                    next_t += burst * interval
                 wait = min(next_t, end, next_window) - time.monotonic()
             else:
                 wait = min(end, next_window) - now
             meter.wakeups += 1
-            for fd, _ev in poll(max(0.0, min(wait, 0.05))):
+            # one blocking call per turn: under load the tick's sleep has filled the queues and
+            # poll(0) finds them; only an idle agent blocks in poll until a datagram or a send
+            events = poll(0)
+            if not events:
+                wait = max(wait, now + tick - time.monotonic())
+                if wait > 0:
+                    events = poll(min(wait, 0.05))
+            for fd, _ev in events:
                 sock, role, nic = by_fd[fd]
-                if role == 2:
-                    self.drain_loop(sock, nic)
+                if role == 0:
+                    self.drain_echoes(sock, fd, nic)
+                elif role == 1:
+                    self.drain_probes(sock, fd, nic)
                 else:
-                    self.drain(sock, fd, role == 1, nic)
+                    self.drain_loop(sock, nic)
+            # coalesce: at most one turn per tick, so each turn drains many datagrams (the
+            # receive queues hold them meanwhile; t2/t4 are kernel times, unaffected)
+            rest = now + tick - time.monotonic()
+            if rest > 0 and events:
+                sleep(rest)
         self.pending_health.append(meter.close())
         self.emit(final=True)
 
