@@ -187,6 +187,7 @@ class Agent:
         self.echo_timeout_s = min(10.0, max(0.1, float(config.get("echo_timeout_s",
                                                                     max(self.linger, 0.5)))))
         self.clock = clock_source(mine.get("clock"))
+        self.rcvbuf = min(64 << 20, max(1024, int(config.get("rcvbuf_bytes", 4 << 20))))
         self.counters = {k: 0 for k in COUNTERS}
         self.errors: list[str] = []
         self.kernel_rx = 0
@@ -219,7 +220,8 @@ class Agent:
         log_expected = int(answers_per_s * self.duration * 1.05) + 16
         self.log_capacity = max(0, min(log_expected, cap))
         span = self.echo_timeout_s + 2 * self.window_s
-        self.ring = min(RING_MAX, _pow2(int(sends_per_s * span * 1.5) + 64))
+        ring = config.get("ring_records") or int(sends_per_s * span * 1.5) + 64
+        self.ring = min(RING_MAX, _pow2(int(ring)))
         self.log_ring = min(RING_MAX, _pow2(int(answers_per_s * 2 * self.window_s * 1.5) + 64))
         self.mask, self.log_mask = self.ring - 1, self.log_ring - 1
         zero4, zero8 = bytes(4 * self.ring), bytes(8 * self.ring)
@@ -266,7 +268,7 @@ class Agent:
                 s.setsockopt(SOL_SOCKET, opt, 1)
             except OSError:
                 pass
-        s.setsockopt(SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.setsockopt(SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         s.bind((addr, port))
         s.setblocking(False)
         return s
@@ -530,7 +532,7 @@ class Agent:
         upto = self.emitted + max(1, self.ring // 4)
         self.counters["ring_forced"] += upto - self.emitted
         self.health.ring_forced += upto - self.emitted
-        self._take(upto)
+        self.emit(upto=upto)
 
     # ------------------------------------------------------------------ batches
     def _final_upto(self, limit_t1: int) -> int:
@@ -579,11 +581,14 @@ class Agent:
             self.acc_seq.extend(seqs)
         return flows, seqs
 
-    def emit(self, final: bool = False) -> None:
-        """Final records and the responder log leave their rings as one batch (printed at once
-        in stream mode), with the health rows closed since the last batch."""
-        limit = self.clock.host(time.time_ns()) - int(self.echo_timeout_s * 1e9)
-        recs = self._take(self.n if final else self._final_upto(limit))
+    def emit(self, final: bool = False, upto: int | None = None) -> None:
+        """Final records (or all before `upto`, or all) and the responder log leave their rings
+        as one batch (printed at once in stream mode), with the health rows closed since the
+        last batch."""
+        if upto is None:
+            limit = self.clock.host(time.time_ns()) - int(self.echo_timeout_s * 1e9)
+            upto = self.n if final else self._final_upto(limit)
+        recs = self._take(upto)
         flows, seqs = self._take_log()
         rows, self.pending_health = self.pending_health, []
         if not self.stream:
