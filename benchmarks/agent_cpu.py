@@ -91,8 +91,8 @@ def main() -> int:
     a = ap.parse_args()
     TICK["tick_s"] = a.tick
     rates = [float(r) for r in a.rates.split(",")]
-    result = {"duration_s": a.duration, "tick_s": a.tick, "unit": "% of one core per 1,000 probes/s",
-              "goal": 1.0, "idle": {}, "rows": []}
+    result = {"duration_s": a.duration, "tick_s": a.tick,
+              "unit": "% of one core per 1,000 probes/s", "goal": 1.0, "idle": {}, "rows": []}
     for which in AGENTS:
         result["idle"][which] = min((one(which, 1.0, a.duration) for _ in range(a.repeat)),
                                     key=lambda r: r["cpu_s_sender"] + r["cpu_s_responder"])

@@ -208,12 +208,13 @@ class Agent:
                        if int(d) in self.nics for j in range(n_sp)}
         cap = int(config.get("max_records", 2_000_000))
         sends_per_s = self.rate * (len(self.pairs) + len(self.loops))
-        answers_per_s = self.rate * max(1, len(self.replay) // max(1, n_sp))
+        answers_per_s = self.rate * (len(self.replay) // max(1, n_sp))
         tick = config.get("tick_s")
         if tick is None:  # about TICK_PACKETS datagrams per turn, within [TICK_MIN_S, TICK_MAX_S]
             load = 2 * (sends_per_s + answers_per_s) + 1e-9  # a probe: two datagrams here
             tick = min(TICK_MAX_S, max(TICK_MIN_S, TICK_PACKETS / load))
         self.tick_s = min(TICK_MAX_S, max(0.0, float(tick)))
+        answers_per_s = max(answers_per_s, self.rate)  # the log's bounds: at least one flow
         # document mode: at most `capacity` records in all (the old bound); stream: unbounded
         expected = int(sends_per_s * self.duration * 1.05) + 16
         self.capacity = max(0, min(expected, cap))
@@ -239,7 +240,8 @@ class Agent:
         self.acc_flow, self.acc_seq = array("I"), array("I")
         self.batches = 0
         self.health = HealthMeter(self.counters, self.window_s,
-                                  late_cap=int(sends_per_s * self.window_s * 1.2) + 64)
+                                  late_cap=int(sends_per_s * self.window_s * 1.2) + 64,
+                                  keep_rows=not self.stream)
         self.pending_health: list[list] = []
         self.ovfl: dict[int, int] = {}  # fd -> last SO_RXQ_OVFL count
         # preallocated buffers: one receive buffer, one probe buffer
