@@ -1,7 +1,7 @@
 """The probe agent: stdlib-only, shipped to every node with `run_python` (nothing installed there).
 
-The payload is wire.py + health.py + this file (`payload_source()`), one script. One process per
-node, one thread, one epoll. Per NIC: a responder socket bound to (NIC address, port) and one
+The payload is wire.py + health.py + records.py + this file (PAYLOAD_PARTS, joined by
+probe_run._payload), one script. One process per node, one thread, one epoll. Per NIC: a responder socket bound to (NIC address, port) and one
 sender socket per source port (the set of source ports spreads a pair's flows over the ECMP paths;
 one socket per port keeps each flow's 5-tuple fixed, so its traced path stays valid). Packets:
 wire.py (version 2, keyed BLAKE2b MAC). Foreign, garbled, forged and replayed packets (responder:
@@ -12,7 +12,7 @@ Hot path (docs/mesh-probing.md, "agent cost"): every wake-up drains all ready da
 ready socket (recvmsg_into one preallocated buffer, bounded per turn), answers in place in that
 buffer, sends from one reused probe buffer; records live in preallocated ring arrays.
 
-Records: a bounded ring (power of two). A record is final once answered or older than the echo
+Records: a bounded ring (records.py, a power of two). A record is final once answered or older than the echo
 timeout; every health window (1 s) the final records leave the ring as a batch with that window's
 health row. Output modes (config "output"):
   "document" (default, the one-shot audit): batches accumulate (at most `max_records` records) and
@@ -31,7 +31,6 @@ every transport) says which node's entry applies.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import select
@@ -40,16 +39,16 @@ import socket
 import struct
 import sys
 import time
-import zlib
-from array import array
 
 from fleetctl.mesh.health import HEALTH_FIELDS, HealthMeter  # payload-local
+from fleetctl.mesh.records import ANSWERED, FREE, PENDING, SEND_FAILED, UNANSWERED  # payload-local
+from fleetctl.mesh.records import RecordRing, b64  # payload-local
 from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, MAX_DATAGRAM  # payload-local
 from fleetctl.mesh.wire import PROBE, PROBE_LEN, TIMES, Codec, run_tag  # payload-local
 
 # the shipped script: these modules of this package, in this order, lines marked payload-local
 # left out (probe_run._payload joins them); each only uses names of the modules before it
-PAYLOAD_PARTS = ("wire", "health", "agent")
+PAYLOAD_PARTS = ("wire", "health", "records", "agent")
 
 _EMBEDDED_CONFIG = None  # replaced by the collector with the run's configuration (a JSON string)
 
@@ -75,15 +74,10 @@ MAX_LAG_S = 0.25  # further behind schedule than this: skip ahead (counted), do 
 # answers a few ms later measures the same one-way delays
 TICK_MIN_S, TICK_MAX_S, TICK_PACKETS = 0.005, 0.02, 32
 MAX_DRAIN = 256  # datagrams read from one socket per turn: the send schedule must not starve
-RING_MAX = 1 << 22
 STREAM_PIECE = 400  # characters of batch text per output line (srun splits longer lines)
-# record states (the collector turns 1 into "lost out" or "lost back" with the responders' logs)
-ANSWERED, UNANSWERED, SEND_FAILED, PENDING, FREE = 0, 1, 4, 255, 254
 COUNTERS = ("sent", "send_errors", "skipped", "echoes", "answered", "answer_errors", "foreign",
             "garbled", "bad_mac", "replayed", "unexpected", "late", "records_dropped",
             "log_dropped", "loop_errors", "ring_forced")
-RECORD_FIELDS = (("flow", "I"), ("seq", "I"), ("t1", "q"), ("t2", "q"), ("t3", "q"), ("t4", "q"),
-                 ("state", "B"))
 
 
 # ---------------------------------------------------------------------- compatibility (bytes API)
@@ -144,29 +138,6 @@ def clock_source(entry: dict | None):
     return CLOCK_SOURCES[name]() if name == "system" else CLOCK_SOURCES[name](entry)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(4, (max(1, n) - 1).bit_length())
-
-
-def _spans(start: int, count: int, size: int) -> list[tuple[int, int]]:
-    """The index ranges of `count` ring entries from position `start` (at most two: it wraps)."""
-    if count <= 0:
-        return []
-    if start + count <= size:
-        return [(start, start + count)]
-    return [(start, size), (0, start + count - size)]
-
-
-def _b64(arr: array) -> list[str]:
-    """base64 of zlib of the little-endian array, in 400-character pieces: printed one per line
-    (indent=0), no output line is long enough for a transport to split it (srun does)."""
-    if sys.byteorder != "little":
-        arr = array(arr.typecode, arr)
-        arr.byteswap()
-    text = base64.b64encode(zlib.compress(arr.tobytes(), 1)).decode("ascii")
-    return [text[i:i + 400] for i in range(0, len(text), 400)]
-
-
 class Agent:
     def __init__(self, config: dict, node: str, out=None):
         self.node = node
@@ -222,22 +193,12 @@ class Agent:
         self.log_capacity = max(0, min(log_expected, cap))
         span = self.echo_timeout_s + 2 * self.window_s
         ring = config.get("ring_records") or int(sends_per_s * span * 1.5) + 64
-        self.ring = min(RING_MAX, _pow2(int(ring)))
-        self.log_ring = min(RING_MAX, _pow2(int(answers_per_s * 2 * self.window_s * 1.5) + 64))
-        self.mask, self.log_mask = self.ring - 1, self.log_ring - 1
-        zero4, zero8 = bytes(4 * self.ring), bytes(8 * self.ring)
-        self.r_flow, self.r_seq, self.r_slot = array("I", zero4), array("I", zero4), \
-            array("I", zero4)
-        self.r_t1, self.r_t2, self.r_t3, self.r_t4 = (array("q", zero8) for _ in range(4))
-        self.r_state = array("B", bytes([FREE]) * self.ring)
-        self.n = 0  # records made (global index of the next)
-        self.emitted = 0  # records that left the ring
-        self.l_flow = array("I", bytes(4 * self.log_ring))
-        self.l_seq = array("I", bytes(4 * self.log_ring))
-        self.log_n = self.log_emitted = 0
-        # document mode: the batches so far (arrays grow up to capacity)
-        self.acc = {name: array(code) for name, code in RECORD_FIELDS}
-        self.acc_flow, self.acc_seq = array("I"), array("I")
+        self.rec = rec = RecordRing(int(ring), int(answers_per_s * 2 * self.window_s * 1.5) + 64,
+                                    keep=not self.stream)
+        # the hot path's aliases (the ring's arrays are never reallocated)
+        self.r_flow, self.r_seq, self.r_slot, self.r_state = rec.flow, rec.seq, rec.slot, \
+            rec.state
+        self.r_t1, self.r_t2, self.r_t3, self.r_t4 = rec.t1, rec.t2, rec.t3, rec.t4
         self.batches = 0
         self.health = HealthMeter(self.counters, self.window_s,
                                   late_cap=int(sends_per_s * self.window_s * 1.2) + 64,
@@ -334,7 +295,7 @@ class Agent:
     def drain_echoes(self, sock: socket.socket, fd: int, nic: int) -> None:
         """Sender socket: match every ready echo (at most MAX_DRAIN) to its record."""
         recv, bufs, buf, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check
-        c, mask, host = self.counters, self.mask, self.clock.host
+        c, mask, host = self.counters, self.rec.mask, self.clock.host
         r_slot, r_flow, r_seq, r_state = self.r_slot, self.r_flow, self.r_seq, self.r_state
         r_t2, r_t3, r_t4 = self.r_t2, self.r_t3, self.r_t4
         ids, times, ts = IDS.unpack_from, TIMES.unpack_from, TS.unpack_from
@@ -461,17 +422,16 @@ class Agent:
             self._loop_closed(nic, flow, seq, slot, rx)
 
     def _log(self, flow: int, seq: int) -> None:
-        if not self.stream and self.log_n >= self.log_capacity:
+        rec = self.rec
+        if not self.stream and rec.log_n >= self.log_capacity:
             self.counters["log_dropped"] += 1
             return
-        if self.log_n - self.log_emitted >= self.log_ring:
+        if rec.log_full():
             self.emit()  # the log ring is full before its window ended: flush it early
-        pos = self.log_n & self.log_mask
-        self.l_flow[pos], self.l_seq[pos] = flow, seq
-        self.log_n += 1
+        rec.log(flow, seq)
 
     def _loop_closed(self, nic, flow, seq, slot, rx) -> None:
-        pos = slot & self.mask
+        pos = slot & self.rec.mask
         if self.r_slot[pos] != slot or self.r_flow[pos] != flow or self.r_seq[pos] != seq:
             self.counters["unexpected"] += 1
             return
@@ -488,8 +448,9 @@ class Agent:
     def send_burst(self, i: int, count: int) -> None:
         """Probes i .. i+count-1 of the schedule: round-robin over the targets, each target's
         source ports in turn; seq counts a flow's probes."""
-        targets, nt, mask, pbuf, pview = self.targets, len(self.targets), self.mask, self.pbuf, \
+        targets, nt, rec, pbuf, pview = self.targets, len(self.targets), self.rec, self.pbuf, \
             self.pview
+        mask = rec.mask
         pack, host, time_ns, c = self.codec.pack_probe_into, self.clock.host, time.time_ns, \
             self.counters
         r_flow, r_seq, r_slot, r_t1, r_state = self.r_flow, self.r_seq, self.r_slot, self.r_t1, \
@@ -502,13 +463,13 @@ class Agent:
             nf = len(flows)
             j = k % nf
             flow, seq = flows[j], k // nf
-            if limit is not None and self.n >= limit:
+            if limit is not None and rec.n >= limit:
                 c["records_dropped"] += 1
                 continue
-            if self.n - self.emitted >= self.ring:
+            if rec.n - rec.emitted >= rec.size:
                 self._force_room()
-            idx = self.n
-            self.n = idx + 1
+            idx = rec.n
+            rec.n = idx + 1
             pos, slot = idx & mask, idx & 0xFFFFFFFF
             t1 = host(time_ns())
             r_flow[pos], r_seq[pos], r_slot[pos], r_t1[pos] = flow, seq, slot, t1
@@ -531,75 +492,30 @@ class Agent:
     def _force_room(self) -> None:
         """The ring is full of records still waiting for echoes (the output cannot keep up or
         the rate is far above the plan): the oldest quarter leaves now, unanswered (counted)."""
-        upto = self.emitted + max(1, self.ring // 4)
-        self.counters["ring_forced"] += upto - self.emitted
-        self.health.ring_forced += upto - self.emitted
+        rec = self.rec
+        upto = rec.emitted + max(1, rec.size // 4)
+        self.counters["ring_forced"] += upto - rec.emitted
+        self.health.ring_forced += upto - rec.emitted
         self.emit(upto=upto)
 
     # ------------------------------------------------------------------ batches
-    def _final_upto(self, limit_t1: int) -> int:
-        """Index after the last record that is final: answered, failed or sent before limit_t1
-        (records are in send order, so the first pending younger record stops the scan)."""
-        i, st, t1, mask = self.emitted, self.r_state, self.r_t1, self.mask
-        while i < self.n:
-            pos = i & mask
-            if st[pos] == PENDING and t1[pos] >= limit_t1:
-                break
-            i += 1
-        return i
-
-    def _take(self, upto: int) -> dict:
-        """Records [emitted, upto) leave the ring (pending ones as unanswered): their arrays."""
-        spans = _spans(self.emitted & self.mask, upto - self.emitted, self.ring)
-        for lo, hi in spans:
-            for p in range(lo, hi):
-                if self.r_state[p] == PENDING:
-                    self.r_state[p] = UNANSWERED
-        out = {}
-        for name, code in RECORD_FIELDS:
-            arr = getattr(self, "r_" + name)
-            part = array(code)
-            for lo, hi in spans:
-                part.extend(arr[lo:hi])
-            out[name] = part
-        for lo, hi in spans:
-            self.r_state[lo:hi] = array("B", bytes([FREE]) * (hi - lo))
-        self.emitted = upto
-        if not self.stream:
-            for name, _code in RECORD_FIELDS:
-                self.acc[name].extend(out[name])
-        return out
-
-    def _take_log(self) -> tuple[array, array]:
-        spans = _spans(self.log_emitted & self.log_mask, self.log_n - self.log_emitted,
-                       self.log_ring)
-        flows, seqs = array("I"), array("I")
-        for lo, hi in spans:
-            flows.extend(self.l_flow[lo:hi])
-            seqs.extend(self.l_seq[lo:hi])
-        self.log_emitted = self.log_n
-        if not self.stream:
-            self.acc_flow.extend(flows)
-            self.acc_seq.extend(seqs)
-        return flows, seqs
-
     def emit(self, final: bool = False, upto: int | None = None) -> None:
         """Final records (or all before `upto`, or all) and the responder log leave their rings
         as one batch (printed at once in stream mode), with the health rows closed since the
         last batch."""
         if upto is None:
             limit = self.clock.host(time.time_ns()) - int(self.echo_timeout_s * 1e9)
-            upto = self.n if final else self._final_upto(limit)
-        recs = self._take(upto)
-        flows, seqs = self._take_log()
+            upto = self.rec.n if final else self.rec.final_upto(limit)
+        recs = self.rec.take(upto)
+        flows, seqs = self.rec.take_log()
         rows, self.pending_health = self.pending_health, []
         if not self.stream:
             return
         batch = {"kind": "batch", "v": VERSION, "node": self.node, "batch": self.batches,
                  "records": {"n": len(recs["flow"]),
-                             **{k: "".join(_b64(v)) for k, v in recs.items()}},
-                 "received": {"n": len(flows), "flow": "".join(_b64(flows)),
-                              "seq": "".join(_b64(seqs))},
+                             **{k: "".join(b64(v)) for k, v in recs.items()}},
+                 "received": {"n": len(flows), "flow": "".join(b64(flows)),
+                              "seq": "".join(b64(seqs))},
                  "health": rows}
         self._print_object(batch)
 
@@ -687,9 +603,10 @@ class Agent:
     def report(self) -> dict:
         """The one-shot document (output "document"): every batch's records together."""
         doc = self.summary()
-        n, m = len(self.acc["flow"]), len(self.acc_flow)
-        doc["records"] = {"n": n, **{k: _b64(v) for k, v in self.acc.items()}}
-        doc["received"] = {"n": m, "flow": _b64(self.acc_flow), "seq": _b64(self.acc_seq)}
+        rec = self.rec
+        n, m = len(rec.acc["flow"]), len(rec.acc_flow)
+        doc["records"] = {"n": n, **{k: b64(v) for k, v in rec.acc.items()}}
+        doc["received"] = {"n": m, "flow": b64(rec.acc_flow), "seq": b64(rec.acc_seq)}
         return doc
 
     def finish_stream(self) -> None:

@@ -72,7 +72,7 @@ def test_ring_is_bounded_and_overflow_is_counted_not_lost(monkeypatch):
     cfg.update(output="stream", ring_records=64, echo_timeout_s=5.0, health_window_s=0.5)
     out = io.StringIO()
     a = agent.Agent(cfg, "a", out)
-    assert a.ring == 64 and len(a.r_t1) == 64 and len(a.r_state) == 64
+    assert a.rec.size == 64 and len(a.r_t1) == 64 and len(a.rec.state) == 64
     a.open()
     try:
         a.loop()
