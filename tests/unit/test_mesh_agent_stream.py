@@ -163,3 +163,28 @@ def test_lab_clock_entries_are_plain_offset_sources():
     assert agent.clock_source(entries["node1"]).host(int(t * 1e9)) == \
         pytest.approx(int((t + hc.offset_at(t)) * 1e9), abs=2)
     assert agent_clock_entries(None) == {}
+
+
+def test_record_ring_wraps_and_hands_out_records_in_send_order():
+    from fleetctl.mesh.records import PENDING, RecordRing, spans
+
+    ring = RecordRing(10, 5, keep=True)
+    assert ring.size == 16 and ring.log_size == 16  # powers of two, at least 16
+    assert spans(14, 5, 16) == [(14, 16), (0, 3)] and spans(3, 0, 16) == []
+    taken = []
+    for idx in range(40):  # 40 records through a 16-slot ring, 5 at a time
+        pos = idx & ring.mask
+        ring.flow[pos], ring.t1[pos], ring.state[pos] = idx, idx, PENDING
+        ring.n += 1
+        if idx % 2 == 0:
+            ring.state[pos] = agent.ANSWERED
+        assert not ring.full() or ring.n - ring.emitted == 16
+        if ring.n - ring.emitted == 5:
+            upto = ring.final_upto(limit_t1=idx - 2)  # records with t1 < idx - 2 time out
+            taken.append(ring.take(upto))
+    taken.append(ring.take(ring.n))
+    flows = [f for t in taken for f in t["flow"]]
+    states = [s for t in taken for s in t["state"]]
+    assert flows == list(range(40))
+    assert states == [agent.ANSWERED if f % 2 == 0 else agent.UNANSWERED for f in flows]
+    assert list(ring.acc["flow"]) == flows  # document mode keeps every batch
