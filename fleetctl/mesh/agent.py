@@ -551,14 +551,15 @@ class Agent:
                 self.emit()
             if now >= end:
                 break
-            if interval is not None and now < send_end:
-                if now - next_t > MAX_LAG_S:
-                    skip = int((now - next_t) / interval)
+            if interval is not None and next_t < send_end:  # (the last tick's probes too)
+                due = min(now, send_end - interval * 1e-3)  # the schedule ends at send_end
+                if due - next_t > MAX_LAG_S:
+                    skip = int((due - next_t) / interval)
                     self.counters["skipped"] += skip
                     i += skip
                     next_t += skip * interval
-                if next_t <= now:  # the due probes in one burst; lateness of its first one
-                    burst = min(max_burst, int((now - next_t) / interval) + 1)
+                if next_t <= due:  # the due probes in one burst; lateness of its first one
+                    burst = min(max_burst, int((due - next_t) / interval) + 1)
                     meter.note_late(now - next_t)
                     self.send_burst(i, burst)
                     i += burst
