@@ -1,8 +1,10 @@
 """The lab's clock-skew truth: each host's artificial clock offset and drift (lab up --clock-skew).
 
 All namespaces share one kernel clock, so one-way delays are exact in the lab. To test clock-offset
-estimation, the probe agent on a host reads that host's clock through `HostClock.now()` instead of
-time.time(), and the estimate is checked against `HostClock.offset_at()`.
+estimation, each host's probe agent stamps its packets through an "offset" clock source (the
+agent's plain configuration entry {"source": "offset", "offset_ms", "drift_ppm", "t0"}, made here
+by `agent_clock_entry`), and the estimate is checked against `HostClock.offset_at()`. The agent
+never reads the lab's state: this module is the lab side of that one interface.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class HostClock:
         t = time.time()
         return t + self.offset_at(t)
 
+    def agent_clock_entry(self) -> dict:
+        """The probe agent's clock-source entry that puts its timestamps on this host's clock."""
+        return {"source": "offset", "offset_ms": self.offset_ms, "drift_ppm": self.drift_ppm,
+                "t0": self.t0}
+
 
 def host_clocks(state_dir: str | Path) -> dict[str, HostClock]:
     """Clocks of every host of the lab whose state lives in `state_dir` (the site's lab.state_dir);
@@ -44,3 +51,25 @@ def host_clocks(state_dir: str | Path) -> dict[str, HostClock]:
         return {}
     return {node: HostClock(node, v["offset_ms"], v["drift_ppm"], truth["t0"])
             for node, v in truth["hosts"].items()}
+
+
+def clock_truth(site) -> dict | None:
+    """The injected clock truth ({"t0", "hosts": {node: {offset_ms, drift_ppm}}}) of the lab the
+    site file describes, when it was started with --clock-skew; None otherwise."""
+    lab = site.data.get("lab") or {}
+    if not lab.get("clock_skew") or not lab.get("state_dir"):
+        return None
+    path = Path(lab["state_dir"]) / "state.json"
+    try:
+        clock = json.loads(path.read_text()).get("clock")
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{path}: cannot read the lab's clock truth: {exc}") from None
+    return clock or None
+
+
+def agent_clock_entries(truth: dict | None) -> dict[str, dict]:
+    """Per node, the probe agent's clock-source entry for the lab's emulated skew."""
+    if not truth:
+        return {}
+    return {node: HostClock(node, v["offset_ms"], v["drift_ppm"], truth["t0"]).agent_clock_entry()
+            for node, v in truth.get("hosts", {}).items()}

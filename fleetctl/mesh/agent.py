@@ -1,27 +1,28 @@
 """The probe agent: stdlib-only, shipped to every node with `run_python` (nothing installed there).
 
-One process per node, one thread. Per NIC: a responder socket bound to (NIC address, port) and one
+The payload is wire.py + health.py + records.py + this file (PAYLOAD_PARTS, joined by
+probe_run._payload), one script. One process per node, one thread, one epoll. Per NIC: a responder socket bound to (NIC address, port) and one
 sender socket per source port (the set of source ports spreads a pair's flows over the ECMP paths;
-one socket per port keeps each flow's 5-tuple fixed, so its traced path stays valid). Every probe
-carries the run tag and an HMAC-SHA256 (truncated to 16 bytes) under the per-run key:
+one socket per port keeps each flow's 5-tuple fixed, so its traced path stays valid). Packets:
+wire.py (version 2, keyed BLAKE2b MAC). Foreign, garbled, forged and replayed packets (responder:
+64-probe anti-replay window per flow; sender: an echo for a record already answered) are counted
+and dropped.
 
-    probe  MAGIC type=1 ver run_tag src_nic dst_nic flow seq slot t1           + mac
-    echo   MAGIC type=2 ver run_tag src_nic dst_nic flow seq slot t1 t2 t3     + mac
+Hot path (docs/mesh-probing.md, "agent cost"): every wake-up drains all ready datagrams of every
+ready socket (recvmsg_into one preallocated buffer, bounded per turn), answers in place in that
+buffer, sends from one reused probe buffer; records live in preallocated ring arrays.
 
-t1 sender's send time, t2 responder's (kernel, SO_TIMESTAMPNS) receive time, t3 responder's send
-time, t4 the sender's kernel receive time of the echo. `slot` is the sender's record index, so an
-echo finds its record without a lookup table. Foreign (wrong magic or run), garbled (bad length or
-fields), forged (bad MAC) and replayed packets (responder: 64-probe anti-replay window per flow;
-sender: an echo for a record already answered) are counted and dropped.
+Records: a bounded ring (records.py, a power of two). A record is final once answered or older than the echo
+timeout; every health window (1 s) the final records leave the ring as a batch with that window's
+health row. Output modes (config "output"):
+  "document" (default, the one-shot audit): batches accumulate (at most `max_records` records) and
+      one JSON document is printed at exit, as before plus "health";
+  "stream" (continuous probing): each batch is printed at once as `FLS1 <batch> <i> <n> <text>`
+      lines (collect.parse_stream joins them), then an end object; memory stays bounded by the ring.
 
-Memory is bounded: the record arrays are allocated once (at most `max_records`), the responder
-tracks only the flows assigned to it. The agent always exits: sending stops at start + duration,
-it answers for `linger` more seconds, then prints one JSON document (records as base64 of zlib of
-little-endian arrays, in short pieces, one per line) and exits; an alarm ends it even if stdout
-blocks.
-
-In the lab (`lab up --clock-skew`), every timestamp is put on the host's emulated clock:
-t + offset + drift * (t - t0), from the lab state passed in the configuration.
+Clock: timestamps go through a clock source chosen by the node's "clock" entry: the system clock,
+or "offset" (a fixed offset and drift, e.g. the lab's emulated skew, fleetctl/lab/clock.py). The
+agent never reads anything but its configuration and /proc counters.
 
 Configuration (JSON): embedded by the collector in place of `_EMBEDDED_CONFIG` (keeps the key off
 the command line), or on stdin when run as `python -m fleetctl.mesh.agent`. FLEETCTL_NODE (set by
@@ -30,129 +31,139 @@ every transport) says which node's entry applies.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import os
-import selectors
+import select
 import signal
 import socket
 import struct
 import sys
 import time
-import zlib
-from array import array
+
+from fleetctl.mesh.health import HEALTH_FIELDS, HealthMeter  # payload-local
+from fleetctl.mesh.records import ANSWERED, FREE, PENDING, SEND_FAILED, UNANSWERED  # payload-local
+from fleetctl.mesh.records import RecordRing, b64  # payload-local
+from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, MAX_DATAGRAM  # payload-local
+from fleetctl.mesh.wire import PROBE, PROBE_LEN, TIMES, Codec, run_tag  # payload-local
+
+# the shipped script: these modules of this package, in this order, lines marked payload-local
+# left out (probe_run._payload joins them); each only uses names of the modules before it
+PAYLOAD_PARTS = ("wire", "health", "records", "agent")
 
 _EMBEDDED_CONFIG = None  # replaced by the collector with the run's configuration (a JSON string)
 
-MAGIC = b"FLP1"
-VERSION = 1
-PROBE, ECHO = 1, 2
-MAC_LEN = 16
-# magic, type, version, run tag, src_nic, dst_nic, flow, seq, slot, t1
-HEAD = struct.Struct("<4sBB8sIIIIIq")
-TIMES = struct.Struct("<qq")  # t2, t3 of an echo
-PROBE_LEN = HEAD.size + MAC_LEN
-ECHO_LEN = HEAD.size + TIMES.size + MAC_LEN
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-SO_BINDTODEVICE = getattr(socket, "SO_BINDTODEVICE", 25)
-IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
-MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
+VERSION = 2  # wire and document version
+# plain ints (some socket constants are enums: `flags & MSG_TRUNC` on an enum costs a call)
+SO_TIMESTAMPNS = int(getattr(socket, "SO_TIMESTAMPNS", 35))
+SO_RXQ_OVFL = int(getattr(socket, "SO_RXQ_OVFL", 40))
+SO_BINDTODEVICE = int(getattr(socket, "SO_BINDTODEVICE", 25))
+IP_RECVERR = int(getattr(socket, "IP_RECVERR", 11))
+MSG_ERRQUEUE = int(getattr(socket, "MSG_ERRQUEUE", 0x2000))
+MSG_TRUNC = int(getattr(socket, "MSG_TRUNC", 0x20))
+SOL_SOCKET = int(socket.SOL_SOCKET)
 LOOP_DPORT = 33434  # loop probes go to a closed port of the switch: it answers port-unreachable
-CMSG_SPACE = socket.CMSG_SPACE(16)
+CMSG_SPACE = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)  # timestamp + overflow count
+TS = struct.Struct("qq")
+U32 = struct.Struct("I")
 REPLAY_WINDOW = 64
-MAX_BURST = 64  # probes sent per loop turn at most: catching up must not become a flood
+REPLAY_MASK = (1 << REPLAY_WINDOW) - 1
+MAX_BURST = 64  # probes sent per loop turn at most (unless two ticks hold more)
 MAX_LAG_S = 0.25  # further behind schedule than this: skip ahead (counted), do not burst
-# record states (the collector turns 1 into "lost out" or "lost back" with the responders' logs)
-ANSWERED, UNANSWERED, SEND_FAILED, PENDING = 0, 1, 4, 255
-COUNTERS = ("sent", "send_errors", "skipped", "echoes", "answered", "foreign", "garbled", "bad_mac",
-            "replayed", "unexpected", "records_dropped", "log_dropped", "loop_errors")
+# shortest loop turn: per-wake-up costs (epoll, sleep, one empty read per ready socket), not
+# per-datagram ones, dominated the agent's CPU; t2/t4 are kernel times, so a responder that
+# answers a few ms later measures the same one-way delays
+TICK_MIN_S, TICK_MAX_S, TICK_PACKETS = 0.005, 0.02, 32
+MAX_DRAIN = 256  # datagrams read from one socket per turn: the send schedule must not starve
+STREAM_PIECE = 400  # characters of batch text per output line (srun splits longer lines)
+COUNTERS = ("sent", "send_errors", "skipped", "echoes", "answered", "answer_errors", "foreign",
+            "garbled", "bad_mac", "replayed", "unexpected", "late", "records_dropped",
+            "log_dropped", "loop_errors", "ring_forced")
 
 
-def run_tag(run_id: str) -> bytes:
-    return hashlib.sha256(run_id.encode()).digest()[:8]
-
-
-def mac(key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, hashlib.sha256).digest()[:MAC_LEN]
-
-
+# ---------------------------------------------------------------------- compatibility (bytes API)
 def pack_probe(key: bytes, tag: bytes, src_nic: int, dst_nic: int, flow: int, seq: int, slot: int,
                t1: int) -> bytes:
-    body = HEAD.pack(MAGIC, PROBE, VERSION, tag, src_nic, dst_nic, flow, seq, slot, t1)
-    return body + mac(key, body)
+    return Codec(key, tag).pack_probe(src_nic, dst_nic, flow, seq, slot, t1)
 
 
 def pack_echo(key: bytes, probe_head: bytes, t2: int, t3: int) -> bytes:
-    body = bytearray(probe_head)
-    body[4] = ECHO
-    body += TIMES.pack(t2, t3)
-    body = bytes(body)
-    return body + mac(key, body)
+    return Codec(key, bytes(probe_head[6:14])).pack_echo(probe_head, t2, t3)
 
 
 def unpack(key: bytes, tag: bytes, data: bytes, counters: dict) -> tuple | None:
     """(type, src_nic, dst_nic, flow, seq, slot, t1, t2, t3, head) of a genuine packet, else
     None with the reason counted."""
-    if len(data) < 4 or data[:4] != MAGIC:
-        counters["foreign"] += 1
+    got = Codec(key, tag).unpack(data)
+    if isinstance(got, str):
+        counters[got] += 1
         return None
-    if len(data) not in (PROBE_LEN, ECHO_LEN):
-        counters["garbled"] += 1
-        return None
-    _, kind, version, ptag, src, dst, flow, seq, slot, t1 = HEAD.unpack_from(data)
-    if ptag != tag:
-        counters["foreign"] += 1  # another run's probe (or another tool's)
-        return None
-    body, got = data[:-MAC_LEN], data[-MAC_LEN:]
-    if not hmac.compare_digest(mac(key, body), got):
-        counters["bad_mac"] += 1
-        return None
-    expected_len = PROBE_LEN if kind == PROBE else ECHO_LEN if kind == ECHO else -1
-    if version != VERSION or len(data) != expected_len:
-        counters["garbled"] += 1
-        return None
-    t2 = t3 = 0
-    if kind == ECHO:
-        t2, t3 = TIMES.unpack_from(data, HEAD.size)
-    return kind, src, dst, flow, seq, slot, t1, t2, t3, data[:HEAD.size]
+    return (*got, bytes(data[:HEAD.size]))
 
 
-class Clock:
-    """The host's clock in ns: the real clock, or in the lab its emulated skewed version."""
-
-    def __init__(self, skew: dict | None):
-        skew = skew or {}
-        self.offset_ns = int(round(float(skew.get("offset_ms", 0.0)) * 1e6))
-        self.drift = float(skew.get("drift_ppm", 0.0)) * 1e-6
-        self.t0_ns = int(round(float(skew.get("t0", 0.0)) * 1e9))
+# ---------------------------------------------------------------------- clock sources
+class SystemClock:
+    """The host's own clock: timestamps as the kernel gives them."""
 
     def host(self, real_ns: int) -> int:
-        if not self.offset_ns and not self.drift:
-            return real_ns
+        return real_ns
+
+
+class OffsetClock:
+    """A fixed offset and drift on top of the system clock: t + offset + drift * (t - t0).
+    Entry: {"source": "offset", "offset_ms", "drift_ppm", "t0" (epoch s)}."""
+
+    def __init__(self, entry: dict):
+        self.offset_ns = int(round(float(entry.get("offset_ms", 0.0)) * 1e6))
+        self.drift = float(entry.get("drift_ppm", 0.0)) * 1e-6
+        self.t0_ns = int(round(float(entry.get("t0", 0.0)) * 1e9))
+        if abs(self.offset_ns) > 10 ** 15 or abs(self.drift) > 1e-2:
+            raise ValueError("clock offset/drift out of range")
+
+    def host(self, real_ns: int) -> int:
         return real_ns + self.offset_ns + int((real_ns - self.t0_ns) * self.drift)
 
 
+CLOCK_SOURCES = {"system": SystemClock, "offset": OffsetClock}
+
+
+def clock_source(entry: dict | None):
+    """The clock source a node's "clock" entry names (no entry: the system clock). An entry
+    without "source" but with an offset or drift is an offset clock (configuration version 1)."""
+    if not entry:
+        return SystemClock()
+    name = entry.get("source") or ("offset" if "offset_ms" in entry or "drift_ppm" in entry
+                                   else "system")
+    if name not in CLOCK_SOURCES:
+        raise ValueError(f"unknown clock source {name!r}")
+    return CLOCK_SOURCES[name]() if name == "system" else CLOCK_SOURCES[name](entry)
+
+
 class Agent:
-    def __init__(self, config: dict, node: str):
+    def __init__(self, config: dict, node: str, out=None):
         self.node = node
         mine = config["nodes"].get(node)
         if mine is None:
             raise ValueError(f"node {node!r} is not in the run configuration")
-        self.key = bytes.fromhex(config["key"])
-        self.tag = run_tag(config["run_id"])
+        self.codec = Codec(bytes.fromhex(config["key"]), run_tag(config["run_id"]))
         self.port = int(config["port"])
         self.sports = [int(p) for p in config["sports"]]
         self.rate = float(config["rate"])
         self.duration = float(config["duration"])
         self.linger = float(config.get("linger", 1.0))
         self.start_at = float(config.get("start_at") or time.time())
-        self.clock = Clock(mine.get("clock"))
+        self.stream = config.get("output", "document") == "stream"
+        if config.get("output", "document") not in ("document", "stream"):
+            raise ValueError(f"unknown output mode {config.get('output')!r}")
+        self.window_s = min(60.0, max(0.1, float(config.get("health_window_s", 1.0))))
+        self.echo_timeout_s = min(10.0, max(0.1, float(config.get("echo_timeout_s",
+                                                                    max(self.linger, 0.5)))))
+        self.clock = clock_source(mine.get("clock"))
+        self.rcvbuf = min(64 << 20, max(1024, int(config.get("rcvbuf_bytes", 4 << 20))))
         self.counters = {k: 0 for k in COUNTERS}
         self.errors: list[str] = []
         self.kernel_rx = 0
         self.software_rx = 0
+        self.out = out or sys.stdout
         self.nics = {int(i): (addr, dev) for i, addr, dev in mine["nics"]}
         # pairs this node sends: (flow base, src nic, dst nic, dst address)
         self.pairs = [(int(f), int(s), int(d), a) for f, s, d, a in config["pairs"]
@@ -166,88 +177,216 @@ class Agent:
         # flows answered here: flow -> [highest seq, bitmap] (bounded by the assignment)
         self.replay = {int(f) + j: [-1, 0] for f, _s, d, _a in config["pairs"]
                        if int(d) in self.nics for j in range(n_sp)}
-        expected = int(self.rate * self.duration * (len(self.pairs) + len(self.loops)) * 1.05) + 16
         cap = int(config.get("max_records", 2_000_000))
+        sends_per_s = self.rate * (len(self.pairs) + len(self.loops))
+        answers_per_s = self.rate * (len(self.replay) // max(1, n_sp))
+        tick = config.get("tick_s")
+        if tick is None:  # about TICK_PACKETS datagrams per turn, within [TICK_MIN_S, TICK_MAX_S]
+            load = 2 * (sends_per_s + answers_per_s) + 1e-9  # a probe: two datagrams here
+            tick = min(TICK_MAX_S, max(TICK_MIN_S, TICK_PACKETS / load))
+        self.tick_s = min(TICK_MAX_S, max(0.0, float(tick)))
+        answers_per_s = max(answers_per_s, self.rate)  # the log's bounds: at least one flow
+        # document mode: at most `capacity` records in all (the old bound); stream: unbounded
+        expected = int(sends_per_s * self.duration * 1.05) + 16
         self.capacity = max(0, min(expected, cap))
-        zero8 = bytes(8 * self.capacity)
-        self.r_flow = array("I", bytes(4 * self.capacity))
-        self.r_seq = array("I", bytes(4 * self.capacity))
-        self.r_t1, self.r_t2, self.r_t3, self.r_t4 = (array("q", zero8) for _ in range(4))
-        self.r_state = array("B", bytes([PENDING]) * self.capacity)
-        self.n = 0
-        log_cap = max(0, min(int(self.rate * self.duration * max(1, len(self.replay) // n_sp)
-                                 * 1.05) + 16, cap))
-        self.log_flow = array("I", bytes(4 * log_cap))
-        self.log_seq = array("I", bytes(4 * log_cap))
-        self.log_n = 0
-        self.sel = selectors.DefaultSelector()
-        self.senders: dict[tuple[int, int], socket.socket] = {}  # (nic, sport index) -> socket
-        self.loopers: dict[int, socket.socket] = {}  # nic -> loop socket (IP_RECVERR)
-        self.targets: list[tuple] = []  # the send schedule's round: see `open`
+        log_expected = int(answers_per_s * self.duration * 1.05) + 16
+        self.log_capacity = max(0, min(log_expected, cap))
+        span = self.echo_timeout_s + 2 * self.window_s
+        ring = config.get("ring_records") or int(sends_per_s * span * 1.5) + 64
+        self.rec = rec = RecordRing(int(ring), int(answers_per_s * 2 * self.window_s * 1.5) + 64,
+                                    keep=not self.stream)
+        # the hot path's aliases (the ring's arrays are never reallocated)
+        self.r_flow, self.r_seq, self.r_slot, self.r_state = rec.flow, rec.seq, rec.slot, \
+            rec.state
+        self.r_t1, self.r_t2, self.r_t3, self.r_t4 = rec.t1, rec.t2, rec.t3, rec.t4
+        self.batches = 0
+        self.health = HealthMeter(self.counters, self.window_s,
+                                  late_cap=int(sends_per_s * self.window_s * 1.2) + 64,
+                                  keep_rows=not self.stream)
+        self.pending_health: list[list] = []
+        self.ovfl: dict[int, int] = {}  # fd -> last SO_RXQ_OVFL count
+        # preallocated buffers: one receive buffer, one probe buffer
+        self.rbuf = bytearray(MAX_DATAGRAM)
+        self.rview = memoryview(self.rbuf)
+        self.rbufs = [self.rbuf]
+        self.pbuf = bytearray(ECHO_LEN)
+        self.pview = memoryview(self.pbuf)[:PROBE_LEN]
+        self.epoll = select.epoll()
+        self.by_fd: dict[int, tuple] = {}  # fd -> (socket, role, nic); role 0 send 1 answer 2 loop
+        self.senders: dict[tuple[int, int], socket.socket] = {}
+        self.loopers: dict[int, socket.socket] = {}
+        self.targets: list[tuple] = []
 
     # ------------------------------------------------------------------ sockets
     def _socket(self, addr: str, port: int, dev: str) -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if dev:  # egress through this NIC only: a dead NIC must not be masked by another route
             try:
-                s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, dev.encode())
+                s.setsockopt(SOL_SOCKET, SO_BINDTODEVICE, dev.encode())
             except OSError as exc:
                 self.errors.append(f"{dev}: SO_BINDTODEVICE: {exc.strerror}")
-        try:
-            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        except OSError:
-            pass
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        for opt in (SO_TIMESTAMPNS, SO_RXQ_OVFL):
+            try:
+                s.setsockopt(SOL_SOCKET, opt, 1)
+            except OSError:
+                pass
+        s.setsockopt(SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         s.bind((addr, port))
         s.setblocking(False)
         return s
 
+    def _register(self, sock: socket.socket, role: int, nic: int) -> None:
+        self.epoll.register(sock.fileno(), select.EPOLLIN)
+        self.by_fd[sock.fileno()] = (sock, role, nic)
+
     def open(self) -> None:
         for nic, (addr, dev) in self.nics.items():
             try:
-                r = self._socket(addr, self.port, dev)
-                self.sel.register(r, selectors.EVENT_READ, (True, nic))
+                self._register(self._socket(addr, self.port, dev), 1, nic)
                 for j, sp in enumerate(self.sports):
                     s = self._socket(addr, sp, dev)
                     self.senders[(nic, j)] = s
-                    self.sel.register(s, selectors.EVENT_READ, (False, nic))
+                    self._register(s, 0, nic)
                 if self.loop_port and any(src == nic for _f, src, _a in self.loops):
                     s = self._socket(addr, self.loop_port, dev)
                     s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)  # ICMP answers -> error queue
                     self.loopers[nic] = s
-                    self.sel.register(s, selectors.EVENT_READ, (None, nic))
+                    self._register(s, 2, nic)
             except OSError as exc:
                 self.errors.append(f"nic {nic} {addr}: {exc.strerror or exc}")
         n_sp = len(self.sports)
-        # one round of the schedule: (flows, src nic, dst nic, address, port, sockets)
-        self.targets = [(tuple(b + j for j in range(n_sp)), s, d, a, self.port,
+        # one round of the schedule: (flows, src nic, dst nic, (address, port), sockets)
+        self.targets = [(tuple(b + j for j in range(n_sp)), s, d, (a, self.port),
                          tuple(self.senders[(s, j)] for j in range(n_sp)))
                         for b, s, d, a in self.pairs if (s, 0) in self.senders]
-        self.targets += [((f,), s, s, a, LOOP_DPORT, (self.loopers[s],))
+        self.targets += [((f,), s, s, (a, LOOP_DPORT), (self.loopers[s],))
                          for f, s, a in self.loops if s in self.loopers]
 
     def close(self) -> None:
-        for key in list(self.sel.get_map().values()):
-            self.sel.unregister(key.fileobj)
-            key.fileobj.close()
-        self.sel.close()
+        for sock, _role, _nic in self.by_fd.values():
+            sock.close()
+        self.by_fd.clear()
+        self.epoll.close()
 
     # ------------------------------------------------------------------ receive
-    def _recv(self, sock: socket.socket):
-        data, anc, _flags, addr = sock.recvmsg(256, CMSG_SPACE)
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-                sec, nsec = struct.unpack_from("qq", payload)
-                self.kernel_rx += 1
-                return data, addr, sec * 1_000_000_000 + nsec
+    def _rx_time(self, anc, fd: int) -> int:
+        """Kernel receive time from the ancillary data (and the socket's overflow count)."""
+        rx = 0
+        for level, kind, data in anc:
+            if level == SOL_SOCKET:
+                if kind == SO_TIMESTAMPNS and len(data) >= 16:
+                    sec, nsec = TS.unpack_from(data)
+                    rx = sec * 1_000_000_000 + nsec
+                elif kind == SO_RXQ_OVFL and len(data) >= 4:
+                    drops = U32.unpack_from(data)[0]
+                    before = self.ovfl.get(fd, 0)
+                    if drops > before:
+                        self.ovfl[fd] = drops
+                        self.health.ovfl_total += drops - before
+        if rx:
+            self.kernel_rx += 1
+            return rx
         self.software_rx += 1
-        return data, addr, time.time_ns()
+        return time.time_ns()
+
+    # The two drains and send_burst are the hot path: names are bound to locals, the common
+    # case (one timestamp cmsg, a genuine packet) runs inline, counters are added once per call.
+    def drain_echoes(self, sock: socket.socket, fd: int, nic: int) -> None:
+        """Sender socket: match every ready echo (at most MAX_DRAIN) to its record."""
+        recv, bufs, buf, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check
+        c, mask, host = self.counters, self.rec.mask, self.clock.host
+        r_slot, r_flow, r_seq, r_state = self.r_slot, self.r_flow, self.r_seq, self.r_state
+        r_t2, r_t3, r_t4 = self.r_t2, self.r_t3, self.r_t4
+        ids, times, ts = IDS.unpack_from, TIMES.unpack_from, TS.unpack_from
+        echoes = kernel = 0
+        for _ in range(MAX_DRAIN):
+            try:
+                n, anc, flags, _addr = recv(bufs, CMSG_SPACE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
+                continue
+            if len(anc) == 1 and anc[0][1] == SO_TIMESTAMPNS and anc[0][0] == SOL_SOCKET:
+                sec, nsec = ts(anc[0][2])
+                rx = sec * 1_000_000_000 + nsec
+                kernel += 1
+            else:
+                rx = self._rx_time(anc, fd)
+            kind = check(buf, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
+            if kind != ECHO:
+                c[kind if kind.__class__ is str else "unexpected"] += 1
+                continue
+            src, _dst, flow, seq, slot = ids(buf, IDS_AT)
+            pos = slot & mask
+            if src != nic or r_slot[pos] != slot or r_flow[pos] != flow or r_seq[pos] != seq:
+                c["unexpected"] += 1
+                continue
+            state = r_state[pos]
+            if state != PENDING:
+                c["late" if state == FREE else "replayed"] += 1
+                continue
+            r_t2[pos], r_t3[pos] = times(buf, HEAD.size)
+            r_t4[pos] = host(rx)
+            r_state[pos] = ANSWERED
+            echoes += 1
+        c["echoes"] += echoes
+        self.kernel_rx += kernel
+
+    def drain_probes(self, sock: socket.socket, fd: int, nic: int) -> None:
+        """Responder socket: answer every ready genuine probe (at most MAX_DRAIN) in place."""
+        recv, bufs, buf, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check
+        c, host, echo, sendto = self.counters, self.clock.host, self.codec.echo_in_place, \
+            sock.sendto
+        replay, out, ids, ts, time_ns = self.replay, self.rview[:ECHO_LEN], IDS.unpack_from, \
+            TS.unpack_from, time.time_ns
+        answered = kernel = 0
+        for _ in range(MAX_DRAIN):
+            try:
+                n, anc, flags, addr = recv(bufs, CMSG_SPACE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                continue
+            if len(anc) == 1 and anc[0][1] == SO_TIMESTAMPNS and anc[0][0] == SOL_SOCKET:
+                sec, nsec = ts(anc[0][2])
+                rx = sec * 1_000_000_000 + nsec
+                kernel += 1
+            else:
+                rx = self._rx_time(anc, fd)
+            kind = check(buf, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
+            if kind != PROBE:
+                c[kind if kind.__class__ is str else "unexpected"] += 1
+                continue
+            _src, dst, flow, seq, _slot = ids(buf, IDS_AT)
+            st = replay.get(flow)
+            if dst != nic or st is None:
+                c["unexpected"] += 1
+                continue
+            top, bits = st
+            if seq > top:  # anti-replay: a 64-probe window per flow
+                st[1] = ((bits << (seq - top)) | 1) & REPLAY_MASK if top >= 0 else 1
+                st[0] = seq
+            else:
+                back = top - seq
+                if back >= REPLAY_WINDOW or bits >> back & 1:
+                    c["replayed"] += 1
+                    continue
+                st[1] = bits | (1 << back)
+            self._log(flow, seq)
+            echo(buf, host(rx), host(time_ns()))
+            try:
+                sendto(out, addr)
+                answered += 1
+            except OSError:
+                c["answer_errors"] += 1
+        c["answered"] += answered
+        self.kernel_rx += kernel
 
     def drain_loop(self, sock: socket.socket, nic: int) -> None:
         """ICMP port-unreachable from the switch a loop probe was sent to: the loop is closed.
         The error queue hands back our own probe (MAC checked), its slot finds the record."""
-        for _ in range(256):
+        for _ in range(MAX_DRAIN):
             try:
                 data, anc, _flags, _addr = sock.recvmsg(256, 512, MSG_ERRQUEUE)
             except (BlockingIOError, InterruptedError):
@@ -261,106 +400,135 @@ class Agent:
                 return
             rx, err = None, None
             for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-                    sec, nsec = struct.unpack_from("qq", payload)
+                if level == SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                    sec, nsec = TS.unpack_from(payload)
                     rx = sec * 1_000_000_000 + nsec
                 elif level == socket.IPPROTO_IP and kind == IP_RECVERR and len(payload) >= 24:
                     err = payload
             rx = rx or time.time_ns()
-            p = unpack(self.key, self.tag, data, self.counters)
-            if p is None or err is None:
+            kind = self.codec.check(data, len(data))
+            if kind.__class__ is str:
+                self.counters[kind] += 1
                 continue
+            if err is None:
+                continue
+            src, _dst, flow, seq, slot = IDS.unpack_from(data, IDS_AT)
             origin, icmp_type, icmp_code = err[4], err[5], err[6]
             offender = socket.inet_ntoa(err[20:24])
-            _kind, src, _dst, flow, seq, slot = p[:6]
             if origin != 2 or icmp_type != 3 or icmp_code != 3 or \
                     offender != self.loop_addr.get(flow) or src != nic:
                 self.counters["loop_errors"] += 1  # answered by someone else: not closed
                 continue
-            self._echoed(nic, ECHO, src, flow, seq, slot, 0, 0, rx)
+            self._loop_closed(nic, flow, seq, slot, rx)
 
-    def drain(self, sock: socket.socket, responder: bool, nic: int) -> None:
-        for _ in range(256):  # bounded: the send schedule must not starve
-            try:
-                data, addr, rx = self._recv(sock)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
-                continue
-            p = unpack(self.key, self.tag, data, self.counters)
-            if p is None:
-                continue
-            kind, src, dst, flow, seq, slot, _t1, t2, t3, head = p
-            if responder:
-                self._answer(sock, addr, nic, kind, src, dst, flow, seq, head, rx)
-            else:
-                self._echoed(nic, kind, src, flow, seq, slot, t2, t3, rx)
-
-    def _answer(self, sock, addr, nic, kind, src, dst, flow, seq, head, rx) -> None:
-        st = self.replay.get(flow)
-        if kind != PROBE or dst != nic or st is None:
-            self.counters["unexpected"] += 1
-            return
-        top, bits = st
-        if seq > top:
-            shift = seq - top
-            st[1] = ((bits << shift) | 1) & ((1 << REPLAY_WINDOW) - 1) if top >= 0 else 1
-            st[0] = seq
-        else:
-            back = top - seq
-            if back >= REPLAY_WINDOW or bits >> back & 1:
-                self.counters["replayed"] += 1
-                return
-            st[1] = bits | (1 << back)
-        if self.log_n < len(self.log_flow):
-            self.log_flow[self.log_n], self.log_seq[self.log_n] = flow, seq
-            self.log_n += 1
-        else:
+    def _log(self, flow: int, seq: int) -> None:
+        rec = self.rec
+        if not self.stream and rec.log_n >= self.log_capacity:
             self.counters["log_dropped"] += 1
-        t2 = self.clock.host(rx)
-        try:
-            sock.sendto(pack_echo(self.key, head, t2, self.clock.host(time.time_ns())), addr)
-            self.counters["answered"] += 1
-        except OSError:
-            self.counters["send_errors"] += 1
+            return
+        if rec.log_full():
+            self.emit()  # the log ring is full before its window ended: flush it early
+        rec.log(flow, seq)
 
-    def _echoed(self, nic, kind, src, flow, seq, slot, t2, t3, rx) -> None:
-        if kind != ECHO or src != nic or slot >= self.n or self.r_flow[slot] != flow \
-                or self.r_seq[slot] != seq:
+    def _loop_closed(self, nic, flow, seq, slot, rx) -> None:
+        pos = slot & self.rec.mask
+        if self.r_slot[pos] != slot or self.r_flow[pos] != flow or self.r_seq[pos] != seq:
             self.counters["unexpected"] += 1
             return
-        if self.r_state[slot] != PENDING:
-            self.counters["replayed"] += 1
+        state = self.r_state[pos]
+        if state != PENDING:
+            self.counters["late" if state == FREE else "replayed"] += 1
             return
-        self.r_t2[slot], self.r_t3[slot], self.r_t4[slot] = t2, t3, self.clock.host(rx)
-        self.r_state[slot] = ANSWERED
+        self.r_t2[pos] = self.r_t3[pos] = 0
+        self.r_t4[pos] = self.clock.host(rx)
+        self.r_state[pos] = ANSWERED
         self.counters["echoes"] += 1
 
     # ------------------------------------------------------------------ send
-    def send(self, i: int) -> None:
-        flows, src, dst, daddr, dport, socks = self.targets[i % len(self.targets)]
-        k = i // len(self.targets)
-        j = k % len(flows)
-        flow, seq = flows[j], k // len(flows)
-        if self.n >= self.capacity:
-            self.counters["records_dropped"] += 1
-            return
-        slot = self.n
-        self.n += 1
-        t1 = self.clock.host(time.time_ns())
-        self.r_flow[slot], self.r_seq[slot], self.r_t1[slot] = flow, seq, t1
-        packet = pack_probe(self.key, self.tag, src, dst, flow, seq, slot, t1)
-        try:
+    def send_burst(self, i: int, count: int) -> None:
+        """Probes i .. i+count-1 of the schedule: round-robin over the targets, each target's
+        source ports in turn; seq counts a flow's probes."""
+        targets, nt, rec, pbuf, pview = self.targets, len(self.targets), self.rec, self.pbuf, \
+            self.pview
+        mask = rec.mask
+        pack, host, time_ns, c = self.codec.pack_probe_into, self.clock.host, time.time_ns, \
+            self.counters
+        r_flow, r_seq, r_slot, r_t1, r_state = self.r_flow, self.r_seq, self.r_slot, self.r_t1, \
+            self.r_state
+        limit = None if self.stream else self.capacity
+        sent = 0
+        for i in range(i, i + count):
+            flows, src, dst, dest, socks = targets[i % nt]
+            k = i // nt
+            nf = len(flows)
+            j = k % nf
+            flow, seq = flows[j], k // nf
+            if limit is not None and rec.n >= limit:
+                c["records_dropped"] += 1
+                continue
+            if rec.n - rec.emitted >= rec.size:
+                self._force_room()
+            idx = rec.n
+            rec.n = idx + 1
+            pos, slot = idx & mask, idx & 0xFFFFFFFF
+            t1 = host(time_ns())
+            r_flow[pos], r_seq[pos], r_slot[pos], r_t1[pos] = flow, seq, slot, t1
+            r_state[pos] = PENDING
+            pack(pbuf, src, dst, flow, seq, slot, t1)
             try:
-                socks[j].sendto(packet, (daddr, dport))
-            except ConnectionRefusedError:  # a loop socket's last ICMP answer, reported once
-                socks[j].sendto(packet, (daddr, dport))
-            self.r_state[slot] = PENDING
-            self.counters["sent"] += 1
-        except OSError:  # NIC down, no route: the probe never left
-            self.r_state[slot] = SEND_FAILED
-            self.counters["send_errors"] += 1
+                try:
+                    socks[j].sendto(pview, dest)
+                except ConnectionRefusedError:  # a loop socket's last ICMP answer, reported once
+                    socks[j].sendto(pview, dest)
+                sent += 1
+            except OSError:  # NIC down, no route: the probe never left
+                r_state[pos] = SEND_FAILED
+                c["send_errors"] += 1
+        c["sent"] += sent
 
+    def send(self, i: int) -> None:
+        self.send_burst(i, 1)
+
+    def _force_room(self) -> None:
+        """The ring is full of records still waiting for echoes (the output cannot keep up or
+        the rate is far above the plan): the oldest quarter leaves now, unanswered (counted)."""
+        rec = self.rec
+        upto = rec.emitted + max(1, rec.size // 4)
+        self.counters["ring_forced"] += upto - rec.emitted
+        self.health.ring_forced += upto - rec.emitted
+        self.emit(upto=upto)
+
+    # ------------------------------------------------------------------ batches
+    def emit(self, final: bool = False, upto: int | None = None) -> None:
+        """Final records (or all before `upto`, or all) and the responder log leave their rings
+        as one batch (printed at once in stream mode), with the health rows closed since the
+        last batch."""
+        if upto is None:
+            limit = self.clock.host(time.time_ns()) - int(self.echo_timeout_s * 1e9)
+            upto = self.rec.n if final else self.rec.final_upto(limit)
+        recs = self.rec.take(upto)
+        flows, seqs = self.rec.take_log()
+        rows, self.pending_health = self.pending_health, []
+        if not self.stream:
+            return
+        batch = {"kind": "batch", "v": VERSION, "node": self.node, "batch": self.batches,
+                 "records": {"n": len(recs["flow"]),
+                             **{k: "".join(b64(v)) for k, v in recs.items()}},
+                 "received": {"n": len(flows), "flow": "".join(b64(flows)),
+                              "seq": "".join(b64(seqs))},
+                 "health": rows}
+        self._print_object(batch)
+
+    def _print_object(self, obj: dict) -> None:
+        """One object as FLS1 lines: `FLS1 <batch> <i> <n> <piece>` (compact JSON in pieces)."""
+        text = json.dumps(obj, separators=(",", ":"))
+        pieces = [text[i:i + STREAM_PIECE] for i in range(0, len(text), STREAM_PIECE)] or [""]
+        k = self.batches
+        self.batches += 1
+        self.out.write("".join(f"FLS1 {k} {i} {len(pieces)} {p}\n" for i, p in enumerate(pieces)))
+        self.out.flush()
+
+    # ------------------------------------------------------------------ loop
     def loop(self) -> None:
         mono0 = time.monotonic() + max(0.0, self.start_at - time.time())
         send_end = mono0 + self.duration
@@ -368,69 +536,95 @@ class Agent:
         interval = 1.0 / (self.rate * len(self.targets)) if self.targets and self.rate > 0 \
             else None
         next_t, i = mono0, 0
+        # catching up must not become a flood: at most two ticks' worth (or MAX_BURST) per turn
+        max_burst = max(MAX_BURST, int(2 * self.tick_s / interval) + 1) if interval else 0
+        next_window = time.monotonic() + self.window_s
+        poll, by_fd, meter, tick, sleep = self.epoll.poll, self.by_fd, self.health, self.tick_s, \
+            time.sleep
         while True:
             now = time.monotonic()
+            if now >= next_window:
+                self.pending_health.append(meter.close())
+                next_window += self.window_s
+                if next_window <= now:  # stalled for more than a window: realign
+                    next_window = now + self.window_s
+                self.emit()
             if now >= end:
                 break
-            if interval is not None and now < send_end:
-                if now - next_t > MAX_LAG_S:
-                    skip = int((now - next_t) / interval)
+            if interval is not None and next_t < send_end:  # (the last tick's probes too)
+                due = min(now, send_end - interval * 1e-3)  # the schedule ends at send_end
+                if due - next_t > MAX_LAG_S:
+                    skip = int((due - next_t) / interval)
                     self.counters["skipped"] += skip
                     i += skip
                     next_t += skip * interval
-                burst = 0
-                while next_t <= now and burst < MAX_BURST:
-                    self.send(i)
-                    i += 1
-                    next_t += interval
-                    burst += 1
-                wait = max(0.0, min(next_t, end) - time.monotonic())
+                if next_t <= due:  # the due probes in one burst; lateness of its first one
+                    burst = min(max_burst, int((due - next_t) / interval) + 1)
+                    meter.note_late(now - next_t)
+                    self.send_burst(i, burst)
+                    i += burst
+                    next_t += burst * interval
+                wait = min(next_t, end, next_window) - time.monotonic()
             else:
-                wait = end - now
-            for key, _ev in self.sel.select(min(wait, 0.05)):
-                responder, nic = key.data
-                if responder is None:
-                    self.drain_loop(key.fileobj, nic)
+                wait = min(end, next_window) - now
+            meter.wakeups += 1
+            # one blocking call per turn: under load the tick's sleep has filled the queues and
+            # poll(0) finds them; only an idle agent blocks in poll until a datagram or a send
+            events = poll(0)
+            if not events:
+                wait = max(wait, now + tick - time.monotonic())
+                if wait > 0:
+                    events = poll(min(wait, 0.05))
+            for fd, _ev in events:
+                sock, role, nic = by_fd[fd]
+                if role == 0:
+                    self.drain_echoes(sock, fd, nic)
+                elif role == 1:
+                    self.drain_probes(sock, fd, nic)
                 else:
-                    self.drain(key.fileobj, responder, nic)
+                    self.drain_loop(sock, nic)
+            # coalesce: at most one turn per tick, so each turn drains many datagrams (the
+            # receive queues hold them meanwhile; t2/t4 are kernel times, unaffected)
+            rest = now + tick - time.monotonic()
+            if rest > 0 and events:
+                sleep(rest)
+        self.pending_health.append(meter.close())
+        self.emit(final=True)
 
     # ------------------------------------------------------------------ output
-    def report(self) -> dict:
-        for slot in range(self.n):
-            if self.r_state[slot] == PENDING:
-                self.r_state[slot] = UNANSWERED
-        n, m = self.n, self.log_n
+    def summary(self) -> dict:
         kinds = "kernel" if self.kernel_rx and not self.software_rx else \
             "software" if not self.kernel_rx else "mixed"
-        return {
-            "node": self.node, "version": VERSION, "rx_timestamps": kinds,
-            "counters": self.counters, "errors": self.errors,
-            "capacity": self.capacity,
-            "records": {"n": n, "flow": _b64(self.r_flow[:n]), "seq": _b64(self.r_seq[:n]),
-                        "t1": _b64(self.r_t1[:n]), "t2": _b64(self.r_t2[:n]),
-                        "t3": _b64(self.r_t3[:n]), "t4": _b64(self.r_t4[:n]),
-                        "state": _b64(self.r_state[:n])},
-            "received": {"n": m, "flow": _b64(self.log_flow[:m]), "seq": _b64(self.log_seq[:m])},
-        }
+        return {"node": self.node, "version": VERSION, "rx_timestamps": kinds,
+                "counters": self.counters, "errors": self.errors, "capacity": self.capacity,
+                "health": {"window_s": self.window_s, "fields": list(HEALTH_FIELDS),
+                           "windows": [] if self.stream else self.health.rows,
+                           "run": self.health.run_summary()}}
+
+    def report(self) -> dict:
+        """The one-shot document (output "document"): every batch's records together."""
+        doc = self.summary()
+        rec = self.rec
+        n, m = len(rec.acc["flow"]), len(rec.acc_flow)
+        doc["records"] = {"n": n, **{k: b64(v) for k, v in rec.acc.items()}}
+        doc["received"] = {"n": m, "flow": b64(rec.acc_flow), "seq": b64(rec.acc_seq)}
+        return doc
+
+    def finish_stream(self) -> None:
+        self._print_object({"kind": "end", **self.summary()})
 
 
-def _b64(arr: array) -> list[str]:
-    """base64 of zlib of the little-endian array, in 400-character pieces: printed one per line
-    (indent=0), no output line is long enough for a transport to split it (srun does)."""
-    if sys.byteorder != "little":
-        arr = array(arr.typecode, arr)
-        arr.byteswap()
-    text = base64.b64encode(zlib.compress(arr.tobytes(), 1)).decode("ascii")
-    return [text[i:i + 400] for i in range(0, len(text), 400)]
-
-
-def run(config: dict, node: str) -> dict:
-    agent = Agent(config, node)
+def run(config: dict, node: str, out=None) -> dict | None:
+    """Probe per the configuration; the document (output "document"), or None after streaming."""
+    agent = Agent(config, node, out)
     agent.open()
     try:
         agent.loop()
     finally:
         agent.close()
+    if agent.stream:
+        agent.finish_stream()
+        return None
     return agent.report()
 
 
@@ -452,8 +646,9 @@ def main() -> int:
     except OSError as exc:
         print(f"fleetctl probe agent: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(json.dumps(out, indent=0))
-    sys.stdout.flush()
+    if out is not None:
+        sys.stdout.write(json.dumps(out, indent=0))
+        sys.stdout.flush()
     return 0
 
 

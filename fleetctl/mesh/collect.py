@@ -1,4 +1,8 @@
-"""From the agents' JSON documents to the run's probe records (store.PROBE_DTYPE).
+"""From the agents' output to the run's probe records (store.PROBE_DTYPE).
+
+An agent reports either one JSON document at exit (output "document", the one-shot audit) or a
+stream of batches while it runs (output "stream"; `StreamDecoder` / `parse_stream` turn its FLS1
+lines back into batch objects and a document whose records are the batches concatenated).
 
 Each sender reports its records (flow, seq, t1..t4, state); each responder the (flow, seq) of every
 genuine probe it answered. A probe the sender saw unanswered was lost on the way out (1) unless its
@@ -12,7 +16,6 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from pathlib import Path
 
 import numpy as np
 
@@ -34,7 +37,20 @@ def _array(doc: dict, name: str, node: str) -> np.ndarray:
 
 
 def decode(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """(sender records by field, responder log keys flow << 32 | seq) of one agent document."""
+    """(sender records by field, responder log keys flow << 32 | seq) of one agent document,
+    or of a streamed one (parse_stream: its batches in order, concatenated)."""
+    if "batches" in doc:
+        parts = [_decode_one(b, node) for b in doc["batches"]]
+        if not parts:
+            return {k: np.zeros(0, dtype=t) for k, t in _TYPES.items()}, np.zeros(0, np.uint64)
+        return ({k: np.concatenate([p[0][k] for p in parts]) for k in _TYPES},
+                np.concatenate([p[1] for p in parts]))
+    return _decode_one(doc, node)
+
+
+def _decode_one(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    if not isinstance(doc, dict):
+        raise DataError(f"{node}: probe agent output is not an object")
     rec = doc.get("records") or {}
     n = int(rec.get("n", 0))
     fields = {k: _array(rec, k, node) for k in _TYPES} if n else \
@@ -48,6 +64,91 @@ def decode(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
     else:
         keys = np.zeros(0, dtype=np.uint64)
     return fields, keys
+
+
+class StreamDecoder:
+    """Reassembles an agent's streamed objects from its FLS1 output lines, one line at a time
+    (`feed` returns the objects completed by that line). Lines are `FLS1 <k> <i> <n> <piece>`:
+    object k is the concatenation of its n pieces, compact JSON. Other lines are counted and
+    ignored (a transport's own messages); bad framing or oversized objects are a DataError."""
+
+    MAX_PIECES = 200_000  # 80 MB of JSON text per object: far above any real batch
+    MAX_OPEN = 4  # objects being assembled at once (an agent writes one at a time)
+
+    def __init__(self, node: str):
+        self.node = node
+        self.open: dict[int, list] = {}
+        self.ignored = 0
+        self.next_k = 0
+
+    def feed(self, line: str) -> list[dict]:
+        line = line.rstrip("\n")
+        if not line.startswith("FLS1 "):
+            self.ignored += int(bool(line.strip()))
+            return []
+        head = line.split(" ", 4)
+        try:
+            k, i, n = int(head[1]), int(head[2]), int(head[3])
+            piece = head[4] if len(head) > 4 else ""
+        except (ValueError, IndexError):
+            raise DataError(f"{self.node}: probe agent stream line is malformed: {line[:60]!r}") \
+                from None
+        if not (0 <= i < n <= self.MAX_PIECES) or k < self.next_k or len(piece) > 4096:
+            raise DataError(f"{self.node}: probe agent stream object {k} piece {i}/{n} is out "
+                            "of order or too large")
+        parts = self.open.setdefault(k, [n, []])
+        if parts[0] != n or len(parts[1]) != i or len(self.open) > self.MAX_OPEN:
+            raise DataError(f"{self.node}: probe agent stream object {k} is garbled (piece {i} "
+                            f"of {n} out of sequence)")
+        parts[1].append(piece)
+        if len(parts[1]) < n:
+            return []
+        del self.open[k]
+        self.next_k = k + 1
+        try:
+            obj = json.loads("".join(parts[1]))
+        except ValueError as exc:
+            raise DataError(f"{self.node}: probe agent stream object {k} is not JSON: {exc}") \
+                from None
+        if not isinstance(obj, dict) or obj.get("kind") not in ("batch", "end"):
+            raise DataError(f"{self.node}: probe agent stream object {k} has no known kind")
+        return [obj]
+
+
+def parse_stream(text: str, node: str, *, require_end: bool = True) -> dict:
+    """An agent's whole streamed output as one document: the end object's fields, `batches`
+    (each decodable by `decode`'s rules) and the health windows of every batch in order."""
+    dec = StreamDecoder(node)
+    batches, end = [], None
+    for line in text.splitlines():
+        for obj in dec.feed(line):
+            if obj["kind"] == "end":
+                end = obj
+            else:
+                batches.append(obj)
+    if dec.open:
+        raise DataError(f"{node}: probe agent stream ends inside an object")
+    if end is None and require_end:
+        raise DataError(f"{node}: probe agent stream has no end record (the agent did not "
+                        "finish)")
+    doc = dict(end or {"node": node})
+    doc.pop("kind", None)
+    doc["batches"] = batches
+    health = dict(doc.get("health") or {})
+    health["windows"] = [row for b in batches for row in (b.get("health") or [])]
+    doc["health"] = health
+    return doc
+
+
+def health_table(doc: dict) -> tuple[list[str], list[list]]:
+    """(field names, rows) of an agent's per-window health (document or parsed stream); empty for
+    an agent older than version 2."""
+    h = doc.get("health") or {}
+    fields, rows = h.get("fields") or [], h.get("windows") or []
+    if not isinstance(fields, list) or not isinstance(rows, list) or \
+            any(not isinstance(r, list) or len(r) != len(fields) for r in rows):
+        raise DataError(f"{doc.get('node', '?')}: probe agent health table is malformed")
+    return fields, rows
 
 
 def probe_records(docs: dict[str, dict], flows: np.ndarray, nic_node: list[str],
@@ -90,18 +191,17 @@ def probe_records(docs: dict[str, dict], flows: np.ndarray, nic_node: list[str],
     return out[np.argsort(out["t_send"], kind="stable")]
 
 
-def lab_clock(site) -> dict | None:
-    """The lab's injected clock truth ({"t0", "hosts": {node: {offset_ms, drift_ppm}}}) when the
-    site file describes a lab started with --clock-skew; None otherwise."""
+def lab_clock(site) -> tuple[dict | None, dict[str, dict]]:
+    """(clock truth, per-node agent clock entries) of a lab started with --clock-skew, else
+    (None, {}). The lab plugs in here only: its module is imported only for a lab's site file,
+    and the agents get plain offset/drift entries, never the lab's state."""
     lab = site.data.get("lab") or {}
-    if not lab.get("clock_skew") or not lab.get("state_dir"):
-        return None
-    path = Path(lab["state_dir"]) / "state.json"
-    try:
-        clock = json.loads(path.read_text()).get("clock")
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read the lab's clock truth: {exc}") from None
-    return clock or None
+    if not lab.get("clock_skew"):
+        return None, {}
+    from fleetctl.lab.clock import agent_clock_entries, clock_truth  # lab only
+
+    truth = clock_truth(site)
+    return truth, agent_clock_entries(truth)
 
 
 def clock_error(model, hosts: list[str], truth: dict, epoch_ns: int, span_s: float) -> dict:

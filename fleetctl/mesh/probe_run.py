@@ -18,7 +18,7 @@ import json
 import secrets
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetctl.errors import DataError, UsageError
@@ -27,7 +27,7 @@ from fleetctl.fanout.payload import json_output
 from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
 from fleetctl.mesh.analyze import Analysis, RunData, analyze
-from fleetctl.mesh.collect import lab_clock, probe_records
+from fleetctl.mesh.collect import health_table, lab_clock, probe_records
 from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.pairs import select_pairs
 from fleetctl.mesh.topology import Topology
@@ -69,11 +69,34 @@ class ProbeResult:
     run: RunData
     analysis: Analysis
     elapsed_s: float
+    # per node: the agent's health table {"fields", "windows", "window_s"} (not stored in the
+    # HDF5 file yet; docs/hdf5-schema.md "agent health records" proposes its layout)
+    health: dict = field(default_factory=dict)
+
+
+def _source(module) -> str:
+    """The module's source; a module naming PAYLOAD_PARTS (the probe agent) is those modules of
+    its package joined into one script, lines marked `# payload-local` left out."""
+    parts = getattr(module, "PAYLOAD_PARTS", None)
+    if not parts:
+        return Path(module.__file__).read_text()
+    here = Path(module.__file__).parent
+    out = ["# fleetctl payload: " + " + ".join(f"{p}.py" for p in parts) + ", generated.\n"
+           "from __future__ import annotations\n"]
+    for name in parts:
+        kept = [line for line in (here / f"{name}.py").read_text().splitlines()
+                if "# payload-local" not in line
+                and line.strip() != "from __future__ import annotations"]
+        out.append(f"\n# ---- {name}.py\n" + "\n".join(kept) + "\n")
+    source = "".join(out)
+    if "import fleetctl" in source or "from fleetctl" in source:
+        raise RuntimeError(f"{module.__name__}: payload imports fleetctl")
+    return source
 
 
 def _payload(module, config: dict) -> str:
     """The module's source with the configuration embedded (the marker line is replaced)."""
-    source = Path(module.__file__).read_text()
+    source = _source(module)
     marker = "_EMBEDDED_CONFIG = None"
     if marker not in source:
         raise RuntimeError(f"{module.__name__}: payload marker missing")
@@ -129,13 +152,13 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
         disc, loop_list = plan_loops(topo, site, disc, usable, len(fplan.flows), opts.port + 2)
 
     run_id = uuid.uuid4().hex[:16]
-    truth = lab_clock(site)
+    truth, clocks = lab_clock(site)
     node_cfg = {}
     for nic_id, info in usable.items():
         entry = node_cfg.setdefault(info.node, {"nics": []})
         entry["nics"].append([info.index, info.address, info.device])
-        if truth and info.node in truth.get("hosts", {}):
-            entry["clock"] = {**truth["hosts"][info.node], "t0": truth["t0"]}
+        if info.node in clocks:
+            entry["clock"] = clocks[info.node]
     start_at = time.time() + opts.start_delay
     acfg = {"run_id": run_id, "key": secrets.token_hex(32), "port": opts.port, "sports": sports,
             "rate": opts.rate, "duration": opts.duration, "linger": opts.linger,
@@ -147,11 +170,19 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
     timeout = opts.start_delay + opts.duration + opts.linger + 30
     docs = _fan_out(transport, hosts_used, agent_module, acfg, timeout, "probe agent", warnings,
                     failed)
-    agents = {}
+    agents, health = {}, {}
     for node, doc in docs.items():
         agents[node] = {"counters": doc.get("counters", {}),
                         "rx_timestamps": doc.get("rx_timestamps"),
-                        "errors": doc.get("errors", [])}
+                        "errors": doc.get("errors", []),
+                        "health": (doc.get("health") or {}).get("run", {})}
+        try:
+            fields, rows = health_table(doc)
+        except DataError as exc:  # a node's bad health table costs only that table
+            warnings.append(str(exc))
+            fields, rows = [], []
+        health[node] = {"fields": fields, "windows": rows,
+                        "window_s": (doc.get("health") or {}).get("window_s")}
         warnings += [f"{node}: {e}" for e in doc.get("errors", [])]
     probes = probe_records(docs, disc.flows, [topo.nic_host[i] for i in range(len(topo.nics))],
                            failed)
@@ -166,4 +197,4 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
     # a window as long as the run would leave its last probes alone in a second, useless window
     window = opts.window_s if opts.window_s < opts.duration else opts.duration + opts.linger
     result = analyze(run, opts.solver, window, opts.statistic)
-    return ProbeResult(run, result, time.monotonic() - get_started)
+    return ProbeResult(run, result, time.monotonic() - get_started, health)
