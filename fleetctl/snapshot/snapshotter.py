@@ -97,6 +97,8 @@ class Snapshotter:
         self.extra = ExtraState(extra_state)
         self.keep, self.periodic, self.use_async, self.poll_every = keep, periodic, use_async, poll_every
         self.distributed = dist.is_available() and dist.is_initialized()
+        if not self.distributed:  # DCP warns that it saves "in a single process": that is meant
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled.*")
         self.rank = dist.get_rank() if self.distributed else 0
         self.world = dist.get_world_size() if self.distributed else 1
         # Two gloo groups: the loop's control collectives and the background writer's must never
