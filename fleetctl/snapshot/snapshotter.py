@@ -106,9 +106,9 @@ class Snapshotter:
         self.ctl = (group or dist.new_group(backend="gloo")) if self.distributed else None
         self.io = dist.new_group(backend="gloo") if self.distributed else None
         self.job_id = job_id or os.environ.get("SLURM_JOB_ID")
-        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+        self.nodes = _int_env("SLURM_JOB_NUM_NODES", "SLURM_NNODES")
         if mtbf_s is None:
-            self.mtbf_s, self.mtbf_source = mtbf_from_env(max(nodes, 1))
+            self.mtbf_s, self.mtbf_source = mtbf_from_env(self.nodes)
         else:
             self.mtbf_s, self.mtbf_source = float(mtbf_s), "argument"
         self.fixed_interval_s = interval_s
@@ -297,7 +297,7 @@ class Snapshotter:
         removed = catalog.prune(self.root, self.keep)
         total_s = time.perf_counter() - pending.t0
         write_status(self.root, {
-            "job_id": self.job_id, "world_size": self.world, "step": pending.step, "bytes": size,
+            "job_id": self.job_id, "world_size": self.world, "nodes": self.nodes, "step": pending.step, "bytes": size,
             "blocking_s": round(pending.blocking_s, 6), "total_s": round(total_s, 6),
             "cost_s": round(self.cost_s or pending.blocking_s, 6), "mtbf_s": self.mtbf_s,
             "mtbf_source": self.mtbf_source, "interval_s": round(self.interval(), 3),
@@ -378,6 +378,14 @@ class Snapshotter:
         self._barrier()
         log.info("fleetctl.snapshot: restored step %d from %s", info["step"], path)
         return info["step"]
+
+
+def _int_env(*names: str) -> int:
+    for name in names:
+        raw = os.environ.get(name, "")
+        if raw.isdigit() and 0 < int(raw) <= 1_000_000:
+            return int(raw)
+    return 1
 
 
 def _fsync(path: Path) -> None:
