@@ -167,13 +167,15 @@ def verify(app: Application, target: str, registry: str | None) -> int:
     Exit 2 when a snapshot fails (the message names what is wrong) or there is none."""
     from pathlib import Path
 
-    from fleetctl.snapshot import catalog, manifest
+    from fleetctl.snapshot import SnapshotError, catalog, manifest
     from fleetctl.snapshot.layout import MANIFEST, parse_step, parse_tmp_step, scan
     from fleetctl.snapshot.registry import is_job_id, resolve
 
     path = Path(target).expanduser()
     single = not is_job_id(target) and (parse_step(path.name) is not None or (path / MANIFEST).exists()
                                         or parse_tmp_step(path.name) is not None)
+    if single and not (path.exists() or path.is_symlink()):
+        raise SnapshotError(f"{target}: no such snapshot directory")
     if single:
         if parse_tmp_step(path.name) is not None:
             verdicts = [manifest.Verdict(str(path), parse_tmp_step(path.name), False,

@@ -122,3 +122,48 @@ def test_request_file_triggers_a_snapshot_on_every_rank(tmp_path):
     assert verdict.manifest["request"] == request_id and verdict.manifest["world_size"] == 2
     assert {manifest.rank_state_name(0), manifest.rank_state_name(1)} <= set(verdict.manifest["files"])
     assert not (snap / layout.REQUEST).exists()
+
+
+def _single(tmp_path, **options):
+    from fleetctl.snapshot import Snapshotter
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return Snapshotter(model, opt, directory=tmp_path / "s", keep=2, **options)
+
+
+def test_sigusr2_asks_for_a_snapshot_in_process(tmp_path):
+    import signal
+
+    snap = _single(tmp_path, periodic=False)
+    try:
+        assert snap.step(0) is None
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert snap.step(1) == 1
+        snap.wait()
+        assert manifest.verify(tmp_path / "s" / "step_1").manifest["reason"] == "signal"
+    finally:
+        snap.close()
+    assert signal.getsignal(signal.SIGUSR2) is not snap._on_signal
+
+
+def test_periodic_snapshots_follow_the_interval_and_keep_n(tmp_path):
+    snap = _single(tmp_path, interval_s=0.0, signal_number=None)
+    for it in range(4):
+        assert snap.step(it) == it
+    snap.close()
+    root = tmp_path / "s"
+    assert layout.read_latest(root) == 3
+    assert sorted(e.step for e in layout.scan(root)) == [2, 3]  # keep=2
+    assert manifest.verify(root / "step_3").manifest["reason"] == "periodic"
+    status = layout.read_status(root)
+    assert status["step"] == 3 and status["bytes"] > 0 and status["blocking_s"] > 0
+    assert snap.last["step"] == 3 and snap.last["total_s"] >= snap.last["blocking_s"]
+
+
+def test_no_snapshot_without_a_trigger_and_a_fresh_start(tmp_path):
+    snap = _single(tmp_path, periodic=False, signal_number=None)
+    assert snap.restore() is None
+    assert all(snap.step(it) is None for it in range(5))
+    snap.close()
+    assert layout.scan(tmp_path / "s") == []
