@@ -42,46 +42,58 @@ def snapshot() -> None:
 @click.option("--signal", "send_signal", is_flag=True,
               help="Also send SIGUSR2 to the job's steps (scancel --signal=USR2): only for jobs whose "
                    "every step runs the Snapshotter, since USR2 kills a process that does not catch it.")
+@click.option("--no-request", is_flag=True,
+              help="With --signal: write no request file (a directory this host cannot write, e.g. NFS "
+                   "with root_squash); --wait then waits for any newer snapshot.")
 @pass_app
 def take(app: Application, target: str, registry: str | None, wait: bool, timeout: float, drain: bool,
-         send_signal: bool) -> int:
+         send_signal: bool, no_request: bool) -> int:
     """Ask the job (JOBID or snapshot DIR) for a snapshot at its next iteration boundary."""
     from fleetctl.snapshot import SnapshotError
-    from fleetctl.snapshot.layout import write_request
+    from fleetctl.snapshot.layout import read_latest, write_request
     from fleetctl.snapshot.registry import resolve
 
+    if no_request and not send_signal:
+        raise SnapshotError("--no-request needs --signal (otherwise nothing asks the job)")
     root, job_id = resolve(target, registry)
-    request_id = write_request(root, "drain" if drain else "request")
-    signalled = False
-    if send_signal:
-        if job_id is None:
-            raise SnapshotError("--signal needs a job id, not a directory")
+    if send_signal and job_id is None:
+        raise SnapshotError("--signal needs a job id, not a directory")
+    backend = None
+    if send_signal:  # the site and its backend before any side effect
         from fleetctl.slurm import backend_for_site
 
         backend = backend_for_site(app.site)
         if not hasattr(backend, "run"):
             raise SnapshotError(f"the {backend.name} Slurm backend cannot signal a job")
+    before = read_latest(root) if no_request else None
+    request_id = None if no_request else write_request(root, "drain" if drain else "request")
+    signalled = False
+    if backend is not None:
         backend.run("scancel", "--signal=USR2", job_id)
         signalled = True
-    app.info(f"requested a snapshot of {job_id or root} (request {request_id})")
+    app.info(f"requested a snapshot of {job_id or root}"
+             + (f" (request {request_id})" if request_id else " (signal)"))
     data = {"job_id": job_id, "directory": str(root), "request": request_id, "signalled": signalled,
             "snapshot": None}
     if wait:
-        data["snapshot"] = _wait_for(root, request_id, timeout)
+        data["snapshot"] = _wait_for(root, request_id, timeout, newer_than=before)
 
     def render(console):
         if data["snapshot"]:
             snap = data["snapshot"]
             console.print(f"snapshot step {snap['step']} published: {snap['path']}", markup=False)
-        else:
+        elif request_id:
             console.print(f"request {request_id} written to {root}", markup=False)
+        else:
+            console.print(f"SIGUSR2 sent to the steps of job {job_id}", markup=False)
 
     app.emit(data, render)
     return EXIT_OK
 
 
-def _wait_for(root, request_id: str, timeout: float) -> dict:
-    """The published snapshot that answers `request_id` (LATEST names it, its manifest carries it)."""
+def _wait_for(root, request_id: str | None, timeout: float, newer_than: int | None = None) -> dict:
+    """The published snapshot that answers `request_id` (LATEST names it, its manifest carries it);
+    without a request id, the first one LATEST names that is newer than `newer_than`."""
     from fleetctl.snapshot import SnapshotError, manifest
     from fleetctl.snapshot.layout import REQUEST, read_latest, step_name
 
@@ -91,7 +103,10 @@ def _wait_for(root, request_id: str, timeout: float) -> dict:
             latest = read_latest(root)
         except SnapshotError:
             latest = None
-        if latest is not None:
+        if latest is not None and request_id is None:
+            if newer_than is None or latest > newer_than:
+                return {"step": latest, "path": str(root / step_name(latest))}
+        elif latest is not None:
             path = root / step_name(latest)
             try:
                 doc = manifest.load(path)
@@ -100,6 +115,9 @@ def _wait_for(root, request_id: str, timeout: float) -> dict:
             if doc.get("request") == request_id:
                 return {"step": latest, "path": str(path)}
         time.sleep(0.2)
+    if request_id is None:
+        raise SnapshotError(f"no new snapshot within {timeout:g} s after the signal",
+                            hint="does every step of the job run the Snapshotter with its SIGUSR2 handler?")
     still_queued = (root / REQUEST).exists()
     raise SnapshotError(f"no snapshot answered request {request_id} within {timeout:g} s",
                         hint="the job has not picked the request up (is it running, and does it call "

@@ -174,3 +174,12 @@ def test_interval_from_inputs_and_from_the_job(tmp_path, reg, capsys):
     assert run(["--format", "json", "snapshot", "interval", str(root), "--node-mtbf-hours", "10"]) == 0
     assert _json(capsys)["inputs"]["mtbf_s"] == pytest.approx(5 * 3600)  # 10 h / the job's 2 nodes
     assert run(["snapshot", "interval", "--cost", "nan"]) == 3
+
+
+def test_no_request_needs_signal(tmp_path, reg, capsys):
+    (tmp_path / "s").mkdir()
+    assert run(["snapshot", "take", str(tmp_path / "s"), "--no-request"]) == 3
+    assert "--no-request needs --signal" in capsys.readouterr().err
+    assert run(["snapshot", "take", str(tmp_path / "s"), "--signal"]) == 3
+    assert "--signal needs a job id" in capsys.readouterr().err
+    assert not (tmp_path / "s" / "REQUEST").exists()  # refused before any side effect

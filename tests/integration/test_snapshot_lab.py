@@ -18,7 +18,7 @@ import pytest
 
 from fleetctl.cli import run as cli_run
 from fleetctl.lab.topology import MGMT_DEV
-from fleetctl.snapshot import layout, registry
+from fleetctl.snapshot import catalog, layout, registry
 
 from labutil import wait_for
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "tests" / "snapshot_train.py"
-STEPS = 150
+STEPS = 200
 
 JOB = """#!/bin/bash
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
@@ -107,8 +107,14 @@ def test_snapshot_kill_requeue_restore_is_bit_identical(lab, tmp_path, monkeypat
 
         wait_for(lambda: progress() >= 20, timeout=120)
         assert cli_run(["--format", "json", "snapshot", "take", job, "--wait", "--timeout", "60"]) == 0
+        requested = layout.read_latest(snap)
+        assert requested is not None and 20 <= requested < STEPS
+        # The signal path: scancel --signal=USR2 to the job's steps, no request file.
+        assert cli_run(["snapshot", "take", job, "--signal", "--no-request", "--wait", "--timeout", "60"]) == 0
         taken = layout.read_latest(snap)
-        assert taken is not None and 20 <= taken < STEPS
+        assert taken > requested
+        reasons = {s["step"]: s["reason"] for s in catalog.describe(snap)["snapshots"]}
+        assert reasons[requested] == "request" and reasons[taken] == "signal"
         assert cli_run(["snapshot", "verify", job]) == 0
 
         wait_for(lambda: progress() >= taken + 10, timeout=60)
