@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "hook": ("fleetctl.cli.hook", "hook", "Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer."),
     "inventory": ("fleetctl.cli.inventory", "inventory", "Nodes, NICs, GPUs, switches and links, with Slurm state."),
     "lab": ("fleetctl.cli.lab", "lab", "An emulated GPU cluster on this machine, with fault injection."),
+    "snapshot": ("fleetctl.cli.snapshot", "snapshot", "Coordinated, verified snapshots of training jobs."),
 }
 
 

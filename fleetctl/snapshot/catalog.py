@@ -1,0 +1,125 @@
+"""What a snapshot directory holds, which snapshot a restart takes, and keep-N retention."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetctl.snapshot import SnapshotError, manifest
+from fleetctl.snapshot.layout import Entry, read_latest, scan
+
+
+@dataclass
+class Choice:
+    """The snapshot a restart takes (None: start from scratch) and why newer ones were passed over."""
+
+    step: int | None
+    path: str | None
+    skipped: list[dict] = field(default_factory=list)  # {"step", "path", "reason"}, newest first
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "path": self.path, "skipped": self.skipped}
+
+
+def choose(root: Path, *, digests: bool = True) -> Choice:
+    """The newest committed snapshot that verifies; each newer one that does not is named with why.
+
+    Only step_N directories are candidates (a step_N.tmp is an interrupted or running write). LATEST
+    is not trusted blindly: a newer committed directory that verifies was confirmed by every rank
+    before its rename (the job died before moving LATEST), and a LATEST that fails falls back."""
+    root = Path(root)
+    choice = Choice(None, None)
+    for entry in scan(root):
+        if not entry.committed:
+            continue
+        verdict = manifest.verify(entry.path, digests=digests)
+        if verdict.ok:
+            choice.step, choice.path = entry.step, str(entry.path)
+            return choice
+        choice.skipped.append({"step": entry.step, "path": str(entry.path), "reason": verdict.reason})
+    return choice
+
+
+def describe(root: Path, *, digests: bool = False) -> dict:
+    """Every snapshot directory under `root` with its state, for `fleetctl snapshot list`."""
+    root = Path(root)
+    try:
+        latest = read_latest(root)
+        latest_problem = None
+    except SnapshotError as exc:
+        latest, latest_problem = None, exc.message
+    rows = []
+    for entry in scan(root):
+        row = {"step": entry.step, "path": str(entry.path), "latest": entry.step == latest and entry.committed}
+        if entry.committed:
+            verdict = manifest.verify(entry.path, digests=digests)
+            row.update(state="ok" if verdict.ok else "bad", bytes=verdict.bytes, problems=verdict.problems,
+                       created=(verdict.manifest or {}).get("created"),
+                       reason=(verdict.manifest or {}).get("reason"))
+        else:
+            row.update(state="partial", bytes=_size(entry.path), problems=["step_N.tmp: being written or "
+                                                                         "interrupted; never restored"],
+                       created=None, reason=None)
+        rows.append(row)
+    return {"directory": str(root), "latest": latest, "latest_problem": latest_problem,
+            "snapshots": rows, "verified_digests": digests}
+
+
+def prune_plan(root: Path, keep: int) -> list[Entry]:
+    """Directories retention removes: committed snapshots beyond the newest `keep` (never the one
+    LATEST names), and step_N.tmp leftovers older than the newest committed snapshot (a write in
+    progress is always newer than every committed one)."""
+    if keep < 1:
+        raise SnapshotError(f"keep must be at least 1, not {keep}")
+    root = Path(root)
+    entries = scan(root)
+    try:
+        latest = read_latest(root)
+    except SnapshotError:
+        latest = None
+    committed = [e for e in entries if e.committed]
+    newest = committed[0].step if committed else None
+    doomed = [e for e in committed[keep:] if e.step != latest]
+    if newest is not None:
+        doomed += [e for e in entries if not e.committed and e.step <= newest]
+    return doomed
+
+
+def remove(entry: Entry) -> None:
+    """Remove one snapshot directory; a link in its place is removed, never followed."""
+    try:
+        st = os.lstat(entry.path)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise SnapshotError(f"cannot remove {entry.path}: {exc.strerror or exc}") from None
+
+
+def prune(root: Path, keep: int) -> list[str]:
+    removed = []
+    for entry in prune_plan(root, keep):
+        remove(entry)
+        removed.append(str(entry.path))
+    return removed
+
+
+def _size(path: Path) -> int:
+    total = 0
+    try:
+        for name in os.listdir(path):
+            try:
+                st = os.lstat(path / name)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    except OSError:
+        pass
+    return total
