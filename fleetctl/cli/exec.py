@@ -17,14 +17,14 @@ import click
 from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.params import MAX_CONNECT_TIMEOUT_S, MAX_TIMEOUT_S, seconds
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, ConfigError
-from fleetctl.fanout.registry import TRANSPORTS
+from fleetctl.fanout.registry import transports
 
 PROGRESS_AFTER_S = 1.0  # a progress bar only for runs that last; quick ones print just the result
 
 
 @click.command("exec")
 @common_options
-@click.option("-t", "--transport", type=click.Choice(sorted(TRANSPORTS)), default=None,
+@click.option("-t", "--transport", type=click.Choice(transports.names()), default=None,
               help="Transport (default: the site's access.transport, else ssh).")
 @click.option("--timeout", type=seconds(0.001, MAX_TIMEOUT_S), default=None, metavar="SECONDS",
               help="Time the command may run on each node (default: access.command_timeout).")
