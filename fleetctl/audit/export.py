@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetctl.atomic import write_atomic as _write_atomic
 from fleetctl.audit.report import AuditReport
-from fleetctl.errors import DataError
+from fleetctl.errors import DataError, FleetctlError
 
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 HISTORY_GLOB = "audit-*.json"
@@ -143,3 +143,20 @@ def _locked(directory: Path):
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def write_outputs(data: dict, report: AuditReport, history: str | None, prom: str | None) -> list[dict]:
+    """Write the history report and the Prometheus file; each failure is returned, not raised
+    (`{"step": "history"|"prom", "message": ...}`), so the report still shows what was done."""
+    errors = []
+    if history:
+        try:
+            write_history(Path(history), data)
+        except FleetctlError as exc:
+            errors.append({"step": "history", "message": exc.message})
+    if prom:
+        try:
+            write_atomic(Path(prom), prometheus_text(report))
+        except FleetctlError as exc:
+            errors.append({"step": "prom", "message": exc.message})
+    return errors

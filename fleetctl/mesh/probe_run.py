@@ -26,7 +26,7 @@ from fleetctl.fanout import run_python
 from fleetctl.fanout.payload import json_output
 from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
-from fleetctl.mesh.analyze import Analysis, RunData, analyze
+from fleetctl.mesh.analyze import Analysis, RunData, analyze, run_window, to_dict, write_run
 from fleetctl.mesh.collect import health_table, lab_clock, probe_records
 from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.pairs import select_pairs
@@ -194,7 +194,18 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
                   int(start_at * 1e9), params, disc.switch_results, agents, disc.summary(topo),
                   truth, warnings)
     progress("analysing")
-    # a window as long as the run would leave its last probes alone in a second, useless window
-    window = opts.window_s if opts.window_s < opts.duration else opts.duration + opts.linger
-    result = analyze(run, opts.solver, window, opts.statistic)
+    result = analyze(run, opts.solver, run_window(opts.window_s, opts.duration, opts.linger),
+                     opts.statistic)
     return ProbeResult(run, result, time.monotonic() - get_started, health)
+
+
+def mesh_audit(site, nodes: list[str], transport, opts: MeshOptions, out: str | Path | None = None,
+               progress=lambda _m: None) -> dict:
+    """`audit --mesh`: one probe run, written to `out` when given; the JSON object of to_dict()."""
+    from fleetctl.analysis.solvers import get_solver
+
+    get_solver(opts.solver)  # an unknown solver fails before any probing
+    opts.validate()
+    result = probe_run(site, nodes, transport, opts, progress)
+    path = write_run(Path(out).expanduser(), result.run, result.analysis) if out else None
+    return to_dict(result.run, result.analysis, path, result.elapsed_s)
