@@ -16,8 +16,6 @@ from fleetctl.cli.app import Application
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     # No lab site leaking in: the lab may be up on this machine while tests run.
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    monkeypatch.delenv("FLEETCTL_SITE", raising=False)
     path = tmp_path / "site.toml"
     path.write_text('[cluster]\nname = "t"\n[access]\ntransport = "local"\ncommand_timeout = 20\n'
                     '[[node_classes]]\nname = "c"\nnodes = "n[1-4]"\n')
@@ -72,8 +70,6 @@ def test_output_is_printed_verbatim(site, capsys):
 
 
 def test_without_any_site_file_the_defaults_apply(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    monkeypatch.delenv("FLEETCTL_SITE", raising=False)
     assert run(["exec", "-t", "local", "--fanout", "1", "localhost", "--", "echo", "hi"]) == 0
     assert "hi" in capsys.readouterr().out
 
