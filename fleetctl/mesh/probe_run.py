@@ -14,7 +14,6 @@ The per-run HMAC key and the configuration travel inside the payload text (stdin
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 import uuid
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from fleetctl.errors import DataError, UsageError
 from fleetctl.fanout import run_python
-from fleetctl.fanout.payload import json_output
+from fleetctl.fanout.payload import bundle, json_output, with_config
 from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
 from fleetctl.mesh.analyze import Analysis, RunData, analyze, run_window, to_dict, write_run
@@ -74,33 +73,12 @@ class ProbeResult:
     health: dict = field(default_factory=dict)
 
 
-def _source(module) -> str:
-    """The module's source; a module naming PAYLOAD_PARTS (the probe agent) is those modules of
-    its package joined into one script, lines marked `# payload-local` left out."""
-    parts = getattr(module, "PAYLOAD_PARTS", None)
-    if not parts:
-        return Path(module.__file__).read_text()
-    here = Path(module.__file__).parent
-    out = ["# fleetctl payload: " + " + ".join(f"{p}.py" for p in parts) + ", generated.\n"
-           "from __future__ import annotations\n"]
-    for name in parts:
-        kept = [line for line in (here / f"{name}.py").read_text().splitlines()
-                if "# payload-local" not in line
-                and line.strip() != "from __future__ import annotations"]
-        out.append(f"\n# ---- {name}.py\n" + "\n".join(kept) + "\n")
-    source = "".join(out)
-    if "import fleetctl" in source or "from fleetctl" in source:
-        raise RuntimeError(f"{module.__name__}: payload imports fleetctl")
-    return source
-
-
 def _payload(module, config: dict) -> str:
-    """The module's source with the configuration embedded (the marker line is replaced)."""
-    source = _source(module)
-    marker = "_EMBEDDED_CONFIG = None"
-    if marker not in source:
-        raise RuntimeError(f"{module.__name__}: payload marker missing")
-    return source.replace(marker, f"_EMBEDDED_CONFIG = {json.dumps(json.dumps(config))}", 1)
+    """The module as a payload (with the modules its PAYLOAD_PARTS names, for the probe agent),
+    the configuration embedded."""
+    package, _, name = module.__name__.rpartition(".")
+    parts = getattr(module, "PAYLOAD_PARTS", None) or (name,)
+    return with_config(bundle(package, parts, f"{name} payload"), config)
 
 
 def _fan_out(transport, nodes, module, config, timeout, what, warnings, failed) -> dict[str, dict]:

@@ -8,6 +8,8 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 def render(console, report, data) -> None:
     from rich.markup import escape
 
+    from fleetctl.checks.payload.common import RANK
+
     from fleetctl.nodeset import fold
 
     sim = " [cyan](simulated GPUs: lab data, not NVML)[/cyan]" if report.simulated else ""
@@ -27,7 +29,7 @@ def render(console, report, data) -> None:
         if entry["error"]:
             console.print(f"      [magenta]{entry['transport']}[/]: {escape(entry['error'])}")
         bad = [r for r in entry["results"] if r["status"] in ("fail", "error", "warn")]
-        for r in sorted(bad, key=lambda r: ("fail", "error", "warn").index(r["status"])):
+        for r in sorted(bad, key=lambda r: -RANK[r["status"]]):
             subject = f" {r['subject']}" if r.get("subject") else ""
             tag = " [cyan]\\[simulated][/cyan]" if r.get("simulated") else ""
             console.print(f"      [{STYLE[r['status']]}]{r['status']:5}[/] {r['code']}{escape(subject)}: "
