@@ -28,7 +28,7 @@ class AuditReport:
     fleet: list[dict] = field(default_factory=list)
     finished: float = field(default_factory=time.time)
     actions: dict | None = None  # filled by the Slurm actions (drain/resume), see actions.py
-    changes: dict | None = None  # filled from the history directory, see history.py
+    changes: dict | None = None  # filled from the history directory (export.changes_since)
 
     @property
     def simulated(self) -> bool:

@@ -3,12 +3,13 @@ pulls in paramiko, which a `--help` or an srun run should not pay for."""
 
 from __future__ import annotations
 
+from fleetctl.extras import install_hint
 from fleetctl.fanout.base import FanoutOptions, Transport
 from fleetctl.registry import Registry
 
 # A new backend is one file plus one line here.
 transports = Registry("transport")
-transports.register("ssh", "fleetctl.fanout.ssh:SshTransport", install_hint="pip install paramiko")
+transports.register("ssh", "fleetctl.fanout.ssh:SshTransport", install_hint=install_hint("ssh"))
 transports.register("srun", "fleetctl.fanout.srun:SrunTransport")
 transports.register("local", "fleetctl.fanout.local:LocalTransport")
 

@@ -23,6 +23,9 @@ def analyze(app: Application, file: str, solver: str | None, out: str | None) ->
     from fleetctl.atomic import check_writable
     from fleetctl.cli.audit import mesh_view
     from fleetctl.errors import EXIT_FAILURES, EXIT_OK
+    from fleetctl.extras import require
+
+    require("mesh", "audit analyze")
     from fleetctl.mesh.analyze import reanalyze
 
     if out:

@@ -10,7 +10,7 @@ from fleetctl.cli.hook.run import epilog, healthcheck, prolog
 
 @click.group("hook")
 def hook() -> None:
-    """Slurm Prolog, Epilog and HealthCheckProgram hooks (docs/hooks.md)."""
+    """Slurm Prolog, Epilog and HealthCheckProgram hooks (prolog_epilog/README.md)."""
 
 
 for _command in (prolog, epilog, healthcheck, install):
