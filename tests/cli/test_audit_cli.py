@@ -4,8 +4,6 @@ subcommand, a node named `analyze`, `--local`, and the message when no site file
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,37 +11,12 @@ from click.testing import CliRunner
 from fleetctl.cli import cli, run
 from fleetctl.cli.app import Application
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
-from test_checks_payload import sim_gpus  # noqa: E402
-
-SITE = """
-[cluster]
-name = "t"
-[access]
-transport = "local"
-[checks]
-kernel_log = "{dir}/{{node}}/kern.log"
-simulated_gpus = "{dir}/{{node}}/gpus.json"
-state_file = "{dir}/{{node}}/state.json"
-[[node_classes]]
-name = "h100"
-nodes = "n1,analyze,run"
-memory_gb = 0.5
-mounts = ["/"]
-gpus = {{ count = 4, model = "NVIDIA H100 80GB HBM3", driver_version = "550.54.15" }}
-nics = [{{ name = "lo", mtu = 65536 }}]
-"""
+from simsite import sim_site  # noqa: E402  (tests/cli)
 
 
 @pytest.fixture
 def site(tmp_path):
-    for node in ("n1", "analyze", "run"):
-        (tmp_path / node).mkdir()
-        (tmp_path / node / "gpus.json").write_text(json.dumps(sim_gpus()))
-        (tmp_path / node / "kern.log").write_text("")
-    path = tmp_path / "site.toml"
-    path.write_text(SITE.format(dir=tmp_path))
-    return path
+    return sim_site(tmp_path, ["n1", "analyze", "run"])
 
 
 def invoke(args, env=None):

@@ -16,25 +16,9 @@ import pytest
 from fleetctl.cli import run
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
+from simsite import sim_site  # noqa: E402  (tests/cli)
 from test_audit_faults import FAKE_SCONTROL, _exe  # noqa: E402  (tests/cli)
-from test_checks_payload import sim_gpus  # noqa: E402
 from test_hook_wrapper import FAKE  # noqa: E402
-
-SITE = """
-[cluster]
-name = "t"
-[checks]
-kernel_log = "{dir}/{{node}}/kern.log"
-simulated_gpus = "{dir}/{{node}}/gpus.json"
-state_file = "{dir}/{{node}}/state.json"
-[[node_classes]]
-name = "h100"
-nodes = "n[1-2]"
-memory_gb = 0.5
-mounts = ["/"]
-gpus = {{ count = 4, model = "NVIDIA H100 80GB HBM3", driver_version = "550.54.15" }}
-nics = [{{ name = "lo", mtu = 65536 }}]
-"""
 
 XID79 = "{now} NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python3, GPU has fallen off the bus.\n"
 
@@ -42,10 +26,7 @@ XID79 = "{now} NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python3, GPU has f
 @pytest.fixture
 def node(tmp_path, monkeypatch):
     """n1 healthy, n2 with an Xid 79 in its kernel log; Slurm knows both, idle."""
-    for name in ("n1", "n2"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "gpus.json").write_text(json.dumps(sim_gpus()))
-        (tmp_path / name / "kern.log").write_text("")
+    site = sim_site(tmp_path, ["n1", "n2"], transport=None)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     _exe(bindir / "scontrol", FAKE_SCONTROL.format(python=sys.executable))
@@ -57,8 +38,6 @@ def node(tmp_path, monkeypatch):
     monkeypatch.setenv("FLEETCTL_HOOK_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("FLEETCTL_HOOK_LOG", str(tmp_path / "hooks.log"))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    site = tmp_path / "site.toml"
-    site.write_text(SITE.format(dir=tmp_path))
     monkeypatch.setenv("FLEETCTL_SITE", str(site))
 
     class Node:
