@@ -56,11 +56,17 @@ def lab():
     with LabSession(_lab_params()) as running:
         # A Debian root's Slurm: its client commands first in PATH for this process too (the CLI backend
         # and the srun transport, called in-process, find scontrol and srun by name).
-        saved = os.environ.get("PATH")
+        saved = {key: os.environ.get(key) for key in ("PATH", "FLEETCTL_SITE")}
         if "PATH" in running.env:
             os.environ["PATH"] = running.env["PATH"]
+        # The lab is an explicit choice, as `eval "$(fleetctl lab env)"` makes it in a shell: the CLI
+        # called in-process by lab tests uses its site file through FLEETCTL_SITE.
+        os.environ["FLEETCTL_SITE"] = str(running.site_file)
         try:
             yield running
         finally:
-            if saved is not None:
-                os.environ["PATH"] = saved
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

@@ -5,7 +5,7 @@
     plan = plan_actions(report, backend, drain=True, resume=True)
     apply_actions(plan, backend)
 
-No click or rich here: fleetctl/cli/audit.py parses and renders.
+No click or rich here: fleetctl/cli/audit/ parses and renders.
 """
 
 from fleetctl.audit.actions import ActionPlan, apply_actions, plan_actions

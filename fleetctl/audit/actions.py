@@ -137,3 +137,23 @@ def apply_actions(plan: ActionPlan, backend) -> ActionPlan:
             plan.not_responding = list(plan.resumed)
             plan.failed.setdefault(plan.resumed[0], f"resumed; could not read its state back: {exc.message}")
     return plan
+
+
+def acknowledgements(backend, nodes: list[str], resume: bool, ack_all: bool, dry_run: bool) -> dict | None:
+    """Which nodes acknowledge their kernel log in this audit: all of them with --ack-kernel-log; with
+    --resume, those fleetctl drained for an Xid (resuming them is the operator saying it was repaired).
+    Nothing with --dry-run: a dry run changes no node's state."""
+    if dry_run:
+        return None
+    if ack_all:
+        return {"by": "fleetctl audit --ack-kernel-log", "nodes": list(nodes)}
+    if not resume or backend is None:
+        return None
+    from fleetctl.slurm.reasons import parse_reason
+
+    drained_for_xid = []
+    for state in backend.lookup(nodes).found.values():
+        reason = parse_reason(state.reason, backend.drain_prefix) if state.drained else None
+        if reason is not None and reason.code.startswith(("xid.", "sxid.")):
+            drained_for_xid.append(state.name)
+    return {"by": "fleetctl audit --resume", "nodes": drained_for_xid} if drained_for_xid else None

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from fleetctl.atomic import write_atomic as _write_atomic
 from fleetctl.audit.report import AuditReport
-from fleetctl.errors import DataError
+from fleetctl.checks.followup import compare
+from fleetctl.checks.payload.common import RANK
+from fleetctl.errors import DataError, FleetctlError
 
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 HISTORY_GLOB = "audit-*.json"
@@ -64,14 +66,8 @@ def prometheus_text(report: AuditReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _failing(doc: dict | None) -> dict[str, str]:
-    """{code[/subject]: status} of a node's results that did not pass."""
-    out = {}
-    for r in (doc or {}).get("results", []):
-        if r.get("status") in ("warn", "fail", "error"):
-            key = r["code"] + (f"/{r['subject']}" if r.get("subject") else "")
-            out[key] = r["status"]
-    return out
+def _finding_name(r: dict) -> str:
+    return r["code"] + (f"/{r['subject']}" if r.get("subject") else "")
 
 
 def previous_report(history: Path) -> dict | None:
@@ -88,7 +84,8 @@ def previous_report(history: Path) -> dict | None:
 
 
 def changes_since(previous: dict | None, report: AuditReport) -> dict | None:
-    """What changed per node since the previous report: status moves, new and resolved findings."""
+    """What changed per node since the previous report: status moves, new and resolved findings
+    (checks.compare: new = did not pass now and passed then, resolved = the reverse)."""
     if previous is None:
         return None
     before = {n["node"]: n for n in previous.get("nodes", [])}
@@ -96,13 +93,12 @@ def changes_since(previous: dict | None, report: AuditReport) -> dict | None:
     for node, outcome in report.outcomes.items():
         old = before.get(node)
         now_status = report.node_status(node)
-        now_failing = _failing(outcome.doc)
+        worse, resolved_results = compare({"results": old.get("results", [])} if old else None, outcome.doc)
+        new = sorted(_finding_name(r) for prev, r in worse if prev is None or RANK[prev["status"]] == 0)
         if old is None:
-            nodes[node] = {"status": [None, now_status], "new": sorted(now_failing), "resolved": []}
+            nodes[node] = {"status": [None, now_status], "new": new, "resolved": []}
             continue
-        old_failing = _failing({"results": old.get("results", [])})
-        new = sorted(k for k in now_failing if k not in old_failing)
-        resolved = sorted(k for k in old_failing if k not in now_failing)
+        resolved = sorted(_finding_name(r) for r in resolved_results)
         if new or resolved or old.get("status") != now_status:
             nodes[node] = {"status": [old.get("status"), now_status], "new": new, "resolved": resolved}
     return {"previous": previous.get("_path"), "previous_finished": previous.get("finished"),
@@ -143,3 +139,20 @@ def _locked(directory: Path):
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def write_outputs(data: dict, report: AuditReport, history: str | None, prom: str | None) -> list[dict]:
+    """Write the history report and the Prometheus file; each failure is returned, not raised
+    (`{"step": "history"|"prom", "message": ...}`), so the report still shows what was done."""
+    errors = []
+    if history:
+        try:
+            write_history(Path(history), data)
+        except FleetctlError as exc:
+            errors.append({"step": "history", "message": exc.message})
+    if prom:
+        try:
+            write_atomic(Path(prom), prometheus_text(report))
+        except FleetctlError as exc:
+            errors.append({"step": "prom", "message": exc.message})
+    return errors

@@ -1,6 +1,6 @@
 """Slurm Prolog, Epilog and HealthCheckProgram logic, run on the node itself (as root, by slurmd).
 
-The wrapper script (fleetctl/audit/hook.sh, installed by `fleetctl hook install`) bounds the time and
+The wrapper script (fleetctl/audit/hook.sh, installed by hook_install.install_hooks) bounds the time and
 turns anything but a definite verdict into "let the job run" unless the site asks to fail closed:
 a broken fleetctl must never drain a healthy node.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from fleetctl.atomic import write_atomic
 from fleetctl.audit.runner import NodeOutcome, collect_local
 from fleetctl.checks import changes, hardware_failures
-from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError, UsageError
+from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError
 from fleetctl.nodeset import check_node_name, is_node_name
 
 HOOKS = ("prolog", "epilog", "healthcheck")
@@ -131,30 +131,6 @@ def _read_mark(path: Path) -> dict | None:
         return mark if isinstance(mark, dict) and isinstance(mark.get("start"), (int, float)) else None
     except (OSError, ValueError):
         return None
-
-
-# The keys the wrapper (hook.sh) reads from its settings file; it ignores any other.
-SETTINGS_KEYS = ("FLEETCTL", "FLEETCTL_SITE", "FLEETCTL_FAIL_CLOSED", "FLEETCTL_HOOK_LOG", "FLEETCTL_HOOK_STATE_DIR",
-                 "FLEETCTL_PROLOG_BUDGET", "FLEETCTL_EPILOG_BUDGET", "FLEETCTL_HEALTHCHECK_BUDGET")
-
-
-def settings_text(settings: dict[str, str]) -> str:
-    """The wrapper's settings file (fleetctl-hooks.env): KEY='VALUE' lines, or UsageError.
-
-    The wrapper reads the file literally and never runs it; the quotes keep it harmless even for a
-    shell that sources it, so a value may hold no quote, backslash, newline or other control character.
-    """
-    lines = ["# written by fleetctl hook install; read (never run) by the fleetctl hook wrappers"]
-    for key, value in settings.items():
-        if key not in SETTINGS_KEYS:
-            raise AssertionError(f"unknown hook setting {key}")
-        bad = next((ch for ch in value if ch in "'\"\\" or ord(ch) < 32 or ord(ch) == 127), None)
-        if not value or bad is not None:
-            why = "is empty" if not value else f"contains {bad!r}"
-            raise UsageError(f"cannot install hooks: {key} {value!r} {why} (quotes, backslashes and "
-                             "control characters cannot be written to the settings file)")
-        lines.append(f"{key}='{value}'")
-    return "\n".join(lines) + "\n"
 
 
 def log_verdict(verdict: HookVerdict | None, hook: str, error: FleetctlError | Exception | None = None) -> str:

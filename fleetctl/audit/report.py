@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 
 from fleetctl.audit.runner import NodeOutcome
+from fleetctl.checks.payload.common import worst_status
 from fleetctl.nodeset import contains, fold, natural_order
 from fleetctl.errors import EXIT_ERROR, EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS
 
@@ -27,7 +28,7 @@ class AuditReport:
     fleet: list[dict] = field(default_factory=list)
     finished: float = field(default_factory=time.time)
     actions: dict | None = None  # filled by the Slurm actions (drain/resume), see actions.py
-    changes: dict | None = None  # filled from the history directory, see history.py
+    changes: dict | None = None  # filled from the history directory (export.changes_since)
 
     @property
     def simulated(self) -> bool:
@@ -50,7 +51,7 @@ class AuditReport:
     @property
     def status(self) -> str:
         groups = self.by_status()
-        return next((s for s in ("fail", "error", "warn") if groups.get(s)), "ok")
+        return worst_status(s for s, nodes in groups.items() if nodes)
 
     @property
     def exit_code(self) -> int:

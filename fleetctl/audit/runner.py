@@ -21,15 +21,6 @@ from fleetctl.errors import DataError, FleetctlError, UsageError
 # connecting is bounded separately by access.connect_timeout.
 TRANSPORT_MARGIN_S = 5.0
 
-# Put after the payload's `from __future__` line: fill {node} in the argument from FLEETCTL_NODE.
-_NODE_FILL = (
-    "import os as _os, sys as _sys, json as _json\n"
-    "_n = _os.environ.get('FLEETCTL_NODE') or _os.uname().nodename.split('.')[0]\n"
-    "if len(_sys.argv) > 1:\n"
-    "    _sys.argv[1] = _sys.argv[1].replace('{node}', _json.dumps(_n)[1:-1])\n"
-)
-
-
 @dataclass
 class NodeOutcome:
     """What one node gave back: its check document, or why there is none."""
@@ -72,12 +63,21 @@ def class_args(site, nodes: list[str], level: str, since: float | None, budget_s
 
 
 def payload_source() -> str:
-    source = build_payload()
-    marker = "from __future__ import annotations\n"
-    head, found, tail = source.partition(marker)
-    if not found:
-        return _NODE_FILL + source
-    return head + marker + _NODE_FILL + tail
+    """The node-check payload, filling `{node}` in its argument on each node."""
+    from fleetctl.fanout.payload import with_node_fill
+
+    return with_node_fill(build_payload())
+
+
+def site_nodes(site, nodeset: str | None) -> list[str]:
+    """The nodes of NODESET (default: all of the site file), each of which the site file must know."""
+    from fleetctl.nodeset import parse_nodeset
+
+    nodes = list(parse_nodeset(nodeset)) if nodeset else list(site.nodes)
+    unknown = [n for n in nodes if site.node_class(n) is None]
+    if unknown:
+        raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
+    return nodes
 
 
 def _by_class(site, nodes: list[str]) -> list[list[str]]:

@@ -14,8 +14,8 @@ The result document is described in docs/checks.md.
 from fleetctl.checks.builder import (build_payload, parse_payload_output, payload_args,
                                      run_payload_locally, run_payload_subprocess, since_epoch)
 from fleetctl.checks.fleet import fleet_consistency
-from fleetctl.checks.followup import changes, hardware_failures, next_level, suspects
+from fleetctl.checks.followup import changes, compare, hardware_failures, next_level, suspects
 
 __all__ = ["build_payload", "parse_payload_output", "payload_args", "run_payload_locally",
-           "run_payload_subprocess", "since_epoch", "fleet_consistency", "suspects", "next_level", "changes",
+           "run_payload_subprocess", "since_epoch", "fleet_consistency", "suspects", "next_level", "changes", "compare",
            "hardware_failures"]

@@ -19,11 +19,10 @@ import math
 import re
 
 from fleetctl.checks.builder import LEVELS, parse_payload_output
+from fleetctl.checks.payload.common import ACTIONS, STATUSES, worst_status
 from fleetctl.errors import DataError
 
 SCHEMA = "fleetctl.checks/1"
-STATUSES = ("ok", "skipped", "warn", "error", "fail")
-ACTIONS = ("none", "restart-app", "reset-gpu", "reboot", "drain", "inspect-hardware")
 CODE = re.compile(r"^[a-z][a-z0-9_.\-]{0,79}$")
 
 MAX_OUTPUT_CHARS = 16 * 1024 * 1024  # the payload prints a few kB to a few hundred kB
@@ -75,8 +74,7 @@ def _document(doc) -> None:
     _expect(len(results) <= MAX_RESULTS, "results", f"has more than {MAX_RESULTS} entries", None)
     for i, r in enumerate(results):
         _result(r, f"results[{i}]")
-    worst = max((r["status"] for r in results if r["status"] != "skipped"), key=STATUSES.index,
-                default="ok")
+    worst = worst_status(r["status"] for r in results if r["status"] != "skipped")
     _expect(doc["status"] == worst, "status",
             f"says {doc['status']!r} but its worst result is {worst!r}", None)
     _facts(doc.get("facts", {}))

@@ -6,9 +6,10 @@ the job's Prolog against the one taken after the job: new Xids, ECC increases, c
 
 from __future__ import annotations
 
+from fleetctl.checks.payload.common import RANK
+
 LEVELS = ("quick", "standard", "deep")
 HARDWARE_ACTIONS = ("reset-gpu", "reboot", "inspect-hardware")
-RANK = {"ok": 0, "skipped": 0, "warn": 1, "error": 2, "fail": 3}
 
 
 def next_level(level: str) -> str | None:
@@ -31,21 +32,37 @@ def hardware_failures(doc: dict) -> list[dict]:
             if r["status"] == "fail" and r["action"] in HARDWARE_ACTIONS]
 
 
-def _by_key(doc: dict) -> dict:
-    """GPU results cover all GPUs in one record whose subject names the GPUs at fault: keyed by code."""
-    return {(r["code"], "" if r["code"].startswith("gpu.") else r.get("subject", "")): r
-            for r in (doc or {}).get("results", ())}
+def result_key(r: dict) -> tuple[str, str]:
+    """Which check a result is, across two runs: (code, subject). GPU results cover all GPUs in one
+    record whose subject names the GPUs at fault, so they are keyed by code alone."""
+    return r["code"], "" if r["code"].startswith("gpu.") else r.get("subject", "")
+
+
+def _by_key(doc: dict | None) -> dict:
+    return {result_key(r): r for r in (doc or {}).get("results", ())}
+
+
+def compare(before: dict | None, after: dict | None) -> tuple[list[tuple[dict | None, dict]], list[dict]]:
+    """The one "what got worse" between two check documents (or {"results": [...]}), by result_key:
+    (worse, resolved): worse = [(the result before or None, the result now)] for every check whose
+    status rose (a check new since then counts as `ok` before); resolved = the results that did not
+    pass before and are gone or pass now."""
+    old, new = _by_key(before), _by_key(after)
+    worse = [(old.get(key), r) for key, r in new.items()
+             if RANK[r["status"]] > RANK[old[key]["status"] if key in old else "ok"]]
+    resolved = [r for key, r in old.items()
+                if RANK[r["status"]] > 0 and RANK[new[key]["status"] if key in new else "ok"] == 0]
+    return worse, resolved
 
 
 def changes(before: dict, after: dict) -> list[dict]:
     """Results that got worse from `before` to `after`, plus counter increases judged as changes."""
     old, new = _by_key(before), _by_key(after)
+    worse, _ = compare(before, after)
     out = []
-    for key, r in new.items():
-        prev = old.get(key)
-        if RANK[r["status"]] > RANK[prev["status"] if prev else "ok"]:
-            out.append(dict(r, code="change." + r["code"],
-                            message=r["message"] + (f" (was {prev['status']})" if prev else " (new)")))
+    for prev, r in worse:
+        out.append(dict(r, code="change." + r["code"],
+                        message=r["message"] + (f" (was {prev['status']})" if prev else " (new)")))
     ecc = _ecc_increases(old.get(("gpu.ecc", "")), new.get(("gpu.ecc", "")))
     if ecc:  # the per-GPU counter rises say more than the status change of the aggregate record
         out = [r for r in out if r["code"] != "change.gpu.ecc"] + ecc

@@ -1,12 +1,12 @@
 """The fleetctl command line: a lazy click group and the one exit point, `main()`.
 
 Subcommand modules are imported only when their command runs, so `fleetctl --help` stays fast.
-A command is listed in COMMANDS only once it works: no placeholders.
+The package tree is the command tree: `fleetctl/cli/<command>.py`, or `fleetctl/cli/<group>/` with
+one module per subcommand. A command is registered only once it works: no placeholders.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import click
@@ -14,32 +14,37 @@ import click
 from fleetctl import __version__
 from fleetctl.cli.app import Application, common_options
 from fleetctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FleetctlError
+from fleetctl.registry import Registry
 
-# name -> (module, attribute, one-line help shown by `fleetctl --help` without importing the module)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "audit": ("fleetctl.cli.audit", "audit", "Check node health and fleet consistency; drain and resume in Slurm."),
-    "config": ("fleetctl.cli.config", "config", "Validate and show the site configuration."),
-    "exec": ("fleetctl.cli.exec", "exec_command", "Run a command on nodes (ssh, srun or local), outputs folded."),
-    "hook": ("fleetctl.cli.hook", "hook", "Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer."),
-    "inventory": ("fleetctl.cli.inventory", "inventory", "Nodes, NICs, GPUs, switches and links, with Slurm state."),
-    "lab": ("fleetctl.cli.lab", "lab", "An emulated GPU cluster on this machine, with fault injection."),
-    "snapshot": ("fleetctl.cli.snapshot", "snapshot", "Coordinated, verified snapshots of training jobs."),
-}
+# The top-level commands (fleetctl.registry), each with the one-line help `fleetctl --help` shows
+# without importing the command's module.
+commands = Registry("command")
+commands.register("audit", "fleetctl.cli.audit:audit",
+                  help="Check node health and fleet consistency; drain and resume in Slurm.")
+commands.register("config", "fleetctl.cli.config:config", help="Validate and show the site configuration.")
+commands.register("exec", "fleetctl.cli.exec:exec_command",
+                  help="Run a command on nodes (ssh, srun or local), outputs folded.")
+commands.register("hook", "fleetctl.cli.hook:hook",
+                  help="Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer.")
+commands.register("inventory", "fleetctl.cli.inventory:inventory",
+                  help="Nodes, NICs, GPUs, switches and links, with Slurm state.")
+commands.register("lab", "fleetctl.cli.lab:lab",
+                  help="An emulated GPU cluster on this machine, with fault injection.")
+commands.register("snapshot", "fleetctl.cli.snapshot:snapshot",
+                  help="Coordinated, verified snapshots of training jobs.")
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(COMMANDS)
+        return commands.names()
 
     def get_command(self, ctx, name):
-        entry = COMMANDS.get(name)
-        if entry is None:
-            return None
-        module, attr, _ = entry
-        return getattr(importlib.import_module(module), attr)
+        if name not in commands:
+            return None  # click's "No such command" with its suggestions
+        return commands.get(name)
 
     def format_commands(self, ctx, formatter):
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        rows = [(name, commands.meta(name)["help"]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

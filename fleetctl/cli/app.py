@@ -1,6 +1,7 @@
 """The Application object on click's ctx.obj: output format, console, verbosity, site file.
 
-Every command gets it with `@pass_app`. It is the only place that knows about rich.
+Every command gets it with `@pass_app`. It owns the rich consoles; the rest of cli/ imports rich
+only to render, and no package outside cli/ imports click or rich.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import click
 from fleetctl.errors import ConfigError
 
 FORMATS = ("human", "json")
+NO_SITE = ('no site file: give --site, set FLEETCTL_SITE, or for the lab run eval "$(fleetctl lab env)"')
 
 
 class Application:
@@ -60,19 +62,14 @@ class Application:
 
     # ---- site
     def site_file(self) -> str:
-        """--site > FLEETCTL_SITE > the running lab's site file."""
+        """--site > FLEETCTL_SITE. Never a guess: the lab's site file is chosen explicitly, by
+        `eval "$(fleetctl lab env)"` (which sets FLEETCTL_SITE)."""
         if self.site_path:
             return self.site_path
         env = os.environ.get("FLEETCTL_SITE")
         if env:
             return env
-        from fleetctl.lab.paths import active_site
-
-        lab = active_site()
-        if lab is not None:
-            return str(lab)
-        raise ConfigError("no site file: pass --site PATH or set FLEETCTL_SITE "
-                          "(or bring up the emulated cluster with `fleetctl lab up`)")
+        raise ConfigError(NO_SITE)
 
     @cached_property
     def site(self):
@@ -121,7 +118,7 @@ def common_options(func):
     `fleetctl exec --format json ...`). They only set fields of the Application."""
     options = [
         click.option("--site", metavar="PATH", expose_value=False, callback=_set_site,
-                     help="Site file (env FLEETCTL_SITE; default: the running lab's)."),
+                     help="Site file (env FLEETCTL_SITE; for the lab: eval \"$(fleetctl lab env)\")."),
         click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
                      expose_value=False, callback=_set_format, help="Output format."),
         click.option("-v", "--verbose", count=True, expose_value=False, callback=_set_verbose,

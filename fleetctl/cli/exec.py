@@ -8,7 +8,6 @@ Exit status: 0 every node ok, 2 any node failed (non-zero exit, timeout, unreach
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
 
@@ -16,15 +15,15 @@ import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.params import MAX_CONNECT_TIMEOUT_S, MAX_TIMEOUT_S, seconds
+from fleetctl.cli.progress import ProgressBar
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, ConfigError
-from fleetctl.fanout.registry import TRANSPORTS
+from fleetctl.fanout.registry import transports
 
-PROGRESS_AFTER_S = 1.0  # a progress bar only for runs that last; quick ones print just the result
 
 
 @click.command("exec")
 @common_options
-@click.option("-t", "--transport", type=click.Choice(sorted(TRANSPORTS)), default=None,
+@click.option("-t", "--transport", type=click.Choice(transports.names()), default=None,
               help="Transport (default: the site's access.transport, else ssh).")
 @click.option("--timeout", type=seconds(0.001, MAX_TIMEOUT_S), default=None, metavar="SECONDS",
               help="Time the command may run on each node (default: access.command_timeout).")
@@ -63,7 +62,7 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
     cmd = command[0] if len(command) == 1 else list(command)
 
     start = time.monotonic()
-    with get_transport(transport, options, site=site) as backend, _Progress(app, len(nodes)) as bar:
+    with get_transport(transport, options, site=site) as backend, ProgressBar(app, len(nodes), "exec") as bar:
         app.debug(f"{backend.name}: {len(nodes)} nodes, fan-out {options.concurrency}")
         results = backend.run(nodes, cmd, timeout=timeout, on_result=bar.advance)
     duration = time.monotonic() - start
@@ -143,48 +142,3 @@ def _write(app: Application, lines: Iterable[Line]) -> None:
 
     for text, style in lines:
         app.console.print(Text(text, style=style), soft_wrap=True)
-
-
-class _Progress:
-    """A transient rich progress bar on stderr, shown only on a terminal, in human mode, and only
-    once a run has lasted PROGRESS_AFTER_S."""
-
-    def __init__(self, app: Application, total: int, *, terminal: bool | None = None):
-        terminal = sys.stderr.isatty() if terminal is None else terminal
-        self.enabled = not app.json and terminal and total > 1
-        self.app, self.total = app, total
-        self._bar = self._task = self._timer = None
-        self._lock = threading.Lock()
-        self._done = 0
-
-    def __enter__(self):
-        if self.enabled:
-            self._timer = threading.Timer(PROGRESS_AFTER_S, self._start)
-            self._timer.daemon = True
-            self._timer.start()
-        return self
-
-    def _start(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with self._lock:
-            if self._bar is not None or self._timer is None:
-                return
-            self._bar = Progress(TextColumn("exec"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=self.app.err_console, transient=True)
-            self._task = self._bar.add_task("exec", total=self.total, completed=self._done)
-            self._bar.start()
-
-    def advance(self, _result) -> None:
-        with self._lock:
-            self._done += 1
-            if self._bar is not None:
-                self._bar.advance(self._task)
-
-    def __exit__(self, *exc):
-        with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if self._bar is not None:
-                self._bar.stop()

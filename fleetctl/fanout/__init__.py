@@ -11,8 +11,8 @@ Nothing here imports paramiko until the ssh transport is used.
 from fleetctl.fanout.base import FanoutOptions, Transport
 from fleetctl.fanout.fold import Group, group_results
 from fleetctl.fanout.payload import run_python
-from fleetctl.fanout.registry import TRANSPORTS, get_transport, transport_class
+from fleetctl.fanout.registry import get_transport, transport_class, transports
 from fleetctl.fanout.result import STATUSES, Command, HostResult
 
-__all__ = ["Command", "FanoutOptions", "Group", "HostResult", "STATUSES", "TRANSPORTS", "Transport",
-           "get_transport", "group_results", "run_python", "transport_class"]
+__all__ = ["Command", "FanoutOptions", "Group", "HostResult", "STATUSES", "Transport",
+           "get_transport", "group_results", "run_python", "transport_class", "transports"]

@@ -1,27 +1,21 @@
-"""The one registry of transports by name. Backends are imported only when used: the ssh one pulls in
-paramiko, which a `--help` or an srun run should not pay for."""
+"""The transports by name (fleetctl.registry). Backends are imported only when chosen: the ssh one
+pulls in paramiko, which a `--help` or an srun run should not pay for."""
 
 from __future__ import annotations
 
-import importlib
-
-from fleetctl.errors import UsageError
+from fleetctl.extras import install_hint
 from fleetctl.fanout.base import FanoutOptions, Transport
+from fleetctl.registry import Registry
 
-# name -> (module, class). A new backend is one file plus one line here.
-TRANSPORTS: dict[str, tuple[str, str]] = {
-    "ssh": ("fleetctl.fanout.ssh", "SshTransport"),
-    "srun": ("fleetctl.fanout.srun", "SrunTransport"),
-    "local": ("fleetctl.fanout.local", "LocalTransport"),
-}
+# A new backend is one file plus one line here.
+transports = Registry("transport")
+transports.register("ssh", "fleetctl.fanout.ssh:SshTransport", install_hint=install_hint("ssh"))
+transports.register("srun", "fleetctl.fanout.srun:SrunTransport")
+transports.register("local", "fleetctl.fanout.local:LocalTransport")
 
 
 def transport_class(name: str) -> type[Transport]:
-    entry = TRANSPORTS.get(name)
-    if entry is None:
-        raise UsageError(f"unknown transport {name!r}; choose one of {', '.join(sorted(TRANSPORTS))}")
-    module, attr = entry
-    return getattr(importlib.import_module(module), attr)
+    return transports.get(name)
 
 
 def get_transport(name: str | None = None, options: FanoutOptions | None = None, *,

@@ -9,6 +9,7 @@ exactly what `audit --mesh` wrote.
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,27 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     if run.clock_truth:
         csum["truth"] = clock_error(clock, hosts, run.clock_truth, run.epoch_ns, span)
     return Analysis(findings, clock, w, solver, health_table(topo, run.paths, w), csum)
+
+
+def run_window(window_s: float | None, duration: float | None, linger: float = 1.0) -> float | None:
+    """The analysis window of a run: a window as long as the run would leave its last probes alone
+    in a second, useless window, so such a run is one window covering it and its linger."""
+    if window_s and duration and window_s >= duration:
+        return duration + linger
+    return window_s
+
+
+def reanalyze(file: str | Path, solver: str | None = None, out: str | Path | None = None) -> dict:
+    """`audit analyze`: a stored run analysed again (its own solver unless one is given), written to
+    `out` when given; the JSON object of to_dict()."""
+    started = time.monotonic()
+    run = read_run(file)
+    p = run.parameters
+    solver = solver or p.get("solver") or "nnls"
+    window = run_window(p.get("window_s"), p.get("duration"), p.get("linger", 1.0))
+    result = analyze(run, solver, window, p.get("statistic", "p50"))
+    path = write_run(Path(out).expanduser(), run, result) if out else None
+    return to_dict(run, result, path, time.monotonic() - started)
 
 
 def health_table(topo: Topology, paths: PathTable, w) -> dict:

@@ -14,7 +14,6 @@ The per-run HMAC key and the configuration travel inside the payload text (stdin
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 import uuid
@@ -23,10 +22,10 @@ from pathlib import Path
 
 from fleetctl.errors import DataError, UsageError
 from fleetctl.fanout import run_python
-from fleetctl.fanout.payload import json_output
+from fleetctl.fanout.payload import bundle, json_output, with_config
 from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
-from fleetctl.mesh.analyze import Analysis, RunData, analyze
+from fleetctl.mesh.analyze import Analysis, RunData, analyze, run_window, to_dict, write_run
 from fleetctl.mesh.collect import health_table, lab_clock, probe_records
 from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.pairs import select_pairs
@@ -74,33 +73,12 @@ class ProbeResult:
     health: dict = field(default_factory=dict)
 
 
-def _source(module) -> str:
-    """The module's source; a module naming PAYLOAD_PARTS (the probe agent) is those modules of
-    its package joined into one script, lines marked `# payload-local` left out."""
-    parts = getattr(module, "PAYLOAD_PARTS", None)
-    if not parts:
-        return Path(module.__file__).read_text()
-    here = Path(module.__file__).parent
-    out = ["# fleetctl payload: " + " + ".join(f"{p}.py" for p in parts) + ", generated.\n"
-           "from __future__ import annotations\n"]
-    for name in parts:
-        kept = [line for line in (here / f"{name}.py").read_text().splitlines()
-                if "# payload-local" not in line
-                and line.strip() != "from __future__ import annotations"]
-        out.append(f"\n# ---- {name}.py\n" + "\n".join(kept) + "\n")
-    source = "".join(out)
-    if "import fleetctl" in source or "from fleetctl" in source:
-        raise RuntimeError(f"{module.__name__}: payload imports fleetctl")
-    return source
-
-
 def _payload(module, config: dict) -> str:
-    """The module's source with the configuration embedded (the marker line is replaced)."""
-    source = _source(module)
-    marker = "_EMBEDDED_CONFIG = None"
-    if marker not in source:
-        raise RuntimeError(f"{module.__name__}: payload marker missing")
-    return source.replace(marker, f"_EMBEDDED_CONFIG = {json.dumps(json.dumps(config))}", 1)
+    """The module as a payload (with the modules its PAYLOAD_PARTS names, for the probe agent),
+    the configuration embedded."""
+    package, _, name = module.__name__.rpartition(".")
+    parts = getattr(module, "PAYLOAD_PARTS", None) or (name,)
+    return with_config(bundle(package, parts, f"{name} payload"), config)
 
 
 def _fan_out(transport, nodes, module, config, timeout, what, warnings, failed) -> dict[str, dict]:
@@ -194,7 +172,18 @@ def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
                   int(start_at * 1e9), params, disc.switch_results, agents, disc.summary(topo),
                   truth, warnings)
     progress("analysing")
-    # a window as long as the run would leave its last probes alone in a second, useless window
-    window = opts.window_s if opts.window_s < opts.duration else opts.duration + opts.linger
-    result = analyze(run, opts.solver, window, opts.statistic)
+    result = analyze(run, opts.solver, run_window(opts.window_s, opts.duration, opts.linger),
+                     opts.statistic)
     return ProbeResult(run, result, time.monotonic() - get_started, health)
+
+
+def mesh_audit(site, nodes: list[str], transport, opts: MeshOptions, out: str | Path | None = None,
+               progress=lambda _m: None) -> dict:
+    """`audit --mesh`: one probe run, written to `out` when given; the JSON object of to_dict()."""
+    from fleetctl.analysis.solvers import get_solver
+
+    get_solver(opts.solver)  # an unknown solver fails before any probing
+    opts.validate()
+    result = probe_run(site, nodes, transport, opts, progress)
+    path = write_run(Path(out).expanduser(), result.run, result.analysis) if out else None
+    return to_dict(result.run, result.analysis, path, result.elapsed_s)

@@ -3,34 +3,28 @@
     backend = backend_for_site(site)      # the one named by slurm.backend, configured from the site
     backend.drain(["gpu007"], "xid79", "gpu3 fell off the bus")
 
-A new backend is one module with a SlurmBackend subclass and one line in BACKENDS.
+A new backend is one module with a SlurmBackend subclass and one `backends.register` line here.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from fleetctl.errors import ConfigError
+from fleetctl.registry import Registry
 from fleetctl.slurm.base import (DrainResult, NodeLookup, Reservation, ResumeResult, SlurmBackend,
                                  SlurmJob, SlurmNode, SlurmUnreachable)
 
-__all__ = ["BACKENDS", "DrainResult", "NodeLookup", "Reservation", "ResumeResult", "SlurmBackend",
-           "SlurmJob", "SlurmNode", "SlurmUnreachable", "backend_for_site", "get_backend"]
+__all__ = ["DrainResult", "NodeLookup", "Reservation", "ResumeResult", "SlurmBackend",
+           "SlurmJob", "SlurmNode", "SlurmUnreachable", "backend_for_site", "backends", "get_backend"]
 
-# name -> "module:class"; imported only when chosen.
-BACKENDS: dict[str, str] = {
-    "cli": "fleetctl.slurm.cli_backend:CliBackend",
-}
+# Imported only when chosen; an unknown name is a site-file error at slurm.backend.
+backends = Registry("Slurm backend", error=ConfigError, key="slurm.backend")
+backends.register("cli", "fleetctl.slurm.cli_backend:CliBackend")
 
 
 def get_backend(name: str = "cli", **options) -> SlurmBackend:
-    target = BACKENDS.get(name)
-    if target is None:
-        raise ConfigError(f"unknown Slurm backend {name!r}; known: {', '.join(sorted(BACKENDS))}",
-                          key="slurm.backend")
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)(**options)
+    return backends.get(name)(**options)
 
 
 def backend_for_site(site, **options) -> SlurmBackend:

@@ -90,8 +90,6 @@ def _exe(path: Path, text: str) -> None:
 @pytest.fixture
 def lab(tmp_path, monkeypatch):
     """Three nodes' files, a site file, and the stand-ins on PATH. Slurm knows n1 and n2 only."""
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    monkeypatch.delenv("FLEETCTL_SITE", raising=False)
     now = time.strftime("%Y-%m-%dT%H:%M:%S,000000+00:00", time.gmtime())
     for node in ("n1", "n2", "n3"):
         (tmp_path / node).mkdir()

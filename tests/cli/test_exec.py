@@ -16,8 +16,6 @@ from fleetctl.cli.app import Application
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     # No lab site leaking in: the lab may be up on this machine while tests run.
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    monkeypatch.delenv("FLEETCTL_SITE", raising=False)
     path = tmp_path / "site.toml"
     path.write_text('[cluster]\nname = "t"\n[access]\ntransport = "local"\ncommand_timeout = 20\n'
                     '[[node_classes]]\nname = "c"\nnodes = "n[1-4]"\n')
@@ -72,8 +70,6 @@ def test_output_is_printed_verbatim(site, capsys):
 
 
 def test_without_any_site_file_the_defaults_apply(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    monkeypatch.delenv("FLEETCTL_SITE", raising=False)
     assert run(["exec", "-t", "local", "--fanout", "1", "localhost", "--", "echo", "hi"]) == 0
     assert "hi" in capsys.readouterr().out
 
@@ -111,25 +107,24 @@ def test_progress_bar_only_on_a_terminal_and_only_for_long_runs(monkeypatch):
 
     from rich.console import Console
 
-    from fleetctl.cli import exec as exec_module
+    from fleetctl.cli.progress import ProgressBar
     from fleetctl.fanout.result import HostResult
 
-    monkeypatch.setattr(exec_module, "PROGRESS_AFTER_S", 0.05)
     app = Application()
     buffer = io.StringIO()
     app.__dict__["err_console"] = Console(file=buffer, force_terminal=True, width=60)
-    with exec_module._Progress(app, 3, terminal=True) as bar:
+    with ProgressBar(app, 3, "exec", after_s=0.05, terminal=True) as bar:
         bar.advance(HostResult("n1", "ok", 0))
         time.sleep(0.3)  # past the delay: the bar is shown
         bar.advance(HostResult("n2", "ok", 0))
         bar.advance(HostResult("n3", "ok", 0))
     assert "3/3" in buffer.getvalue() or "2/3" in buffer.getvalue()
 
-    assert not exec_module._Progress(Application(), 3, terminal=False).enabled  # not a terminal
-    assert not exec_module._Progress(Application(), 1, terminal=True).enabled  # one node
+    assert not ProgressBar(Application(), 3, "exec", terminal=False).enabled  # not a terminal
+    assert not ProgressBar(Application(), 1, "exec", terminal=True).enabled  # one node
     quiet = Application()
     quiet.format = "json"
-    assert not exec_module._Progress(quiet, 3, terminal=True).enabled  # JSON mode
+    assert not ProgressBar(quiet, 3, "exec", terminal=True).enabled  # JSON mode
 
 
 def test_plain_output_does_not_import_rich(site):

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def fleetctl(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), FLEETCTL_LAB_DIR=str(tmp_path / "nolab"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("FLEETCTL_SITE", None)
     return subprocess.run([sys.executable, "-m", "fleetctl", *args], capture_output=True, text=True,
                           env=env, timeout=60, cwd=tmp_path)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleetctl.cli import run as cli_run
+from fleetctl.slurm.parse import parse_record
 
 from labutil import sbatch, wait_for
 
@@ -29,14 +30,12 @@ def fleetctl_json(capsys, *args) -> tuple[int, dict]:
 
 
 def scontrol_node(lab, node) -> dict:
+    """The node's `scontrol show node --oneliner` record, parsed as fleetctl parses it (Reason
+    without its `[user@time]` tail, "" when there is none)."""
     out = subprocess.run(["scontrol", "show", "node", node, "--oneliner"], env=lab.command_env(),
                          capture_output=True, text=True, timeout=30, check=True).stdout
-    fields = {}
-    for word in out.split():
-        key, _, value = word.partition("=")
-        fields.setdefault(key, value)
-    reason = out.split("Reason=", 1)[1].rsplit(" [", 1)[0] if "Reason=" in out else ""
-    fields["Reason"] = reason
+    fields = parse_record(out)
+    fields.setdefault("Reason", "")
     return fields
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from fleetctl.cli import run as cli_run
+from fleetctl.slurm.parse import parse_record
 
 pytestmark = pytest.mark.lab
 
@@ -32,7 +33,7 @@ def clean(lab):
 def reason(lab, node) -> str:
     out = subprocess.run(["scontrol", "show", "node", node, "--oneliner"], env=lab.command_env(),
                          capture_output=True, text=True, timeout=30, check=True).stdout
-    return out.split("Reason=", 1)[1].rsplit(" [", 1)[0] if "Reason=" in out else ""
+    return parse_record(out).get("Reason", "")
 
 
 def test_node_unknown_to_slurm_does_not_stop_the_drain(lab, capsys, clean, tmp_path):

@@ -91,7 +91,7 @@ def _controller(outputs: dict[str, str]) -> None:
     from rich.console import Console
 
     from fleetctl.checks import fleet_consistency
-    from fleetctl.cli.audit import render
+    from fleetctl.cli.audit.render import render
 
     outcomes = {n: _outcome(HostResult(n, "ok", stdout=text, exit_code=0)) for n, text in outputs.items()}
     for o in outcomes.values():

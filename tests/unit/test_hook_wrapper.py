@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.cli import run
 
 FAKE = """#!/bin/sh
 # Records how the wrapper called it, then exits with $FAKE_RC (or hangs with FAKE_RC=hang).
@@ -174,46 +173,3 @@ def test_a_hanging_fleetctl_is_cut_at_the_budget_and_fails_open(hookdir):
 def test_a_missing_fleetctl_fails_open(hookdir):
     code, called, err, _ = wrapper(hookdir, "FLEETCTL=/nonexistent/fleetctl\n")
     assert code == 0 and called is None and "not found" in err
-
-
-# ---------------------------------------------------------------- the installer
-def _site(tmp_path: Path, dirname: str) -> Path:
-    d = tmp_path / dirname
-    d.mkdir()
-    path = d / "site.toml"
-    path.write_text('[cluster]\nname = "t"\n[[node_classes]]\nname = "c"\nnodes = "n[1-2]"\n')
-    return path
-
-
-def test_install_writes_settings_the_wrapper_reads_back_exactly(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    site = _site(tmp_path, "a b;touch pwned;$(id)")
-    target = tmp_path / "hooks"
-    assert run(["--site", str(site), "hook", "install", str(target), "--log", str(tmp_path / "h.log")]) == 0
-    text = (target / "fleetctl-hooks.env").read_text()
-    assert f"FLEETCTL_SITE='{site}'" in text
-    # Even a shell that sources it (an old wrapper) gets the literal path and runs nothing.
-    shown = subprocess.run(["/bin/sh", "-c", '. "$1"; printf %s "$FLEETCTL_SITE"', "sh",
-                            str(target / "fleetctl-hooks.env")], capture_output=True, text=True, cwd=tmp_path)
-    assert shown.stdout == str(site) and not (tmp_path / "pwned").exists()
-    fake = tmp_path / "fake-fleetctl"
-    fake.write_text(FAKE)
-    fake.chmod(0o755)
-    with open(target / "fleetctl-hooks.env", "a") as fh:
-        fh.write(f"FLEETCTL={fake}\n")
-    seen = tmp_path / "seen.json"
-    out = subprocess.run(["/bin/sh", str(target / "fleetctl-prolog")], capture_output=True, text=True,
-                         cwd=tmp_path, env={"PATH": os.environ["PATH"], "FAKE_OUT": str(seen)})
-    assert out.returncode == 0, out.stderr
-    assert json.loads(seen.read_text())["env"]["FLEETCTL_SITE"] == str(site)
-    assert not (tmp_path / "pwned").exists()
-
-
-@pytest.mark.parametrize("dirname", ["it's", 'q"uote', "back\\slash", "new\nline"])
-def test_install_refuses_values_it_cannot_write_safely(tmp_path, monkeypatch, capsys, dirname):
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    site = _site(tmp_path, dirname)
-    target = tmp_path / "hooks"
-    assert run(["--site", str(site), "hook", "install", str(target)]) == 3
-    assert "cannot install hooks: FLEETCTL_SITE" in capsys.readouterr().err
-    assert not target.exists()  # nothing half-installed

@@ -66,12 +66,3 @@ def test_hook_node_name_and_job_id_are_checked(monkeypatch):
     for good in ("123", "123_4"):
         monkeypatch.setenv("SLURM_JOB_ID", good)
         assert hooks.hook_job_id() == good
-
-
-def test_audit_local_refuses_a_bad_node_name(tmp_path, monkeypatch, capsys):
-    from fleetctl.cli import run
-
-    monkeypatch.setenv("FLEETCTL_LAB_DIR", str(tmp_path / "nolab"))
-    (tmp_path / "site.toml").write_text('[cluster]\nname = "t"\n[[node_classes]]\nname = "c"\nnodes = "n1"\n')
-    assert run(["--site", str(tmp_path / "site.toml"), "audit", "--local", "--node", "../../x"]) == 3
-    assert "invalid --node '../../x'" in capsys.readouterr().err

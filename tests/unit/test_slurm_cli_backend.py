@@ -70,5 +70,5 @@ def test_bad_input_refused_before_running_anything(tmp_path):
 
 def test_registry():
     assert isinstance(get_backend("cli", drain_prefix="nhc"), CliBackend)
-    with pytest.raises(Exception, match="unknown Slurm backend 'pyslurm'; known: cli"):
+    with pytest.raises(Exception, match="unknown Slurm backend 'pyslurm'; choose one of cli"):
         get_backend("pyslurm")

@@ -1,34 +1,26 @@
-"""The one registry of triangulation solvers. A new solver is one module with a @register class."""
+"""The triangulation solvers by name (fleetctl.registry). A new solver is one module with a
+`@register` Solver subclass (registered under its `name`), and that module in MODULES."""
 
 from __future__ import annotations
 
 from fleetctl.analysis.solvers.base import Problem, Solver
-from fleetctl.errors import UsageError
+from fleetctl.registry import Registry
 
-_REGISTRY: dict[str, type[Solver]] = {}
+MODULES = tuple(f"fleetctl.analysis.solvers.{m}" for m in ("tomography", "vote", "netbouncer", "flock"))
+solvers = Registry("solver", modules=MODULES)
 
 
 def register(cls: type[Solver]) -> type[Solver]:
-    _REGISTRY[cls.name] = cls
-    return cls
+    """Class decorator: `solvers.register(cls.name)`, the name being the solver's own."""
+    return solvers.register(cls.name)(cls)
 
 
 def get_solver(name: str) -> Solver:
-    _load()
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise UsageError(f"unknown solver {name!r} (known: {', '.join(solver_names())})") from None
+    return solvers.get(name)()
 
 
 def solver_names() -> list[str]:
-    _load()
-    return sorted(_REGISTRY)
+    return solvers.names()
 
 
-def _load() -> None:
-    # Imported here, not at the top: the solver modules import `register` from this module.
-    from fleetctl.analysis.solvers import flock, netbouncer, tomography, vote  # noqa: F401
-
-
-__all__ = ["Problem", "Solver", "get_solver", "register", "solver_names"]
+__all__ = ["Problem", "Solver", "get_solver", "register", "solver_names", "solvers"]

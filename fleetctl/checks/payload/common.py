@@ -12,6 +12,9 @@ import time
 
 SCHEMA = "fleetctl.checks/1"
 STATUSES = ("ok", "skipped", "warn", "error", "fail")  # worst last
+# The one ranking of check statuses, here because the payload needs it too: how bad each is, with
+# `skipped` no worse than `ok` (the controller imports it from here: checks.document, checks.followup).
+RANK = {s: max(0, i - 1) for i, s in enumerate(STATUSES)}
 ACTIONS = ("none", "restart-app", "reset-gpu", "reboot", "drain", "inspect-hardware")  # strongest last
 
 
@@ -26,6 +29,8 @@ def result(code, status, message, action="none", evidence=None, subject="", simu
 
 
 def worst_status(statuses):
+    """The worst of `statuses` ("ok" for none); `skipped` counts as worse than `ok` only here,
+    so that a document of skipped checks says so."""
     return max(statuses, key=STATUSES.index, default="ok")
 
 

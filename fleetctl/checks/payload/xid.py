@@ -15,7 +15,7 @@ import os
 import re
 import time
 
-from fleetctl.checks.payload.common import (read_or_none, result, run_cmd,  # payload-local
+from fleetctl.checks.payload.common import (RANK, read_or_none, result, run_cmd,  # payload-local
                                             strongest_action, worst_status)  # payload-local
 
 MAX_LOG_BYTES = 64 << 20  # read at most the last 64 MiB of a kernel-log file
@@ -511,7 +511,7 @@ def _judge_xid(scan, pci, xid, g, policy, overridden, xids_on_gpu):
     if xid == 45:
         missing = [c for c in g["causes"] if c not in xids_on_gpu[pci]]
         if missing:  # the cause rotated out of the log or the since-window: judge the cause
-            worst = max(missing, key=lambda c: _STATUS_RANK[policy.get(c, UNKNOWN_XID)[0]])
+            worst = max(missing, key=lambda c: RANK[policy.get(c, UNKNOWN_XID)[0]])
             s, a, r, w = policy.get(worst, UNKNOWN_XID)
             return s, a, r, "cleanup caused by Xid %d (%s), which is not in the scanned log" % (worst, w)
         if not g["causes"] and xids_on_gpu[pci] == {45}:
@@ -527,7 +527,6 @@ def _judge_xid(scan, pci, xid, g, policy, overridden, xids_on_gpu):
     return status, action, recoverable, what
 
 
-_STATUS_RANK = {"ok": 0, "skipped": 0, "warn": 1, "error": 2, "fail": 3}
 
 
 def judge_scan(scan, args, state, source):
@@ -575,7 +574,7 @@ def judge_scan(scan, args, state, source):
         findings.append([status, action, False, "sxid.%d" % sxid,
                          "SXid %d on NVSwitch %s: %s%s" % (sxid, pci, kind, " (x%d lines)" % g["count"]
                                                            if g["count"] > 1 else ""), ev, pci])
-    findings.sort(key=lambda f: (-_STATUS_RANK[f[0]], -f[5]["count"], f[3], f[6]))
+    findings.sort(key=lambda f: (-RANK[f[0]], -f[5]["count"], f[3], f[6]))
     shown, hidden = findings[:MAX_RESULTS], findings[MAX_RESULTS:]
     out = [_finding(f, args, state, sim) for f in shown]
     if hidden or scan.overflow:

@@ -1,60 +1,26 @@
 """`fleetctl audit --mesh` and `audit analyze`: running the probe mesh and rendering its result.
 
-The work is in fleetctl.mesh (probe_run, analyze); this module parses options into it and draws
+The work is in fleetctl.mesh (probe_run, analyze); this module passes options into it and draws
 the human view: findings first, then a compact health table per switch and per link direction.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from fleetctl.errors import UsageError
-
 SEV_STYLE = {"critical": "bold red", "major": "red", "minor": "yellow"}
 
 
 def run_mesh(app, site, nodes: list[str], transport_name: str | None, duration: float,
-             rate: float, out: str | None, solver: str) -> dict:
-    from fleetctl.analysis.solvers import get_solver
+             rate: float, out: str | None, solver: str | None) -> dict:
+    """`audit --mesh`: one probe run over the named transport (fleetctl.mesh.probe_run.mesh_audit)."""
+    from fleetctl.extras import require
     from fleetctl.fanout import get_transport
-    from fleetctl.mesh.analyze import to_dict, write_run
-    from fleetctl.mesh.probe_run import MeshOptions, probe_run
 
-    get_solver(solver)
-    opts = MeshOptions(duration=duration, rate=rate, solver=solver)
-    opts.validate()
-    target = _out_path(out)
+    require("mesh", "audit --mesh")
+    from fleetctl.mesh.probe_run import MeshOptions, mesh_audit
+
+    opts = MeshOptions(duration=duration, rate=rate, solver=solver or "nnls")
     with get_transport(transport_name, site=site) as t:
-        result = probe_run(site, nodes, t, opts, progress=app.info)
-    path = write_run(target, result.run, result.analysis) if target else None
-    return to_dict(result.run, result.analysis, path, result.elapsed_s)
-
-
-def analyze_file(file: str, solver: str | None, out: str | None = None) -> dict:
-    import time
-
-    from fleetctl.mesh.analyze import analyze, read_run, to_dict, write_run
-
-    started = time.monotonic()
-    run = read_run(file)
-    solver = solver or run.parameters.get("solver") or "nnls"
-    window = run.parameters.get("window_s")
-    if window and run.parameters.get("duration") and window >= run.parameters["duration"]:
-        window = run.parameters["duration"] + run.parameters.get("linger", 1.0)
-    result = analyze(run, solver, window, run.parameters.get("statistic", "p50"))
-    path = write_run(_out_path(out), run, result) if out else None
-    return to_dict(run, result, path, time.monotonic() - started)
-
-
-def _out_path(out: str | None) -> Path | None:
-    if not out:
-        return None
-    p = Path(out).expanduser()
-    if p.is_dir():
-        raise UsageError(f"--out {out}: is a directory; give a file name like run.h5")
-    if not p.parent.exists():
-        raise UsageError(f"--out {out}: directory {p.parent} does not exist")
-    return p
+        return mesh_audit(site, nodes, t, opts, out, progress=app.info)
 
 
 def render(console, data: dict) -> None:

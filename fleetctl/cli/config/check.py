@@ -1,18 +1,14 @@
-"""`fleetctl config check|show`: validate a site file and show what fleetctl makes of it."""
+"""`fleetctl config check [PATH]`: validate a site file against the schema."""
 
 from __future__ import annotations
 
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.errors import EXIT_OK
 
 
-@click.group("config")
-def config() -> None:
-    """Validate and show the site configuration."""
-
-
-@config.command("check")
+@click.command("check")
 @common_options
 @click.argument("path", required=False)
 @pass_app
@@ -33,16 +29,4 @@ def check(app: Application, path: str | None) -> int:
                       f"{summary['links']} links")
 
     app.emit(summary, render)
-    return 0
-
-
-@config.command("show")
-@common_options
-@pass_app
-def show(app: Application) -> int:
-    """Print the site file in use with every default filled in (JSON)."""
-    import json
-
-    site = app.site
-    click.echo(json.dumps({"file": site.source, **site.data}, indent=2))
-    return 0
+    return EXIT_OK

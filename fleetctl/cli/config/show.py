@@ -1,0 +1,20 @@
+"""`fleetctl config show`: the site file in use with every default filled in."""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.errors import EXIT_OK
+
+
+@click.command("show")
+@common_options
+@pass_app
+def show(app: Application) -> int:
+    """Print the site file in use with every default filled in (JSON)."""
+    import json
+
+    site = app.site
+    click.echo(json.dumps({"file": site.source, **site.data}, indent=2))
+    return EXIT_OK

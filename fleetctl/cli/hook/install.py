@@ -1,0 +1,37 @@
+"""`fleetctl hook install DIR`: the wrappers and their settings file (fleetctl.audit.hook_install)."""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+
+
+@click.command("install")
+@common_options
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--fail-closed", is_flag=True, help="Fail the Prolog when fleetctl itself fails.")
+@click.option("--log", "log_path", default="/var/log/fleetctl-hooks.log", show_default=True)
+@pass_app
+def install(app: Application, directory: str, fail_closed: bool, log_path: str) -> int:
+    """Install the hook wrappers into DIRECTORY with an env file naming this fleetctl and site."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from fleetctl.audit.hook_install import install_hooks
+    from fleetctl.errors import EXIT_OK
+
+    site_path = str(Path(app.site_file()).resolve())
+    app.site  # validate before installing anything that would use it
+    fleetctl_bin = shutil.which("fleetctl") or str(Path(sys.executable).parent / "fleetctl")
+    done = install_hooks(Path(directory), site_path=site_path, fleetctl_bin=fleetctl_bin,
+                         fail_closed=fail_closed, log_path=log_path)
+
+    def render(console):
+        for path in done.wrappers.values():
+            console.print(f"installed {path}")
+        console.print("slurm.conf:\n" + "\n".join(f"  {line}" for line in done.slurm_conf().splitlines()))
+
+    app.emit(done.to_dict(), render)
+    return EXIT_OK

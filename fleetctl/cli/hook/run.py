@@ -1,0 +1,47 @@
+"""`fleetctl hook prolog|epilog|healthcheck`: run by slurmd through the wrapper (fleetctl/audit/hook.sh).
+
+The verdict is fleetctl.audit.hooks.run_hook's; this module logs it and prints it.
+"""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import MAX_HOOK_BUDGET_S, seconds
+
+
+def _run(app: Application, name: str, level: str, budget: float | None) -> int:
+    from fleetctl.audit.hooks import log_verdict, run_hook, save_last
+    from fleetctl.errors import FleetctlError
+
+    try:
+        verdict = run_hook(app.site, name, level=level, budget_s=budget)
+    except FleetctlError as exc:
+        click.echo(log_verdict(None, name, exc), err=True)
+        raise
+    save_last(verdict)
+    line = log_verdict(verdict, name)
+    app.emit(verdict.to_dict(), lambda console: console.print(line, markup=False))
+    return verdict.exit_code
+
+
+def _hook_command(name: str, default_level: str, doc: str) -> click.Command:
+    @click.command(name, help=doc)
+    @common_options
+    @click.option("--level", type=click.Choice(["quick", "standard"]), default=default_level,
+                  show_default=True)
+    @click.option("--budget", type=seconds(0.5, MAX_HOOK_BUDGET_S), help="Hard time budget in seconds.")
+    @pass_app
+    def command(app: Application, level: str, budget: float | None) -> int:
+        return _run(app, name, level, budget)
+
+    return command
+
+
+prolog = _hook_command("prolog", "quick", "Quick checks of this node before a job; exit 2 and drain on a "
+                       "definite hardware failure.")
+epilog = _hook_command("epilog", "quick", "After a job: what went wrong during it (new Xids, ECC, flaps); "
+                       "drains on a definite failure, always exits 0 itself.")
+healthcheck = _hook_command("healthcheck", "quick", "HealthCheckProgram: drain on a definite failure, resume "
+                            "a node fleetctl drained once it passes.")

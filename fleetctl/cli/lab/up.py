@@ -1,0 +1,49 @@
+"""`fleetctl lab up`: build the emulated cluster."""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.lab.common import refuse_if_session_busy, site_path, slurm_from
+from fleetctl.errors import EXIT_OK
+
+
+@click.command("up")
+@common_options
+@click.option("--hosts", default=4, show_default=True, help="Emulated hosts node1..nodeN.")
+@click.option("--nics-per-host", default=2, show_default=True, help="Fabric NICs eth0.. per host.")
+@click.option("--leaves", default=2, show_default=True, help="Leaf switches (hosts spread over them).")
+@click.option("--spines", default=2, show_default=True, help="Spine switches (every leaf to every spine).")
+@click.option("--gpus-per-host", default=0, show_default=True, help="Simulated GPUs per host (0: none).")
+@click.option("--clock-skew", is_flag=True, help="Give each host a known clock offset and drift.")
+@click.option("--no-slurm", is_flag=True, help="No munge, slurmctld, slurmd.")
+@click.option("--no-ssh", is_flag=True, help="No sshd (site file then uses the local transport).")
+@click.option("--slurm", "slurm_from", default="system", show_default=True,
+              type=click.Choice(["system", "trixie", "24.11", "sid"]),
+              help="Whose Slurm: this machine's, Debian 13's (trixie = 24.11) or Debian unstable's (sid, "
+                   "the newest); the last two from a cached Debian root (built by debootstrap once).")
+@pass_app
+def up(app: Application, hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew, no_slurm,
+       no_ssh, slurm_from) -> int:
+    """Build the lab (idempotent: a healthy lab of the same size is kept)."""
+    from fleetctl.lab import lifecycle
+    from fleetctl.lab.topology import LabParams
+
+    refuse_if_session_busy()
+    params = LabParams(hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew,
+                       not no_slurm, not no_ssh, "trixie" if slurm_from == "24.11" else slurm_from)
+    st = lifecycle.up(params, progress=lambda m: app.debug(m))
+    out = {"status": st["status"], "params": st["params"], "site_file": str(site_path()),
+           "up_seconds": st.get("up_seconds"), "slurm": st.get("slurm")}
+
+    def render(console):
+        took = f" in {st['up_seconds']:.1f} s" if st.get("up_seconds") else " (already up)"
+        console.print(f"[green]lab up[/green]{took}: {lifecycle.describe(st['params'])}")
+        if st.get("slurm"):
+            console.print(f"slurm {st['slurm']['version']} ({slurm_from(st['slurm'])})")
+        console.print(f"site file: {site_path()}")
+        console.print("use it from a shell: [bold]eval \"$(fleetctl lab env)\"[/bold]")
+
+    app.emit(out, render)
+    return EXIT_OK
