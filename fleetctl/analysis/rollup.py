@@ -26,7 +26,7 @@ from scipy.sparse import csc_matrix
 from scipy.stats import binom
 
 from fleetctl.analysis.signals import PathSignals, Thresholds
-from fleetctl.mesh.topology import Element, Topology
+from fleetctl.model.fabric import Element, Topology
 
 SEVERITY_RANK = {"critical": 3, "major": 2, "minor": 1}
 

@@ -15,10 +15,10 @@ import numpy as np
 
 from fleetctl.analysis.merge import merge_identical_paths
 from fleetctl.analysis.rollup import SEVERITY_RANK, Rollup
-from fleetctl.analysis.signals import PathSignals, Thresholds, WindowStats, path_baseline, window_signals
+from fleetctl.analysis.signals import PathSignals, Thresholds, path_baseline, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
 from fleetctl.errors import DataError
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
 
 
 def triangulate(topo: Topology, paths: PathTable, stats: WindowStats, solver: str = "nnls",

@@ -17,8 +17,8 @@ def run_mesh(app, site, nodes: list[str], transport_name: str | None, duration: 
              rate: float, out: str | None, solver: str) -> dict:
     from fleetctl.analysis.solvers import get_solver
     from fleetctl.fanout import get_transport
-    from fleetctl.mesh.analyze import to_dict, write_run
-    from fleetctl.mesh.probe_run import MeshOptions, probe_run
+    from fleetctl.meshrun.analyze import to_dict, write_run
+    from fleetctl.meshrun.probe_run import MeshOptions, probe_run
 
     get_solver(solver)
     opts = MeshOptions(duration=duration, rate=rate, solver=solver)
@@ -33,7 +33,7 @@ def run_mesh(app, site, nodes: list[str], transport_name: str | None, duration: 
 def analyze_file(file: str, solver: str | None, out: str | None = None) -> dict:
     import time
 
-    from fleetctl.mesh.analyze import analyze, read_run, to_dict, write_run
+    from fleetctl.meshrun.analyze import analyze, read_run, to_dict, write_run
 
     started = time.monotonic()
     run = read_run(file)

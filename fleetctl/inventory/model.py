@@ -1,12 +1,15 @@
-"""The inventory records: what every other package uses to know nodes, NICs, GPUs, switches, links.
+"""The inventory records: the cluster model (fleetctl.model.cluster) flattened per node and switch,
+with each element's links and neighbours, for `fleetctl inventory`.
 
 Plain dataclasses with `to_dict()` (the JSON of `fleetctl inventory --format json`; field names are
-part of the documented output, do not rename).
+part of the documented output, do not rename). Other packages plan against the cluster model itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+from fleetctl.model.cluster import SlurmInfo
 
 
 @dataclass
@@ -32,23 +35,6 @@ class GpuInfo:
     count: int = 0
     model: str = ""
     driver_version: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class SlurmInfo:
-    state: str = ""  # Slurm's combined form, IDLE+DRAIN
-    drained: bool = False
-    available: bool = False
-    reason: str = ""
-    reason_user: str = ""
-    reason_time: str = ""
-    ours: bool = False  # reason written by fleetctl (carries the drain prefix)
-    partitions: list[str] = field(default_factory=list)
-    features: list[str] = field(default_factory=list)
-    jobs: list[str] = field(default_factory=list)  # ids of jobs running on the node
 
     def to_dict(self) -> dict:
         return asdict(self)

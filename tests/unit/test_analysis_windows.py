@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from fleetctl.analysis.signals import WindowStats
-from fleetctl.analysis.synthetic import Fault
-from fleetctl.analysis.synthetic_run import synthetic_run
 from fleetctl.analysis.triangulate import triangulate
-from fleetctl.analysis.windows import build_windows, group_quantiles, host_clock
+from fleetctl.analysis.windows import build_windows, host_clock
 from fleetctl.errors import DataError
-from fleetctl.mesh.fattree import leaf_spine
+from fleetctl.model.fabric import WindowStats, group_quantiles
+from tests.support.fabrics import leaf_spine
+from tests.support.synthetic import Fault
+from tests.support.synthetic_run import synthetic_run
 
 
 @pytest.fixture(scope="module")

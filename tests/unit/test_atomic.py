@@ -71,10 +71,10 @@ def test_full_disk_report_is_a_clear_error_without_leftovers(full_fs):
 
 _WRITE_RUN = textwrap.dedent("""
     import sys
-    from fleetctl.analysis.synthetic import Fault
-    from fleetctl.analysis.synthetic_run import synthetic_run
+    from tests.support.synthetic import Fault
+    from tests.support.synthetic_run import synthetic_run
     from fleetctl.errors import DataError
-    from fleetctl.mesh.fattree import leaf_spine
+    from tests.support.fabrics import leaf_spine
     from fleetctl.mesh.store import RunWriter
     topo = leaf_spine(2, 2, 2, 2)
     pairs = [(a, b) for a in topo.nics for b in topo.nics if a.split(":")[0] != b.split(":")[0]]

@@ -13,7 +13,7 @@ from fleetctl.errors import DataError
 from fleetctl.lab.clock import HostClock, agent_clock_entries
 from fleetctl.mesh import agent
 from fleetctl.mesh.collect import StreamDecoder, decode, parse_stream, probe_records
-from fleetctl.mesh.store import FLOW_DTYPE
+from fleetctl.model.fabric import FLOW_DTYPE
 from test_mesh_agent import config, finish, free_port, start
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from fleetctl.errors import DataError
-from fleetctl.mesh.analyze import read_run
 from fleetctl.mesh.reader import open_run
+from fleetctl.meshrun.analyze import read_run
 
 from test_store_hdf5 import run_data, write  # noqa: F401  (the module-scoped fixture)
 

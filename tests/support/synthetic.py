@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetctl.analysis.signals import WindowStats
 from fleetctl.errors import UsageError
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
 
 
 @dataclass(frozen=True)

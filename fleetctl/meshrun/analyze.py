@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from fleetctl.analysis.rollup import SEVERITY_RANK
-from fleetctl.analysis.signals import WindowStats
 from fleetctl.analysis.solvers import get_solver
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.analysis.windows import build_windows, host_clock
@@ -25,7 +24,7 @@ from fleetctl.mesh.collect import clock_error
 from fleetctl.mesh.discovery import Discovery, dead_link_findings
 from fleetctl.mesh.loops import add_loop_stats
 from fleetctl.mesh.store import RunWriter
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
 
 
 @dataclass

@@ -26,11 +26,12 @@ from fleetctl.fanout import run_python
 from fleetctl.fanout.payload import json_output
 from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
-from fleetctl.mesh.analyze import Analysis, RunData, analyze
 from fleetctl.mesh.collect import health_table, lab_clock, probe_records
 from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.pairs import select_pairs
-from fleetctl.mesh.topology import Topology
+from fleetctl.meshrun.analyze import Analysis, RunData, analyze
+from fleetctl.model.cluster import Cluster
+from fleetctl.model.fabric import Topology
 
 
 @dataclass
@@ -116,7 +117,7 @@ def _fan_out(transport, nodes, module, config, timeout, what, warnings, failed) 
     return docs
 
 
-def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
+def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
               progress=lambda _m: None) -> ProbeResult:
     opts.validate()
     get_started = time.monotonic()
