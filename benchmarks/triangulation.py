@@ -134,9 +134,7 @@ def untraced_fat_tree(trials: int, solvers: list[str]) -> dict:
     its pair's expected ECMP row. Counts findings that name the faulty link (`exact`), that list
     it among indistinguishable twins (`among_twins`), that name something else (`wrong`), and
     faults missed. Shows what path tracing is worth on a 3-tier fabric."""
-    from pathlib import Path
-
-import numpy as np
+    import numpy as np
 
     from fleetctl.model.fabric import PathTable
 

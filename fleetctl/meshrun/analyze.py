@@ -23,8 +23,8 @@ from fleetctl.errors import DataError
 from fleetctl.mesh.collect import clock_error
 from fleetctl.mesh.discovery import Discovery, dead_link_findings
 from fleetctl.mesh.loops import add_loop_stats
-from fleetctl.mesh.store import RunWriter
 from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from fleetctl.store.runfile import RunWriter
 
 
 @dataclass
@@ -190,7 +190,7 @@ def write_run(path: str | Path, run: RunData, a: Analysis) -> Path:
 
 def read_run(path: str | Path) -> RunData:
     """A stored run back as RunData (the reader validates the file first)."""
-    from fleetctl.mesh.reader import open_run
+    from fleetctl.store.reader import open_run
 
     with open_run(path) as r:
         attrs = r.attrs

@@ -155,8 +155,8 @@ def test_site_to_findings_pipeline(tmp_path, site_topo):
     from fleetctl.analysis.triangulate import triangulate
     from fleetctl.analysis.windows import build_windows, host_clock
     from fleetctl.mesh.pairs import select_pairs
-    from fleetctl.mesh.reader import open_run
-    from fleetctl.mesh.store import RunWriter
+    from fleetctl.store.reader import open_run
+    from fleetctl.store.runfile import RunWriter
 
     t = site_topo
     plan = select_pairs(t)

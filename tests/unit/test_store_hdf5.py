@@ -10,9 +10,9 @@ import pytest
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.analysis.windows import build_windows, host_clock
 from fleetctl.errors import DataError
-from fleetctl.mesh.reader import open_run
-from fleetctl.mesh.store import SCHEMA_VERSION, RunWriter
 from fleetctl.model.fabric import PROBE_DTYPE
+from fleetctl.store.reader import open_run
+from fleetctl.store.runfile import SCHEMA_VERSION, RunWriter
 from tests.support.fabrics import leaf_spine, path_table
 from tests.support.synthetic import Fault
 from tests.support.synthetic_run import synthetic_run
