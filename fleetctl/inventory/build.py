@@ -31,8 +31,7 @@ def build_inventory(site: Cluster, nodeset=None, slurm=None) -> Inventory:
         cls = site.node_class(name)
         node = Node(name=name, node_class=cls.name, address=addresses.get(name, ""),
                     gpus=GpuInfo(cls.gpus.count, cls.gpus.model, cls.gpus.driver_version),
-                    nics=[NicInfo(n.name, n.kind, n.netdev, n.rate_gbps, n.mtu, n.firmware)
-                          for n in cls.nics])
+                    nics=[NicInfo(n) for n in cls.nics])
         inv.nodes[name] = node
 
     _add_fabric(site, inv, wanted)

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from fleetctl.model.cluster import SlurmInfo
+from fleetctl.model.cluster import NicSpec, SlurmInfo
 
 
 @dataclass
 class NicInfo:
-    name: str
-    kind: str = "ethernet"
-    netdev: str = ""
-    rate_gbps: float = 0.0
-    mtu: int = 0
-    firmware: str = ""
+    """One NIC of the cluster model (its NicSpec) with what the fabric says about it."""
+
+    spec: NicSpec
     links: list[str] = field(default_factory=list)  # link ids ending on this NIC
     switches: list[str] = field(default_factory=list)  # switches at the other end
     addresses: list[str] = field(default_factory=list)  # this NIC's address on each of its links
 
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self.spec), "links": list(self.links), "switches": list(self.switches),
+                "addresses": list(self.addresses)}
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Node:
 
     def to_dict(self) -> dict:
         out = asdict(self)
+        out["nics"] = [n.to_dict() for n in self.nics]
         out["slurm"] = self.slurm.to_dict() if self.slurm else None
         return out
 
