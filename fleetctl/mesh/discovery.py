@@ -29,7 +29,8 @@ import numpy as np
 
 from fleetctl.errors import ConfigError
 from fleetctl.model.cluster import Cluster
-from fleetctl.model.fabric import FLOW_DTYPE, PathTable, Topology
+from fleetctl.model.fabric import FLOW_DTYPE, Element, PathTable, Topology
+from fleetctl.model.findings import Finding
 
 COVERAGE_MIN = 12.0  # expected crossings below which an unused link direction proves nothing
 TRACE_DPORT = 33434  # destination port of switch probes (nothing listens there)
@@ -261,8 +262,8 @@ def resolve(topo: Topology, site: Cluster, plan: FlowPlan, traces: dict[str, dic
 
 
 def dead_link_findings(topo: Topology, disc: Discovery) -> list[dict]:
-    """`down` findings for links that routing withdrew (see the module docstring)."""
-    findings = []
+    """`down` findings for links that routing withdrew (see the module docstring), serialised."""
+    findings: list[Finding] = []
     checked: set[str] = set()
     by_link: dict[str, dict[str, list[bool]]] = {}  # link -> switch under the sources -> results
     for key, ok in disc.switch_results.items():
@@ -289,19 +290,19 @@ def dead_link_findings(topo: Topology, disc: Discovery) -> list[dict]:
     if dead and any(reached_switch.values()):
         for sw in dead:  # nobody reaches it, others are reached: the switch, not its links
             links = [l for l in by_link if sw in topo.links[l]]
-            findings = [f for f in findings if f["element"]["id"] not in links]
-            findings.append({"element": {"type": "switch", "id": sw}, "metric": "down",
-                             "severity": "critical", "confidence": round(1 - 0.5 ** len(links), 3),
-                             "evidence": {"window": None, "check": "switch-probe",
-                                          "links_probed": len(links), "answered": 0,
-                                          "note": f"no NIC reaches {sw}; its neighbours answer"},
-                             "source": "discovery"})
+            findings = [f for f in findings if f.element.id not in links]
+            findings.append(Finding(Element("switch", sw), "down", "critical",
+                                    round(1 - 0.5 ** len(links), 3),
+                                    {"window": None, "check": "switch-probe",
+                                     "links_probed": len(links), "answered": 0,
+                                     "note": f"no NIC reaches {sw}; its neighbours answer"},
+                                    source="discovery"))
             checked.update(links)
     findings += _coverage(topo, disc, checked)
-    return findings
+    return [f.to_dict() for f in findings]
 
 
-def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[dict]:
+def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[Finding]:
     p = disc.paths
     n_el = topo.n_elements
     observed = np.zeros(n_el)
@@ -336,7 +337,7 @@ def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[dict]:
     return findings
 
 
-def _down(lid: str, direction: str, support: float, evidence: dict) -> dict:
-    return {"element": {"type": "link", "id": lid, "direction": direction}, "metric": "down",
-            "severity": "critical", "confidence": round(float(1 - 0.5 ** support), 3),
-            "evidence": {"window": None, **evidence}, "source": "discovery"}
+def _down(lid: str, direction: str, support: float, evidence: dict) -> Finding:
+    return Finding(Element("link", lid, direction), "down", "critical",
+                   round(float(1 - 0.5 ** support), 3), {"window": None, **evidence},
+                   source="discovery")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetctl.analysis.rollup import SEVERITY_RANK
 from fleetctl.analysis.solvers import get_solver
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.analysis.windows import build_windows, host_clock
@@ -24,6 +23,7 @@ from fleetctl.mesh.collect import clock_error
 from fleetctl.mesh.discovery import Discovery, dead_link_findings
 from fleetctl.mesh.loops import add_loop_stats
 from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from fleetctl.model.findings import sort_key
 from fleetctl.store.runfile import RunWriter
 
 
@@ -81,8 +81,7 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     for f in dead_link_findings(topo, disc):
         if ("link", f["element"]["id"]) not in have:
             findings.append(f)
-    findings.sort(key=lambda f: (-SEVERITY_RANK[f["severity"]], -f["confidence"],
-                                 f["element"]["id"]))
+    findings.sort(key=sort_key)
     t_send = run.probes["t_send"][pair]
     span = float((t_send.max() - t_send.min()) * 1e-9)
     probed = np.unique(nic_host[np.r_[run.probes["src_nic"][pair], run.probes["dst_nic"][pair]]])
