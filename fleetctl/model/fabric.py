@@ -227,16 +227,6 @@ class Topology:
             self._nic_pos = {n: i for i, n in enumerate(self.nics)}
             return self.nic_index(nic)
 
-    def find(self, label: str) -> int:
-        """Element index by label: `leaf1->spine2` (link direction), a switch, NIC or host id."""
-        try:
-            return self._by_label[label]
-        except AttributeError:
-            self._by_label = {e.label: i for i, e in enumerate(self.elements)}
-            return self.find(label)
-        except KeyError:
-            raise ConfigError(f"no element {label!r} in topology {self.name!r}") from None
-
     @property
     def n_elements(self) -> int:
         return len(self.elements)

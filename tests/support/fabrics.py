@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from fleetctl.errors import UsageError
+from fleetctl.errors import ConfigError, UsageError
 from fleetctl.model.fabric import PathTable, Topology
 
 
@@ -98,3 +98,11 @@ def path_table(topo: Topology, flows: list[tuple[str, str, int]], traced: bool =
         src.append(topo.nic_index(s))
         dst.append(topo.nic_index(d))
     return PathTable.from_rows(rows, src, dst, [traced] * len(rows))
+
+
+def find(topo: Topology, label: str) -> int:
+    """Element index by label: `leaf1->spine2` (link direction), a switch, NIC or host id."""
+    for i, e in enumerate(topo.elements):
+        if e.label == label:
+            return i
+    raise ConfigError(f"no element {label!r} in topology {topo.name!r}")

@@ -6,7 +6,7 @@ import pytest
 from fleetctl.config.site import parse_site
 from fleetctl.errors import ConfigError, UsageError
 from fleetctl.model.fabric import Topology
-from tests.support.fabrics import ecmp_path, fat_tree, leaf_spine, path_table
+from tests.support.fabrics import ecmp_path, fat_tree, find, leaf_spine, path_table
 
 SITE = """
 [cluster]
@@ -66,9 +66,9 @@ def test_from_site_elements(site_topo):
     assert types.count("nic") == 8
     assert types.count("host") == 4
     assert types.count("link") == 2 * (4 + 8)  # every link in both directions
-    el = t.elements[t.find("leaf1->spine2")]
+    el = t.elements[find(t, "leaf1->spine2")]
     assert el.to_dict() == {"type": "link", "id": "leaf1--spine2", "direction": "leaf1->spine2"}
-    assert t.elements[t.find("node3:eth1")].type == "nic"
+    assert t.elements[find(t, "node3:eth1")].type == "nic"
     assert t.link_ports["node3:eth1--leaf2"] == ("node3:eth1", "leaf2:swp7")
 
 
@@ -124,7 +124,7 @@ def test_fat_tree_rejects_odd_k():
 def test_unknown_and_unroutable_elements():
     t = leaf_spine(2, 1, 1, 1)
     with pytest.raises(ConfigError, match="no element 'nope'"):
-        t.find("nope")
+        find(t, "nope")
     with pytest.raises(ConfigError, match="neither a switch nor a NIC"):
         Topology.build("bad", [("n1:eth0", "n1")], {"leaf1": 1}, [("x", "n1:eth0", "ghost")])
     lonely = Topology.build("lonely", [("n1:eth0", "n1"), ("n2:eth0", "n2")],
