@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the synthetic fabrics
+
 from fleetctl.analysis.clock import synchronize
-from fleetctl.analysis.synthetic import clock_probes
+from tests.support.synthetic import clock_probes
 
 SCENARIOS = {
     # name: (mean queuing s, per-direction asymmetry sd s, timestamp read jitter sd s)

@@ -33,8 +33,8 @@ from fleetctl.fanout import get_transport
 from fleetctl.lab import faults
 from fleetctl.lab.session import LabSession
 from fleetctl.lab.topology import LabParams
-from fleetctl.mesh.analyze import analyze
-from fleetctl.mesh.probe_run import MeshOptions, probe_run
+from fleetctl.meshrun.analyze import analyze
+from fleetctl.meshrun.probe_run import MeshOptions, probe_run
 
 
 def random_fault(rng: random.Random, lab, kinds: list[str], loss: tuple[float, float]) -> dict:

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the synthetic fabrics
 
 from fleetctl.analysis.solvers import solver_names
-from fleetctl.analysis.synthetic import Fault, simulate
 from fleetctl.analysis.triangulate import triangulate
-from fleetctl.mesh.fattree import fat_tree
 from fleetctl.mesh.pairs import select_pairs
+from tests.support.fabrics import fat_tree, path_table
+from tests.support.synthetic import Fault, simulate
 
 
 def main() -> None:
@@ -48,7 +52,7 @@ def main() -> None:
                 pairs.add((i, b))
     flows = [(topo.nics[a], topo.nics[b], f) for a, b in sorted(pairs) for f in range(args.flows)]
     t1 = time.perf_counter()
-    paths = topo.path_table(flows)
+    paths = path_table(topo, flows)
     t_paths = time.perf_counter() - t1
     m = paths.matrix(topo.n_elements)
 
@@ -105,13 +109,13 @@ def main() -> None:
 def loss_sensitivity(solvers: list[str], seeds: int = 5) -> dict:
     """Lab shape, traced, 3 windows of 100 probes per path: how often each solver names a lossy
     leaf uplink (and nothing else) at low loss rates, out of `seeds` runs."""
-    from fleetctl.mesh.fattree import leaf_spine
+    from tests.support.fabrics import leaf_spine
 
     topo = leaf_spine(4, 2, 2, 2)
     flows = [(a, b, f) for a in topo.nics for b in topo.nics
              if topo.nic_host[topo.nic_index(a)] != topo.nic_host[topo.nic_index(b)]
              for f in range(8)]
-    paths = topo.path_table(flows)
+    paths = path_table(topo, flows)
     out: dict[str, dict] = {}
     for rate in (0.003, 0.005, 0.01):
         for solver in solvers:
@@ -132,13 +136,13 @@ def untraced_fat_tree(trials: int, solvers: list[str]) -> dict:
     faults missed. Shows what path tracing is worth on a 3-tier fabric."""
     import numpy as np
 
-    from fleetctl.mesh.topology import PathTable
+    from fleetctl.model.fabric import PathTable
 
     topo = fat_tree(8)
     n, per_pair = len(topo.nics), 8
     pairs = [(i, (i + o) % n) for i in range(n) for o in (1, 17, 45, 77)]
     flows = [(topo.nics[a], topo.nics[b], f) for a, b in pairs for f in range(per_pair)]
-    traced = topo.path_table(flows)
+    traced = path_table(topo, flows)
     rows = []
     for a, b in pairs:
         rows += [topo.expected_row(topo.nics[a], topo.nics[b])] * per_pair
@@ -198,14 +202,14 @@ def lab_accuracy(trials: int, solvers: list[str]) -> dict:
     """Randomized single faults (and a quarter as many clean runs) on the lab's shape, synthetic
     probes: 4 leaves x 2 spines, 8 hosts x 2 NICs, full mesh, 8 flows per pair, 3 windows of 100
     probes per path. Precision = correct findings / findings; recall = faults named / faults."""
-    from fleetctl.mesh.fattree import leaf_spine
+    from tests.support.fabrics import leaf_spine
     import numpy as np
 
     topo = leaf_spine(4, 2, 2, 2)
     flows = [(a, b, f) for a in topo.nics for b in topo.nics
              if topo.nic_host[topo.nic_index(a)] != topo.nic_host[topo.nic_index(b)]
              for f in range(8)]
-    paths = topo.path_table(flows)
+    paths = path_table(topo, flows)
     rng = np.random.default_rng(2026)
     cases = [random_fault(topo, rng) for _ in range(trials)] + [([], None)] * max(1, trials // 4)
     out = {}

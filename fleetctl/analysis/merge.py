@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetctl.analysis.signals import WindowStats
-from fleetctl.analysis.windows import group_quantiles
-from fleetctl.mesh.topology import PathTable
+from fleetctl.model.fabric import PathTable, WindowStats, group_quantiles
 
 
 def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTable, WindowStats,

@@ -26,10 +26,8 @@ from scipy.sparse import csc_matrix
 from scipy.stats import binom
 
 from fleetctl.analysis.signals import PathSignals, Thresholds
-from fleetctl.mesh.topology import Element, Topology
-
-SEVERITY_RANK = {"critical": 3, "major": 2, "minor": 1}
-
+from fleetctl.model.fabric import Element, Topology
+from fleetctl.model.findings import Finding
 
 def severity(metric: str, loss: float, excess_us: float) -> str:
     if metric == "down" or loss >= 0.05 or excess_us >= 1000:
@@ -73,7 +71,7 @@ class Rollup:
         return mask
 
     def findings(self, blamed: dict[int, float], metric: str, sig: PathSignals,
-                 window: int) -> list[dict]:
+                 window: int) -> list[Finding]:
         bad = (sig.lossy if metric == "loss" else sig.delayed) & sig.valid
         left = set(blamed)
         groups: list[tuple[Element, list[int], list[int]]] = []  # element, path elems, links
@@ -118,7 +116,7 @@ class Rollup:
 
     def _finding(self, el: Element, path_elems: list[int], links: list[int],
                  blamed: dict[int, float], metric: str, sig: PathSignals, bad: np.ndarray,
-                 total_bad: int, window: int) -> dict | None:
+                 total_bad: int, window: int) -> Finding | None:
         through = self.paths_through(path_elems) & sig.valid
         hit = through & bad
         n_bad, n_through = int(hit.sum()), int(through.sum())
@@ -175,13 +173,8 @@ class Rollup:
             if twins:  # the data cannot tell these apart: say so, and share the confidence
                 evidence["indistinguishable_from"] = [self.topo.elements[t].label for t in twins]
                 confidence = round(confidence / (1 + len(twins)), 3)
-        return {
-            "element": el.to_dict(),
-            "metric": kind,
-            "severity": severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
-            "confidence": confidence,
-            "evidence": evidence,
-        }
+        return Finding(el, kind, severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
+                       confidence, evidence)
 
     def twins(self, elem: int) -> list[int]:
         """Other link directions crossed by exactly the same paths with the same weights.

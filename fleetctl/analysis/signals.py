@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
-from fleetctl.errors import DataError
+from fleetctl.model.fabric import WindowStats
 
 
 @dataclass(frozen=True)
@@ -38,30 +38,6 @@ class Thresholds:
     candidate_share: float = 0.3  # element kept as a suspect when this share of its paths is bad
     switch_bad_share: float = 0.8  # switch blamed when this share of its paths is bad ...
     switch_min_links: int = 3  # ... and at least this many of its link directions are blamed
-
-
-@dataclass
-class WindowStats:
-    """Per-window, per-path figures. Shapes (W, P); delays in microseconds, NaN where none."""
-
-    sent: np.ndarray
-    lost: np.ndarray
-    delay: np.ndarray  # per-window delay statistic (p50 or p99), one-way or half round trip
-    baseline: np.ndarray | None = None  # (P,) healthy delay per path, e.g. from a look-back
-
-    def __post_init__(self) -> None:
-        self.sent = np.atleast_2d(np.asarray(self.sent))
-        self.lost = np.atleast_2d(np.asarray(self.lost))
-        self.delay = np.atleast_2d(np.asarray(self.delay, dtype=np.float64))
-        if not (self.sent.shape == self.lost.shape == self.delay.shape):
-            raise DataError(f"window stats shapes differ: sent {self.sent.shape}, lost "
-                            f"{self.lost.shape}, delay {self.delay.shape}")
-        if np.any(self.lost > self.sent) or np.any(self.lost < 0):
-            raise DataError("window stats: lost probes outside 0..sent")
-
-    @property
-    def n_windows(self) -> int:
-        return self.sent.shape[0]
 
 
 @dataclass

@@ -14,11 +14,12 @@ from dataclasses import replace
 import numpy as np
 
 from fleetctl.analysis.merge import merge_identical_paths
-from fleetctl.analysis.rollup import SEVERITY_RANK, Rollup
-from fleetctl.analysis.signals import PathSignals, Thresholds, WindowStats, path_baseline, window_signals
+from fleetctl.analysis.rollup import Rollup
+from fleetctl.analysis.signals import PathSignals, Thresholds, path_baseline, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
 from fleetctl.errors import DataError
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from fleetctl.model.findings import Finding, sort_key
 
 
 def triangulate(topo: Topology, paths: PathTable, stats: WindowStats, solver: str = "nnls",
@@ -40,7 +41,7 @@ def triangulate(topo: Topology, paths: PathTable, stats: WindowStats, solver: st
     hop_class = np.rint(np.asarray(links_only.sum(axis=1)).ravel()).astype(np.int64)
     baseline = path_baseline(stats, hop_class, th.min_probes)
     rollup = Rollup(topo, inc, th)
-    merged: dict[tuple, dict] = {}
+    merged: dict[tuple, Finding] = {}
     for w in range(stats.n_windows):
         sig = window_signals(stats.sent[w], stats.lost[w], stats.delay[w], baseline, th)
         for metric in ("loss", "delay"):
@@ -56,8 +57,7 @@ def triangulate(topo: Topology, paths: PathTable, stats: WindowStats, solver: st
                 continue
             for f in rollup.findings(blamed, metric, msig, w):
                 _merge(merged, f)
-    return sorted(merged.values(), key=lambda f: (-SEVERITY_RANK[f["severity"]],
-                                                  -f["confidence"], f["element"]["id"]))
+    return sorted((f.to_dict() for f in merged.values()), key=sort_key)
 
 
 def _for_metric(sig: PathSignals, metric: str) -> PathSignals:
@@ -68,11 +68,10 @@ def _for_metric(sig: PathSignals, metric: str) -> PathSignals:
     return sig
 
 
-def _merge(merged: dict[tuple, dict], f: dict) -> None:
-    el = f["element"]
-    key = (el["type"], el["id"], el.get("direction", ""), f["metric"])
-    prev = merged.get(key)
-    windows = sorted(set((prev or {}).get("windows", [])) | {f["evidence"]["window"]})
-    if prev is None or f["confidence"] > prev["confidence"]:
-        merged[key] = f
-    merged[key]["windows"] = windows
+def _merge(merged: dict[tuple, Finding], f: Finding) -> None:
+    """One finding per identity over all windows: the most confident, with every window listed."""
+    prev = merged.get(f.key)
+    windows = sorted(set((prev.windows or []) if prev else []) | {f.evidence["window"]})
+    if prev is None or f.confidence > prev.confidence:
+        merged[f.key] = f
+    merged[f.key].windows = windows

@@ -5,7 +5,7 @@ Each probe measures two paths: its flow's forward path (NIC A -> NIC B) and the 
 way back (lost=2) was delivered forward and counts against the reverse path; a loss of unknown
 direction (lost=3) counts against both, and the clean flows crossing each path sort it out.
 Delays are one-way when a clock model is given, else half the round trip less the echo's
-turnaround. Records use int64 nanoseconds of each host's clock (store.PROBE_DTYPE).
+turnaround. Records use int64 nanoseconds of each host's clock (model.fabric.PROBE_DTYPE).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from fleetctl.analysis.clock import ClockModel, synchronize
 from fleetctl.errors import DataError
-from fleetctl.mesh.store import NOT_RECORDED
+from fleetctl.model.fabric import NOT_RECORDED, group_quantiles
 
 
 @dataclass
@@ -31,24 +31,6 @@ class Windows:
     delay_p99_us: np.ndarray
     loss: np.ndarray  # (W, N, N) lost / sent, NaN where not probed
     one_way: bool
-
-
-def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float],
-                    n_groups: int) -> np.ndarray:
-    """Quantiles (nearest rank) of `values` per integer key; NaN for empty groups."""
-    out = np.full((len(qs), n_groups), np.nan)
-    ok = np.isfinite(values)
-    keys, values = keys[ok], values[ok]
-    if keys.size == 0:
-        return out
-    order = np.lexsort((values, keys))
-    keys, values = keys[order], values[order]
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    counts = np.diff(np.r_[starts, keys.size])
-    for i, q in enumerate(qs):
-        pos = starts + np.minimum(counts - 1, np.floor(q * counts).astype(np.int64))
-        out[i, keys[starts]] = values[pos]
-    return out
 
 
 def seconds(ns: np.ndarray, epoch_ns: int) -> np.ndarray:

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from fleetctl.checks.payload.common import ACTIONS
 from fleetctl.errors import ConfigError, DataError, UsageError
+from fleetctl.model.cluster import Cluster
 from fleetctl.nodeset import check_node_name
 
 # Concatenation order: a module only uses names of the modules before it (runner last: it calls main()).
@@ -37,7 +38,7 @@ def _fill(template: str, node: str) -> str:
     return template.replace("{node}", check_node_name(node)) if template else ""
 
 
-def parse_xid_policy(site) -> dict:
+def parse_xid_policy(site: Cluster) -> dict:
     """checks.xid_policy {"63": "fail:reset-gpu"} -> {"63": {"status", "action"}}, or ConfigError."""
     out = {}
     for key, rule in site.checks.get("xid_policy", {}).items():
@@ -51,7 +52,7 @@ def parse_xid_policy(site) -> dict:
     return out
 
 
-def payload_args(site, node: str, level: str = "quick", since: float | str | None = None, *,
+def payload_args(site: Cluster, node: str, level: str = "quick", since: float | str | None = None, *,
                  budget_s: float | None = None, counter_interval_s: float | None = None,
                  boot_id: str | None = None, dcgm_level: int = 1,
                  ack_kernel_log: dict | None = None) -> dict:

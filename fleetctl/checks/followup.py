@@ -6,7 +6,7 @@ the job's Prolog against the one taken after the job: new Xids, ECC increases, c
 
 from __future__ import annotations
 
-from fleetctl.checks.payload.common import RANK
+from fleetctl.checks.payload.common import RANK, result
 
 LEVELS = ("quick", "standard", "deep")
 HARDWARE_ACTIONS = ("reset-gpu", "reboot", "inspect-hardware")
@@ -79,10 +79,10 @@ def _ecc_increases(before: dict | None, after: dict | None) -> list[dict]:
             a, b = counts.get(counter), prev.get(counter)
             if a is not None and b is not None and a > b:
                 dbe = counter.endswith("dbe")
-                out.append({"code": "change.gpu.ecc", "status": "fail" if dbe else "warn",
-                            "message": f"{gpu}: {counter} rose from {b} to {a} during the job",
-                            "action": "reset-gpu" if dbe else "none", "subject": gpu,
-                            "evidence": {"counter": counter, "before": b, "after": a}})
+                out.append(result("change.gpu.ecc", "fail" if dbe else "warn",
+                                  f"{gpu}: {counter} rose from {b} to {a} during the job",
+                                  "reset-gpu" if dbe else "none",
+                                  {"counter": counter, "before": b, "after": a}, subject=gpu))
     return out
 
 
@@ -94,8 +94,7 @@ def _carrier_increases(old: dict, new: dict) -> list[dict]:
         a = (r["evidence"].get("values") or {}).get("carrier_changes")
         b = (old[(code, subject)]["evidence"].get("values") or {}).get("carrier_changes")
         if a is not None and b is not None and a > b:
-            out.append({"code": "change.nic.carrier", "status": "warn",
-                        "message": f"{subject}: carrier changed {a - b} times during the job",
-                        "action": "inspect-hardware", "subject": subject,
-                        "evidence": {"before": b, "after": a}})
+            out.append(result("change.nic.carrier", "warn",
+                              f"{subject}: carrier changed {a - b} times during the job",
+                              "inspect-hardware", {"before": b, "after": a}, subject=subject))
     return out

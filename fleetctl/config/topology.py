@@ -5,7 +5,7 @@
 
 Switches not declared in the site file are added with a tier derived from the hierarchy (1 for a
 switch with Nodes=, 1 + the highest child tier for Switches=). Links are appended as raw link dicts
-to site.data["fabric"]["links"] and resolved by site.py like declared ones: child--parent for
+to site.data["fabric"]["links"] and resolved by config/site.py like declared ones: child--parent for
 switches, `node:nic--switch` when the node's class has exactly one NIC (the cable is then known),
 else `node--switch` (a host endpoint: the NIC on that cable is unknown). Links the site file
 already declares between the same two devices are not added again.
@@ -19,7 +19,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetctl.config.files import read_bounded
 from fleetctl.errors import ConfigError, UsageError
+from fleetctl.model.cluster import Cluster, Switch
 from fleetctl.nodeset import parse_nodeset
 
 KEYS = {"switchname": "SwitchName", "switches": "Switches", "nodes": "Nodes", "linkspeed": "LinkSpeed"}
@@ -122,12 +124,8 @@ def switch_tiers(switches: dict[str, TopoSwitch], source: str) -> dict[str, int]
     return tiers
 
 
-def merge_topology_conf(site, path: str) -> None:
+def merge_topology_conf(site: Cluster, path: str) -> None:
     """Add the switches and links of topology.conf at `path` to `site` (before links are resolved)."""
-    from fleetctl.config.site import Switch
-
-    from fleetctl.config.site import read_bounded
-
     text = read_bounded(Path(path), "topology.conf", where=" (slurm.topology_conf)")
     switches = parse_topology_conf(text, path)
     tiers = switch_tiers(switches, path)

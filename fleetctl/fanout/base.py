@@ -9,7 +9,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 from fleetctl.errors import UsageError
@@ -40,6 +39,8 @@ class FanoutOptions:
     @classmethod
     def from_site(cls, site=None) -> FanoutOptions:
         """Options from a loaded Site; without one, the schema's defaults."""
+        from fleetctl.config.files import site_path
+
         if site is None:
             from fleetctl.config.schema import validate
 
@@ -51,22 +52,12 @@ class FanoutOptions:
         return cls(
             concurrency=access["concurrency"], connect_timeout=float(access["connect_timeout"]),
             command_timeout=float(access["command_timeout"]), ssh_user=ssh["user"], ssh_port=ssh["port"],
-            identity_file=_path(ssh["identity_file"], source),
-            known_hosts=_path(ssh["known_hosts"], source), host_key_policy=ssh["host_key_policy"],
+            identity_file=site_path(ssh["identity_file"], source),
+            known_hosts=site_path(ssh["known_hosts"], source), host_key_policy=ssh["host_key_policy"],
             jump_host=ssh["jump_host"], addresses=dict(ssh["addresses"]),
             srun_partition=srun["partition"] or slurm["partition"],
-            srun_extra_args=tuple(srun["extra_args"]), slurm_conf=_path(slurm["conf"], source),
+            srun_extra_args=tuple(srun["extra_args"]), slurm_conf=site_path(slurm["conf"], source),
             local_netns=access["local"]["netns"])
-
-
-def _path(value: str, source: str) -> str:
-    """`~` expanded; a relative path is relative to the site file, like every path in it."""
-    if not value:
-        return ""
-    p = Path(value).expanduser()
-    if not p.is_absolute() and source and not source.startswith("<"):
-        p = Path(source).parent / p
-    return str(p)
 
 
 class Transport(ABC):

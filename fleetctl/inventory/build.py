@@ -8,15 +8,17 @@ site file does not, and the reverse) are flagged, never silently dropped.
 from __future__ import annotations
 
 from fleetctl.errors import SlurmError
-from fleetctl.inventory.model import GpuInfo, Inventory, Link, NicInfo, Node, SlurmInfo, Switch
+from fleetctl.inventory.model import GpuInfo, Inventory, Link, NicInfo, Node, Switch
+from fleetctl.model.cluster import Cluster, SlurmInfo
 from fleetctl.nodeset import NodeSet, fold, from_names, parse_nodeset
 from fleetctl.slurm.reasons import is_ours
 
 
-def build_inventory(site, nodeset=None, slurm=None) -> Inventory:
-    """Inventory of `site` (a config.Site), limited to `nodeset` (text or NodeSet) when given.
+def build_inventory(site: Cluster, nodeset=None, slurm=None) -> Inventory:
+    """Inventory of `site`, limited to `nodeset` (text or NodeSet) when given.
 
-    `slurm` is a SlurmBackend or None (site view only).
+    `slurm` is a SlurmBackend or None (site view only); when given, its state is attached to `site`
+    first (`attach_slurm`).
     """
     wanted = None if nodeset is None else (
         nodeset if isinstance(nodeset, NodeSet) else parse_nodeset(nodeset))
@@ -29,13 +31,12 @@ def build_inventory(site, nodeset=None, slurm=None) -> Inventory:
         cls = site.node_class(name)
         node = Node(name=name, node_class=cls.name, address=addresses.get(name, ""),
                     gpus=GpuInfo(cls.gpus.count, cls.gpus.model, cls.gpus.driver_version),
-                    nics=[NicInfo(n.name, n.kind, n.netdev, n.rate_gbps, n.mtu, n.firmware)
-                          for n in cls.nics])
+                    nics=[NicInfo(n) for n in cls.nics])
         inv.nodes[name] = node
 
     _add_fabric(site, inv, wanted)
     if slurm is not None:
-        _merge_slurm(inv, slurm, wanted)
+        _merge_slurm(inv, site, attach_slurm(site, slurm), wanted)
     if wanted is not None:
         unknown = wanted - from_names(inv.nodes)
         if unknown:
@@ -44,7 +45,7 @@ def build_inventory(site, nodeset=None, slurm=None) -> Inventory:
     return inv
 
 
-def _add_fabric(site, inv: Inventory, wanted) -> None:
+def _add_fabric(site: Cluster, inv: Inventory, wanted) -> None:
     for link in site.links.values():
         if wanted is not None and link.a.device not in wanted and link.b.device not in wanted:
             continue
@@ -75,33 +76,44 @@ def _add_fabric(site, inv: Inventory, wanted) -> None:
     inv.switches = dict(sorted(inv.switches.items(), key=lambda kv: (kv[1].tier, kv[0])))
 
 
-def _merge_slurm(inv: Inventory, slurm, wanted) -> None:
-    inv.slurm_queried = True
+def attach_slurm(site: Cluster, slurm) -> str:
+    """Ask `slurm` (a SlurmBackend) for every node's live state and attach it to `site.slurm_state`.
+    Returns "" or, when Slurm cannot be asked, why (site.slurm_state is then left empty)."""
+    site.slurm_state = {}
     try:
         snodes = slurm.nodes()
         jobs = slurm.jobs(states=["RUNNING", "COMPLETING"])
     except SlurmError as exc:
-        inv.slurm_error = exc.message
-        inv.warnings.append(f"Slurm state unavailable, showing the site file only: {exc.message}")
-        return
+        return exc.message
     running: dict[str, list[str]] = {}
     for job in jobs:
         for name in job.nodes:
             running.setdefault(name, []).append(job.job_id)
-    seen = set()
     for sn in snodes:
-        if wanted is not None and sn.name not in wanted:
-            continue
-        seen.add(sn.name)
-        node = inv.nodes.get(sn.name)
-        if node is None:
-            node = inv.nodes[sn.name] = Node(name=sn.name, node_class=None, in_site=False)
-        node.in_slurm = True
-        node.slurm = SlurmInfo(
+        site.slurm_state[sn.name] = SlurmInfo(
             state=sn.state_text, drained=sn.drained, available=sn.available, reason=sn.reason,
             reason_user=sn.reason_user, reason_time=sn.reason_time,
             ours=is_ours(sn.reason, slurm.drain_prefix), partitions=sn.partitions,
             features=sn.features, jobs=running.get(sn.name, []))
+    return ""
+
+
+def _merge_slurm(inv: Inventory, site: Cluster, error: str, wanted) -> None:
+    inv.slurm_queried = True
+    if error:
+        inv.slurm_error = error
+        inv.warnings.append(f"Slurm state unavailable, showing the site file only: {error}")
+        return
+    seen = set()
+    for name, state in site.slurm_state.items():
+        if wanted is not None and name not in wanted:
+            continue
+        seen.add(name)
+        node = inv.nodes.get(name)
+        if node is None:
+            node = inv.nodes[name] = Node(name=name, node_class=None, in_site=False)
+        node.in_slurm = True
+        node.slurm = state
     for node in inv.nodes.values():
         if node.in_site and node.name not in seen:
             node.in_slurm = False

@@ -1,28 +1,33 @@
-"""The inventory records: what every other package uses to know nodes, NICs, GPUs, switches, links.
+"""The inventory records: the cluster model (fleetctl.model.cluster) flattened per node and switch,
+with each element's links and neighbours, for `fleetctl inventory`.
 
 Plain dataclasses with `to_dict()` (the JSON of `fleetctl inventory --format json`; field names are
-part of the documented output, do not rename).
+part of the documented output, do not rename). Other packages plan against the cluster model itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from fleetctl.model.cluster import NicSpec, SlurmInfo
+
 
 @dataclass
 class NicInfo:
-    name: str
-    kind: str = "ethernet"
-    netdev: str = ""
-    rate_gbps: float = 0.0
-    mtu: int = 0
-    firmware: str = ""
+    """One NIC of the cluster model (its NicSpec) with what the fabric says about it."""
+
+    spec: NicSpec
     links: list[str] = field(default_factory=list)  # link ids ending on this NIC
     switches: list[str] = field(default_factory=list)  # switches at the other end
     addresses: list[str] = field(default_factory=list)  # this NIC's address on each of its links
 
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self.spec), "links": list(self.links), "switches": list(self.switches),
+                "addresses": list(self.addresses)}
 
 
 @dataclass
@@ -32,23 +37,6 @@ class GpuInfo:
     count: int = 0
     model: str = ""
     driver_version: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class SlurmInfo:
-    state: str = ""  # Slurm's combined form, IDLE+DRAIN
-    drained: bool = False
-    available: bool = False
-    reason: str = ""
-    reason_user: str = ""
-    reason_time: str = ""
-    ours: bool = False  # reason written by fleetctl (carries the drain prefix)
-    partitions: list[str] = field(default_factory=list)
-    features: list[str] = field(default_factory=list)
-    jobs: list[str] = field(default_factory=list)  # ids of jobs running on the node
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,6 +59,7 @@ class Node:
 
     def to_dict(self) -> dict:
         out = asdict(self)
+        out["nics"] = [n.to_dict() for n in self.nics]
         out["slurm"] = self.slurm.to_dict() if self.slurm else None
         return out
 

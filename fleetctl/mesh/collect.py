@@ -1,4 +1,4 @@
-"""From the agents' output to the run's probe records (store.PROBE_DTYPE).
+"""From the agents' output to the run's probe records (model.fabric.PROBE_DTYPE).
 
 An agent reports either one JSON document at exit (output "document", the one-shot audit) or a
 stream of batches while it runs (output "stream"; `StreamDecoder` / `parse_stream` turn its FLS1
@@ -21,7 +21,8 @@ import numpy as np
 
 from fleetctl.errors import DataError
 from fleetctl.mesh import agent
-from fleetctl.mesh.store import PROBE_DTYPE
+from fleetctl.model.cluster import Cluster
+from fleetctl.model.fabric import PROBE_DTYPE
 
 _TYPES = {"flow": "<u4", "seq": "<u4", "t1": "<i8", "t2": "<i8", "t3": "<i8", "t4": "<i8",
           "state": "u1"}
@@ -191,7 +192,7 @@ def probe_records(docs: dict[str, dict], flows: np.ndarray, nic_node: list[str],
     return out[np.argsort(out["t_send"], kind="stable")]
 
 
-def lab_clock(site) -> tuple[dict | None, dict[str, dict]]:
+def lab_clock(site: Cluster) -> tuple[dict | None, dict[str, dict]]:
     """(clock truth, per-node agent clock entries) of a lab started with --clock-skew, else
     (None, {}). The lab plugs in here only: its module is imported only for a lab's site file,
     and the agents get plain offset/drift entries, never the lab's state."""

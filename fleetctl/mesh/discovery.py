@@ -28,36 +28,40 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetctl.errors import ConfigError
-from fleetctl.mesh.store import FLOW_DTYPE
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.cluster import Cluster
+from fleetctl.model.fabric import FLOW_DTYPE, Element, PathTable, Topology
+from fleetctl.model.findings import Finding
 
 COVERAGE_MIN = 12.0  # expected crossings below which an unused link direction proves nothing
 TRACE_DPORT = 33434  # destination port of switch probes (nothing listens there)
 
 
 @dataclass
-class NicInfo:
+class NicAddress:
+    """A NIC as the probes address it: its topology index, node, IP address and netdev, taken from
+    the NIC ends of the cluster model's links."""
+
     index: int  # NIC index in the topology
     node: str
     address: str
     device: str
 
 
-def nic_table(site, topo: Topology) -> dict[str, NicInfo]:
+def nic_table(site: Cluster, topo: Topology) -> dict[str, NicAddress]:
     """NIC id -> address and netdev, from the NIC ends of the site file's links."""
-    out: dict[str, NicInfo] = {}
+    out: dict[str, NicAddress] = {}
     for link in site.links.values():
         for ep in (link.a, link.b):
             if ep.kind != "nic" or not ep.address:
                 continue
             nic_id = ep.element_id
             spec = site.node_class(ep.device).nic(ep.port)
-            out[nic_id] = NicInfo(topo.nic_index(nic_id), ep.device, ep.address,
+            out[nic_id] = NicAddress(topo.nic_index(nic_id), ep.device, ep.address,
                                   (spec.netdev or spec.name) if spec else ep.port)
     return out
 
 
-def hop_table(site) -> dict[str, tuple[str, str]]:
+def hop_table(site: Cluster) -> dict[str, tuple[str, str]]:
     """Address -> ("port", link id NUL switch) for switch ports, ("switch", id) for loopbacks."""
     out: dict[str, tuple[str, str]] = {}
     for sw in site.switches.values():
@@ -84,7 +88,7 @@ class FlowPlan:
         self.flows = np.array(rows, dtype=FLOW_DTYPE)
 
 
-def trace_config(topo: Topology, plan: FlowPlan, nics: dict[str, NicInfo], site,
+def trace_config(topo: Topology, plan: FlowPlan, nics: dict[str, NicAddress], site: Cluster,
                  timeout: float = 0.3, retries: int = 1) -> dict:
     """Per node: the forward flows it sends, the echo flows it answers, its switch probes."""
     nodes: dict[str, list] = {}
@@ -103,7 +107,7 @@ def trace_config(topo: Topology, plan: FlowPlan, nics: dict[str, NicInfo], site,
     return {"nodes": nodes, "timeout": timeout, "retries": retries}
 
 
-def switch_probes(topo: Topology, nics: dict[str, NicInfo], site):
+def switch_probes(topo: Topology, nics: dict[str, NicAddress], site: Cluster):
     """(key, NIC, neighbour switch, link id) for every NIC and every switch next to its own."""
     out = []
     for nic_id, info in sorted(nics.items()):
@@ -209,7 +213,7 @@ def ecmp_coverage(topo: Topology, disc: Discovery) -> dict:
             "ecmp_paths_seen_mean_share": round(sum(shares) / len(shares), 4)}
 
 
-def resolve(topo: Topology, site, plan: FlowPlan, traces: dict[str, dict]) -> Discovery:
+def resolve(topo: Topology, site: Cluster, plan: FlowPlan, traces: dict[str, dict]) -> Discovery:
     """Turn the nodes' trace outputs into the path table and the flows' path indices.
     traces: node -> the tracer's JSON ({"paths": {key: hops}, "arrived": [...]})."""
     hop_map = hop_table(site)
@@ -258,8 +262,8 @@ def resolve(topo: Topology, site, plan: FlowPlan, traces: dict[str, dict]) -> Di
 
 
 def dead_link_findings(topo: Topology, disc: Discovery) -> list[dict]:
-    """`down` findings for links that routing withdrew (see the module docstring)."""
-    findings = []
+    """`down` findings for links that routing withdrew (see the module docstring), serialised."""
+    findings: list[Finding] = []
     checked: set[str] = set()
     by_link: dict[str, dict[str, list[bool]]] = {}  # link -> switch under the sources -> results
     for key, ok in disc.switch_results.items():
@@ -286,19 +290,19 @@ def dead_link_findings(topo: Topology, disc: Discovery) -> list[dict]:
     if dead and any(reached_switch.values()):
         for sw in dead:  # nobody reaches it, others are reached: the switch, not its links
             links = [l for l in by_link if sw in topo.links[l]]
-            findings = [f for f in findings if f["element"]["id"] not in links]
-            findings.append({"element": {"type": "switch", "id": sw}, "metric": "down",
-                             "severity": "critical", "confidence": round(1 - 0.5 ** len(links), 3),
-                             "evidence": {"window": None, "check": "switch-probe",
-                                          "links_probed": len(links), "answered": 0,
-                                          "note": f"no NIC reaches {sw}; its neighbours answer"},
-                             "source": "discovery"})
+            findings = [f for f in findings if f.element.id not in links]
+            findings.append(Finding(Element("switch", sw), "down", "critical",
+                                    round(1 - 0.5 ** len(links), 3),
+                                    {"window": None, "check": "switch-probe",
+                                     "links_probed": len(links), "answered": 0,
+                                     "note": f"no NIC reaches {sw}; its neighbours answer"},
+                                    source="discovery"))
             checked.update(links)
     findings += _coverage(topo, disc, checked)
-    return findings
+    return [f.to_dict() for f in findings]
 
 
-def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[dict]:
+def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[Finding]:
     p = disc.paths
     n_el = topo.n_elements
     observed = np.zeros(n_el)
@@ -333,7 +337,7 @@ def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[dict]:
     return findings
 
 
-def _down(lid: str, direction: str, support: float, evidence: dict) -> dict:
-    return {"element": {"type": "link", "id": lid, "direction": direction}, "metric": "down",
-            "severity": "critical", "confidence": round(float(1 - 0.5 ** support), 3),
-            "evidence": {"window": None, **evidence}, "source": "discovery"}
+def _down(lid: str, direction: str, support: float, evidence: dict) -> Finding:
+    return Finding(Element("link", lid, direction), "down", "critical",
+                   round(float(1 - 0.5 ** support), 3), {"window": None, **evidence},
+                   source="discovery")

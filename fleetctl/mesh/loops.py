@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetctl.analysis.windows import group_quantiles
-from fleetctl.mesh.discovery import Discovery, NicInfo
-from fleetctl.mesh.store import FLOW_DTYPE
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.mesh.discovery import Discovery, NicAddress
+from fleetctl.model.cluster import Cluster
+from fleetctl.model.fabric import FLOW_DTYPE, PathTable, Topology, group_quantiles
 
 
-def plan_loops(topo: Topology, site, disc: Discovery, usable: dict[str, NicInfo],
+def plan_loops(topo: Topology, site: Cluster, disc: Discovery, usable: dict[str, NicAddress],
                first_flow: int, loop_port: int) -> tuple[Discovery, list[list]]:
     """Add loop flows and paths for every reached switch probe. Returns the extended discovery
     and the agents' loop list [[flow, nic index, switch address], ...]."""

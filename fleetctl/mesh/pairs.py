@@ -23,7 +23,7 @@ import numpy as np
 from scipy.sparse import coo_matrix, csr_matrix
 
 from fleetctl.errors import UsageError
-from fleetctl.mesh.topology import Topology
+from fleetctl.model.fabric import Topology
 
 
 @dataclass

@@ -8,7 +8,6 @@ A new backend is one module with a SlurmBackend subclass and one `backends.regis
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from fleetctl.errors import ConfigError
 from fleetctl.registry import Registry
@@ -29,12 +28,9 @@ def get_backend(name: str = "cli", **options) -> SlurmBackend:
 
 def backend_for_site(site, **options) -> SlurmBackend:
     """The site's backend with its drain prefix and slurm.conf (relative to the site file)."""
-    conf = site.slurm["conf"]
-    if conf:
-        path = Path(conf).expanduser()
-        if not path.is_absolute() and not site.source.startswith("<"):
-            path = Path(site.source).parent / path
-        conf = str(path)
+    from fleetctl.config.files import site_path
+
+    conf = site_path(site.slurm["conf"], site.source)
     options.setdefault("drain_prefix", site.slurm["drain_prefix"])
     if site.slurm["backend"] == "cli":
         options.setdefault("slurm_conf", conf)

@@ -143,8 +143,8 @@ def test_management_addresses_answer(lab):
 def test_clock_truth_is_readable_by_the_probe_agent(lab):
     from fleetctl.lab.clock import host_clocks
 
-    clocks = host_clocks(lab.site.lab["state_dir"])
-    assert set(clocks) == set(lab.nodes) and lab.site.lab["clock_skew"] is True
+    clocks = host_clocks(lab.site.data["lab"]["state_dir"])
+    assert set(clocks) == set(lab.nodes) and lab.site.data["lab"]["clock_skew"] is True
     c = clocks["node1"]
     truth = lab.state["clock"]["hosts"]["node1"]
     assert c.offset_at(c.t0) == truth["offset_ms"] / 1000

@@ -13,8 +13,8 @@ import pytest
 from fleetctl.cli import run as cli_run
 from fleetctl.fanout import get_transport
 from fleetctl.lab import faults
-from fleetctl.mesh.analyze import to_dict
-from fleetctl.mesh.probe_run import MeshOptions, probe_run
+from fleetctl.meshrun.analyze import to_dict
+from fleetctl.meshrun.probe_run import MeshOptions, probe_run
 
 pytestmark = pytest.mark.lab
 

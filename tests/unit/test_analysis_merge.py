@@ -3,16 +3,15 @@
 import numpy as np
 
 from fleetctl.analysis.merge import merge_identical_paths
-from fleetctl.analysis.signals import WindowStats
-from fleetctl.mesh.fattree import leaf_spine
-from fleetctl.mesh.topology import PathTable
+from fleetctl.model.fabric import PathTable, WindowStats
+from tests.support.fabrics import leaf_spine, path_table
 
 
 def test_identical_traced_paths_merge_and_totals_add_up():
     t = leaf_spine(2, 2, 1, 1)
     a, b = t.nics[0], t.nics[1]
     flows = [(a, b, f) for f in range(16)]  # 16 flows over the 2 spines
-    paths = t.path_table(flows)
+    paths = path_table(t, flows)
     rng = np.random.default_rng(0)
     sent = rng.integers(5, 50, size=(2, 16))
     lost = rng.integers(0, 5, size=(2, 16))

@@ -5,12 +5,13 @@ of single probe drops, so "no fault -> no finding" is tested against realistic n
 
 import pytest
 
-from fleetctl.analysis.signals import Thresholds, WindowStats
+from fleetctl.analysis.signals import Thresholds
 from fleetctl.analysis.solvers import get_solver, solver_names
-from fleetctl.analysis.synthetic import Fault, simulate
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.errors import DataError, UsageError
-from fleetctl.mesh.fattree import fat_tree, leaf_spine
+from fleetctl.model.fabric import WindowStats
+from tests.support.fabrics import fat_tree, leaf_spine, path_table
+from tests.support.synthetic import Fault, simulate
 
 SOLVERS = ["nnls", "l1", "vote", "netbouncer", "flock"]
 
@@ -21,7 +22,7 @@ def lab():
     t = leaf_spine(4, 2, 2, 2)
     flows = [(a, b, f) for a in t.nics for b in t.nics
              if t.nic_host[t.nic_index(a)] != t.nic_host[t.nic_index(b)] for f in range(8)]
-    return t, t.path_table(flows)
+    return t, path_table(t, flows)
 
 
 def named(findings):
@@ -122,7 +123,7 @@ def test_fat_tree_core_link_and_aggregation_switch(solver):
     n = len(t.nics)
     flows = [(t.nics[i], t.nics[(i + o) % n], f) for i in range(n) for o in (1, 17, 45, 77)
              for f in range(6)]
-    paths = t.path_table(flows)
+    paths = path_table(t, flows)
     stats = simulate(t, paths, [Fault("p2-a1->c5", "loss", 0.03)], windows=2, seed=11)
     assert named(triangulate(t, paths, stats, solver)) == [("link", "p2-a1->c5", "loss")]
     stats = simulate(t, paths, [Fault("p5-a2", "delay", 120.0)], windows=2, seed=12)
@@ -138,7 +139,7 @@ def test_untraced_flows_report_what_they_cannot_tell_apart(lab, solver, faulty):
     t, traced = lab
     stats = simulate(t, traced, [Fault(faulty, "loss", 0.04)], windows=2, seed=6)
     import numpy as np
-    pairs = t.path_table([(t.nics[a], t.nics[b], 0) for a, b in
+    pairs = path_table(t, [(t.nics[a], t.nics[b], 0) for a, b in
                           zip(traced.src_nic[::8], traced.dst_nic[::8])], traced=False)
     sent = stats.sent.reshape(2, -1, 8).sum(axis=2)  # the 8 flows of each pair, aggregated
     lost = stats.lost.reshape(2, -1, 8).sum(axis=2)

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from fleetctl.analysis.signals import WindowStats
-from fleetctl.analysis.synthetic import Fault
-from fleetctl.analysis.synthetic_run import synthetic_run
 from fleetctl.analysis.triangulate import triangulate
-from fleetctl.analysis.windows import build_windows, group_quantiles, host_clock
+from fleetctl.analysis.windows import build_windows, host_clock
 from fleetctl.errors import DataError
-from fleetctl.mesh.fattree import leaf_spine
+from fleetctl.model.fabric import WindowStats, group_quantiles
+from tests.support.fabrics import find, leaf_spine
+from tests.support.synthetic import Fault
+from tests.support.synthetic_run import synthetic_run
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_loss_is_charged_to_the_direction_it_happened(topo):
     run, _, w = pipeline(topo, [Fault("spine1->leaf2", "down")], seed=1)
     lost_per_path = w.path_lost.sum(axis=0)
     inc = run.paths.matrix(topo.n_elements).tocsc()
-    through = inc.getcol(topo.find("spine1->leaf2")).toarray().ravel() > 0
+    through = inc.getcol(find(topo, "spine1->leaf2")).toarray().ravel() > 0
     assert lost_per_path[through].min() > 0  # every path over the dead direction lost probes
     assert lost_per_path[~through].max() <= 2  # the rest: background only (none injected)
     # a probe whose reverse path crosses the dead direction was still delivered forward

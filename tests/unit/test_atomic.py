@@ -12,7 +12,7 @@ import pytest
 
 from fleetctl.atomic import AtomicFile, check_writable, write_atomic
 from fleetctl.errors import DataError, UsageError
-from fleetctl.mesh.store import RunWriter
+from fleetctl.store.runfile import RunWriter
 
 from fsfixtures import full_fs, readonly_fs  # noqa: F401
 
@@ -71,11 +71,11 @@ def test_full_disk_report_is_a_clear_error_without_leftovers(full_fs):
 
 _WRITE_RUN = textwrap.dedent("""
     import sys
-    from fleetctl.analysis.synthetic import Fault
-    from fleetctl.analysis.synthetic_run import synthetic_run
+    from tests.support.synthetic import Fault
+    from tests.support.synthetic_run import synthetic_run
     from fleetctl.errors import DataError
-    from fleetctl.mesh.fattree import leaf_spine
-    from fleetctl.mesh.store import RunWriter
+    from tests.support.fabrics import leaf_spine
+    from fleetctl.store.runfile import RunWriter
     topo = leaf_spine(2, 2, 2, 2)
     pairs = [(a, b) for a in topo.nics for b in topo.nics if a.split(":")[0] != b.split(":")[0]]
     run = synthetic_run(topo, pairs, [Fault("leaf1->spine2", "loss", 0.05)], sports=4,

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from fleetctl.analysis.clock import fit_pair, synchronize
-from fleetctl.analysis.synthetic import clock_probes
 from fleetctl.errors import DataError
+from tests.support.synthetic import clock_probes
 
 
 def errors_us(p, model, ref=0):

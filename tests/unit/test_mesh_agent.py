@@ -17,8 +17,8 @@ import pytest
 
 from fleetctl.mesh import agent
 from fleetctl.mesh.collect import decode, probe_records
-from fleetctl.mesh.probe_run import _payload
-from fleetctl.mesh.store import FLOW_DTYPE
+from fleetctl.meshrun.probe_run import _payload
+from fleetctl.model.fabric import FLOW_DTYPE
 
 KEY = bytes(range(32))
 TAG = agent.run_tag("run-1")

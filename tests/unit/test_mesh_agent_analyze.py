@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.analysis.synthetic import Fault
-from fleetctl.analysis.synthetic_run import synthetic_run
 from fleetctl.cli import run as cli_run
 from fleetctl.config.site import parse_site
 from fleetctl.lab.sitefile import site_document, to_toml
 from fleetctl.lab.topology import LabParams, build_plan
-from fleetctl.mesh.analyze import RunData, analyze, write_run
 from fleetctl.mesh.pairs import select_pairs
-from fleetctl.mesh.topology import Topology
+from fleetctl.meshrun.analyze import RunData, analyze, write_run
+from fleetctl.model.fabric import Topology
+from tests.support.synthetic import Fault
+from tests.support.synthetic_run import synthetic_run
 
 
 @pytest.fixture(scope="module")

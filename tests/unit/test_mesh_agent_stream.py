@@ -13,7 +13,7 @@ from fleetctl.errors import DataError
 from fleetctl.lab.clock import HostClock, agent_clock_entries
 from fleetctl.mesh import agent
 from fleetctl.mesh.collect import StreamDecoder, decode, parse_stream, probe_records
-from fleetctl.mesh.store import FLOW_DTYPE
+from fleetctl.model.fabric import FLOW_DTYPE
 from test_mesh_agent import config, finish, free_port, start
 
 
@@ -26,8 +26,9 @@ def read_stream(proc, timeout=15):
 
 def test_two_streaming_agents_emit_batches_while_running():
     port = free_port()
-    cfg = config(port, rate=100, duration=2.0, linger=0.4, start_in=0.2)
-    cfg.update(output="stream", health_window_s=0.5, echo_timeout_s=0.3)
+    # Generous echo timeout and linger: on a loaded 2-core CI machine an echo can take a few hundred ms.
+    cfg = config(port, rate=100, duration=2.0, linger=1.0, start_in=0.2)
+    cfg.update(output="stream", health_window_s=0.5, echo_timeout_s=1.0)
     procs = [start(cfg, "a"), start(cfg, "b")]
     texts = {n: read_stream(p) for n, p in zip("ab", procs)}
     docs = {n: parse_stream(t, n) for n, t in texts.items()}

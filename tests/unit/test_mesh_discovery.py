@@ -16,8 +16,8 @@ from fleetctl.lab.sitefile import site_document, to_toml
 from fleetctl.lab.topology import LabParams, build_plan
 from fleetctl.mesh import discovery
 from fleetctl.mesh.pairs import select_pairs
-from fleetctl.mesh.topology import Topology
 from fleetctl.mesh.trace_agent import parse_icmp
+from fleetctl.model.fabric import Topology
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from collections import defaultdict
 import pytest
 
 from fleetctl.errors import UsageError
-from fleetctl.mesh.fattree import fat_tree, leaf_spine
 from fleetctl.mesh.pairs import select_pairs
+from tests.support.fabrics import fat_tree, leaf_spine
 
 
 def sources_per_link(topo, pairs):

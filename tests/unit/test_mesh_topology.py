@@ -5,8 +5,8 @@ import pytest
 
 from fleetctl.config.site import parse_site
 from fleetctl.errors import ConfigError, UsageError
-from fleetctl.mesh.fattree import fat_tree, leaf_spine
-from fleetctl.mesh.topology import Topology
+from fleetctl.model.fabric import Topology
+from tests.support.fabrics import ecmp_path, fat_tree, find, leaf_spine, path_table
 
 SITE = """
 [cluster]
@@ -66,15 +66,15 @@ def test_from_site_elements(site_topo):
     assert types.count("nic") == 8
     assert types.count("host") == 4
     assert types.count("link") == 2 * (4 + 8)  # every link in both directions
-    el = t.elements[t.find("leaf1->spine2")]
+    el = t.elements[find(t, "leaf1->spine2")]
     assert el.to_dict() == {"type": "link", "id": "leaf1--spine2", "direction": "leaf1->spine2"}
-    assert t.elements[t.find("node3:eth1")].type == "nic"
+    assert t.elements[find(t, "node3:eth1")].type == "nic"
     assert t.link_ports["node3:eth1--leaf2"] == ("node3:eth1", "leaf2:swp7")
 
 
 def test_ecmp_path_is_ordered_and_connected(site_topo):
     t = site_topo
-    p = [t.elements[i] for i in t.ecmp_path("node1:eth0", "node4:eth1", flow=7)]
+    p = [t.elements[i] for i in ecmp_path(t, "node1:eth0", "node4:eth1", flow=7)]
     assert [e.type for e in p] == ["nic", "link", "switch", "link", "switch", "link", "switch",
                                    "link", "nic"]
     assert p[0].id == "node1:eth0" and p[-1].id == "node4:eth1"
@@ -86,13 +86,13 @@ def test_ecmp_path_is_ordered_and_connected(site_topo):
 
 
 def test_ecmp_flows_spread_over_spines(site_topo):
-    spines = {site_topo.elements[site_topo.ecmp_path("node1:eth0", "node3:eth0", f)[4]].id
+    spines = {site_topo.elements[ecmp_path(site_topo, "node1:eth0", "node3:eth0", f)[4]].id
               for f in range(32)}
     assert spines == {"spine1", "spine2"}
 
 
 def test_same_leaf_path_stays_on_the_leaf(site_topo):
-    p = [site_topo.elements[i].label for i in site_topo.ecmp_path("node1:eth0", "node2:eth1", 0)]
+    p = [site_topo.elements[i].label for i in ecmp_path(site_topo, "node1:eth0", "node2:eth1", 0)]
     assert p == ["node1:eth0", "node1:eth0->leaf1", "leaf1", "leaf1->node2:eth1", "node2:eth1"]
 
 
@@ -103,7 +103,7 @@ def test_expected_row_splits_over_candidates(site_topo):
     assert got["leaf1->spine1"] == pytest.approx(0.5)
     assert got["spine2->leaf2"] == pytest.approx(0.5)
     assert got["leaf1"] == got["leaf2"] == got["node1:eth0->leaf1"] == 1.0
-    table = t.path_table([("node1:eth0", "node3:eth0", 0)], traced=False)
+    table = path_table(t, [("node1:eth0", "node3:eth0", 0)], traced=False)
     assert not table.traced[0] and table.matrix(t.n_elements).sum() == pytest.approx(sum(w))
 
 
@@ -112,7 +112,7 @@ def test_fat_tree_size():
     assert len(t.links) == 3 * 24 ** 3 // 4 == 10368
     assert len(t.nics) == 3456
     assert sum(1 for tier in t.switch_tier.values() if tier == 3) == 144
-    p = [t.elements[i] for i in t.ecmp_path("n00000:eth0", "n03455:eth0", 3)]
+    p = [t.elements[i] for i in ecmp_path(t, "n00000:eth0", "n03455:eth0", 3)]
     assert [e.type for e in p].count("switch") == 5  # leaf, agg, core, agg, leaf
 
 
@@ -124,26 +124,25 @@ def test_fat_tree_rejects_odd_k():
 def test_unknown_and_unroutable_elements():
     t = leaf_spine(2, 1, 1, 1)
     with pytest.raises(ConfigError, match="no element 'nope'"):
-        t.find("nope")
+        find(t, "nope")
     with pytest.raises(ConfigError, match="neither a switch nor a NIC"):
         Topology.build("bad", [("n1:eth0", "n1")], {"leaf1": 1}, [("x", "n1:eth0", "ghost")])
     lonely = Topology.build("lonely", [("n1:eth0", "n1"), ("n2:eth0", "n2")],
                             {"leaf1": 1, "leaf2": 1},
                             [("a", "n1:eth0", "leaf1"), ("b", "n2:eth0", "leaf2")])
     with pytest.raises(ConfigError, match="no route"):
-        lonely.ecmp_path("n1:eth0", "n2:eth0", 0)
+        ecmp_path(lonely, "n1:eth0", "n2:eth0", 0)
     with pytest.raises(ConfigError, match="no link to a switch"):
-        Topology.build("x", [("n1:eth0", "n1")], {"leaf1": 1}, []).ecmp_path("n1:eth0",
-                                                                            "n1:eth0", 0)
+        ecmp_path(Topology.build("x", [("n1:eth0", "n1")], {"leaf1": 1}, []), "n1:eth0", "n1:eth0", 0)
 
 
 def test_path_table_csr_roundtrip():
     t = leaf_spine(2, 2, 1, 1)
     flows = [(a, b, f) for a in t.nics for b in t.nics if a != b for f in range(3)]
-    table = t.path_table(flows)
+    table = path_table(t, flows)
     assert len(table) == len(flows)
     for i, (a, b, f) in enumerate(flows):
-        assert list(table.row(i)) == t.ecmp_path(a, b, f)
+        assert list(table.row(i)) == ecmp_path(t, a, b, f)
     m = table.matrix(t.n_elements)
     assert m.shape == (len(flows), t.n_elements)
     assert np.all(m.data == 1.0)
@@ -151,13 +150,13 @@ def test_path_table_csr_roundtrip():
 
 def test_site_to_findings_pipeline(tmp_path, site_topo):
     """Site file -> pairs -> (synthetic) probe run with skewed clocks -> HDF5 -> re-analysis."""
-    from fleetctl.analysis.synthetic import Fault
-    from fleetctl.analysis.synthetic_run import synthetic_run
+    from tests.support.synthetic import Fault
+    from tests.support.synthetic_run import synthetic_run
     from fleetctl.analysis.triangulate import triangulate
     from fleetctl.analysis.windows import build_windows, host_clock
     from fleetctl.mesh.pairs import select_pairs
-    from fleetctl.mesh.reader import open_run
-    from fleetctl.mesh.store import RunWriter
+    from fleetctl.store.reader import open_run
+    from fleetctl.store.runfile import RunWriter
 
     t = site_topo
     plan = select_pairs(t)

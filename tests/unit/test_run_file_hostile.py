@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from fleetctl.errors import DataError
-from fleetctl.mesh.analyze import read_run
-from fleetctl.mesh.reader import open_run
+from fleetctl.meshrun.analyze import read_run
+from fleetctl.store.reader import open_run
 
 from test_store_hdf5 import run_data, write  # noqa: F401  (the module-scoped fixture)
 
@@ -124,7 +124,7 @@ def test_fifo_does_not_hang(tmp_path):
     os.mkfifo(fifo)
     code = textwrap.dedent(f"""
         from fleetctl.errors import DataError
-        from fleetctl.mesh.reader import open_run
+        from fleetctl.store.reader import open_run
         try:
             open_run({str(fifo)!r})
         except DataError as exc:

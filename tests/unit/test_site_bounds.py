@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fleetctl.config import load_site
-from fleetctl.config.site import read_bounded
+from fleetctl.config.files import read_bounded
 from fleetctl.errors import ConfigError, UsageError
 
 SITE = '[cluster]\nname = "t"\n[slurm]\ntopology_conf = "topology.conf"\n' \

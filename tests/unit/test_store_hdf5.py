@@ -7,14 +7,15 @@ import h5py
 import numpy as np
 import pytest
 
-from fleetctl.analysis.synthetic import Fault
-from fleetctl.analysis.synthetic_run import synthetic_run
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.analysis.windows import build_windows, host_clock
 from fleetctl.errors import DataError
-from fleetctl.mesh.fattree import leaf_spine
-from fleetctl.mesh.reader import open_run
-from fleetctl.mesh.store import PROBE_DTYPE, SCHEMA_VERSION, RunWriter
+from fleetctl.model.fabric import PROBE_DTYPE
+from fleetctl.store.reader import open_run
+from fleetctl.store.runfile import SCHEMA_VERSION, RunWriter
+from tests.support.fabrics import leaf_spine, path_table
+from tests.support.synthetic import Fault
+from tests.support.synthetic_run import synthetic_run
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def write(path, run_data, *, findings=None):
 
 def test_round_trip(tmp_path, run_data):
     topo, run, clock, w = run_data
-    from fleetctl.analysis.signals import WindowStats
+    from fleetctl.model.fabric import WindowStats
     findings = triangulate(topo, run.paths, WindowStats(w.path_sent, w.path_lost, w.path_p50_us))
     assert [f["element"]["direction"] for f in findings] == ["leaf1->spine2"]
     path = write(tmp_path / "run.h5", run_data, findings=findings)

@@ -26,7 +26,7 @@ def analyze(app: Application, file: str, solver: str | None, out: str | None) ->
     from fleetctl.extras import require
 
     require("mesh", "audit analyze")
-    from fleetctl.mesh.analyze import reanalyze
+    from fleetctl.meshrun.analyze import reanalyze
 
     if out:
         check_writable(out, "--out")

@@ -11,12 +11,12 @@ SEV_STYLE = {"critical": "bold red", "major": "red", "minor": "yellow"}
 
 def run_mesh(app, site, nodes: list[str], transport_name: str | None, duration: float,
              rate: float, out: str | None, solver: str | None) -> dict:
-    """`audit --mesh`: one probe run over the named transport (fleetctl.mesh.probe_run.mesh_audit)."""
+    """`audit --mesh`: one probe run over the named transport (fleetctl.meshrun.probe_run.mesh_audit)."""
     from fleetctl.extras import require
     from fleetctl.fanout import get_transport
 
     require("mesh", "audit --mesh")
-    from fleetctl.mesh.probe_run import MeshOptions, mesh_audit
+    from fleetctl.meshrun.probe_run import MeshOptions, mesh_audit
 
     opts = MeshOptions(duration=duration, rate=rate, solver=solver or "nnls")
     with get_transport(transport_name, site=site) as t:

@@ -19,20 +19,20 @@ from fleetctl.errors import EXIT_OK
 @click.option("--clock-skew", is_flag=True, help="Give each host a known clock offset and drift.")
 @click.option("--no-slurm", is_flag=True, help="No munge, slurmctld, slurmd.")
 @click.option("--no-ssh", is_flag=True, help="No sshd (site file then uses the local transport).")
-@click.option("--slurm", "slurm_from", default="system", show_default=True,
+@click.option("--slurm", "slurm_choice", default="system", show_default=True,
               type=click.Choice(["system", "trixie", "24.11", "sid"]),
               help="Whose Slurm: this machine's, Debian 13's (trixie = 24.11) or Debian unstable's (sid, "
                    "the newest); the last two from a cached Debian root (built by debootstrap once).")
 @pass_app
 def up(app: Application, hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew, no_slurm,
-       no_ssh, slurm_from) -> int:
+       no_ssh, slurm_choice) -> int:
     """Build the lab (idempotent: a healthy lab of the same size is kept)."""
     from fleetctl.lab import lifecycle
     from fleetctl.lab.topology import LabParams
 
     refuse_if_session_busy()
     params = LabParams(hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew,
-                       not no_slurm, not no_ssh, "trixie" if slurm_from == "24.11" else slurm_from)
+                       not no_slurm, not no_ssh, "trixie" if slurm_choice == "24.11" else slurm_choice)
     st = lifecycle.up(params, progress=lambda m: app.debug(m))
     out = {"status": st["status"], "params": st["params"], "site_file": str(site_path()),
            "up_seconds": st.get("up_seconds"), "slurm": st.get("slurm")}

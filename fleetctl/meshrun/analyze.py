@@ -16,8 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetctl.analysis.rollup import SEVERITY_RANK
-from fleetctl.analysis.signals import WindowStats
 from fleetctl.analysis.solvers import get_solver
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.analysis.windows import build_windows, host_clock
@@ -25,8 +23,9 @@ from fleetctl.errors import DataError
 from fleetctl.mesh.collect import clock_error
 from fleetctl.mesh.discovery import Discovery, dead_link_findings
 from fleetctl.mesh.loops import add_loop_stats
-from fleetctl.mesh.store import RunWriter
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from fleetctl.model.findings import sort_key
+from fleetctl.store.runfile import RunWriter
 
 
 @dataclass
@@ -83,8 +82,7 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     for f in dead_link_findings(topo, disc):
         if ("link", f["element"]["id"]) not in have:
             findings.append(f)
-    findings.sort(key=lambda f: (-SEVERITY_RANK[f["severity"]], -f["confidence"],
-                                 f["element"]["id"]))
+    findings.sort(key=sort_key)
     t_send = run.probes["t_send"][pair]
     span = float((t_send.max() - t_send.min()) * 1e-9)
     probed = np.unique(nic_host[np.r_[run.probes["src_nic"][pair], run.probes["dst_nic"][pair]]])
@@ -213,7 +211,7 @@ def write_run(path: str | Path, run: RunData, a: Analysis) -> Path:
 
 def read_run(path: str | Path) -> RunData:
     """A stored run back as RunData (the reader validates the file first)."""
-    from fleetctl.mesh.reader import open_run
+    from fleetctl.store.reader import open_run
 
     with open_run(path) as r:
         attrs = r.attrs

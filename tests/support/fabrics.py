@@ -1,4 +1,5 @@
-"""Synthetic fabrics for tests and benchmarks: k-ary 3-tier fat-trees and 2-tier leaf-spines.
+"""Synthetic fabrics for tests and benchmarks: k-ary 3-tier fat-trees, 2-tier leaf-spines, and the
+ECMP hash that stands in for traceroute (which flow takes which path).
 
 A k-ary fat-tree (Al-Fares et al.) has k pods of k/2 leaves and k/2 aggregation switches,
 (k/2)^2 cores and k^3/4 hosts; it has 3 k^3/4 links (k=24: 10,368 links, 3,456 hosts).
@@ -7,8 +8,12 @@ Ids mimic a site file: `p3-l1` (pod 3 leaf 1), `p3-a0`, `c17`, `n00042:eth0`.
 
 from __future__ import annotations
 
-from fleetctl.errors import UsageError
-from fleetctl.mesh.topology import Topology
+import zlib
+
+import numpy as np
+
+from fleetctl.errors import ConfigError, UsageError
+from fleetctl.model.fabric import PathTable, Topology
 
 
 def fat_tree(k: int, nics_per_host: int = 1) -> Topology:
@@ -62,3 +67,42 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, nics_per_host: int
                 links.append((f"{nic}--{leaf}", nic, leaf))
             node += 1
     return Topology.build(f"leaf-spine-{leaves}x{spines}", nics, switches, links)
+
+
+def ecmp_path(topo: Topology, src_nic: str, dst_nic: str, flow: int) -> list[int]:
+    """The path one flow takes: each switch hashes (pair, flow, switch) over its next hops."""
+    (ssw, up, _), (dsw, _, down) = topo.route_ends(src_nic, dst_nic)
+    path = [topo.index("nic", src_nic), up]
+    u = ssw
+    while True:
+        path.append(topo.index("switch", topo.switch_id(u)))
+        if u == dsw:
+            break
+        hops = topo.next_hops(u, dsw)
+        h = zlib.crc32(f"{src_nic}|{dst_nic}|{flow}|{u}".encode())
+        u, e = hops[h % len(hops)]
+        path.append(e)
+    path += [down, topo.index("nic", dst_nic)]
+    return path
+
+
+def path_table(topo: Topology, flows: list[tuple[str, str, int]], traced: bool = True) -> PathTable:
+    """Path table for flows (src nic, dst nic, flow number): ECMP-hashed or expected rows."""
+    rows, src, dst = [], [], []
+    for s, d, f in flows:
+        if traced:
+            p = np.array(ecmp_path(topo, s, d, f), dtype=np.int64)
+            rows.append((p, np.ones(len(p))))
+        else:
+            rows.append(topo.expected_row(s, d))
+        src.append(topo.nic_index(s))
+        dst.append(topo.nic_index(d))
+    return PathTable.from_rows(rows, src, dst, [traced] * len(rows))
+
+
+def find(topo: Topology, label: str) -> int:
+    """Element index by label: `leaf1->spine2` (link direction), a switch, NIC or host id."""
+    for i, e in enumerate(topo.elements):
+        if e.label == label:
+            return i
+    raise ConfigError(f"no element {label!r} in topology {topo.name!r}")

@@ -25,11 +25,12 @@ from fleetctl.fanout import run_python
 from fleetctl.fanout.payload import bundle, json_output, with_config
 from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
-from fleetctl.mesh.analyze import Analysis, RunData, analyze, run_window, to_dict, write_run
 from fleetctl.mesh.collect import health_table, lab_clock, probe_records
 from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.pairs import select_pairs
-from fleetctl.mesh.topology import Topology
+from fleetctl.meshrun.analyze import Analysis, RunData, analyze, run_window, to_dict, write_run
+from fleetctl.model.cluster import Cluster
+from fleetctl.model.fabric import Topology
 
 
 @dataclass
@@ -94,7 +95,7 @@ def _fan_out(transport, nodes, module, config, timeout, what, warnings, failed) 
     return docs
 
 
-def probe_run(site, nodes: list[str], transport, opts: MeshOptions,
+def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
               progress=lambda _m: None) -> ProbeResult:
     opts.validate()
     get_started = time.monotonic()

@@ -25,10 +25,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from fleetctl.analysis.signals import WindowStats
 from fleetctl.errors import ConfigError, DataError
-from fleetctl.mesh.store import FLOW_DTYPE, FORMAT, PAIR_DTYPE, PROBE_DTYPE, REQUIRED, SCHEMA_VERSION
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import FLOW_DTYPE, PAIR_DTYPE, PROBE_DTYPE, PathTable, Topology, WindowStats
+from fleetctl.store.runfile import FORMAT, REQUIRED, SCHEMA_VERSION
 
 MAX_DATASET_BYTES = 4 << 30  # declared size of one dataset, before it is read
 MAX_ATTR_CHARS = 16 << 20  # a JSON root attribute

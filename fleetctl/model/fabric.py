@@ -1,4 +1,8 @@
-"""The fabric as analysis sees it: elements, NICs, ECMP routing and path tables.
+"""The fabric view of the cluster model: elements, NICs, ECMP routing, path tables, record dtypes.
+
+Derived from the cluster model (`Topology.from_site`) or read back from a run file; the neutral
+ground that the probe side (mesh/) and the analysis side (analysis/) both import, so that neither
+imports the other.
 
 Elements are what a finding can blame: each link direction (`leaf1->spine2`), each switch, each NIC
 (`node3:eth1`) and each host. A path is the ordered list of elements a probe crosses:
@@ -11,16 +15,72 @@ candidate path set of a pair is the shortest-path DAG between its two switches.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from fleetctl.errors import ConfigError
+from fleetctl.errors import ConfigError, DataError
+from fleetctl.model.cluster import Cluster
 
 ELEMENT_TYPES = ("link", "switch", "nic", "host")
+
+# Records of a probe run (schema: docs/hdf5-schema.md), shared by the collector, the store and analysis.
+NOT_RECORDED = 0  # timestamp value for "not recorded" (e.g. t_recv of a lost probe)
+# lost: 0 delivered, 1 lost on the way out, 2 lost on the way back, 3 lost, direction unknown
+PROBE_DTYPE = np.dtype([
+    ("flow", "<i4"), ("src_nic", "<i4"), ("dst_nic", "<i4"), ("sport", "<u2"), ("seq", "<u4"),
+    ("t_send", "<i8"), ("t_remote_rx", "<i8"), ("t_remote_tx", "<i8"), ("t_recv", "<i8"),
+    ("lost", "u1"),
+])
+FLOW_DTYPE = np.dtype([("flow", "<i4"), ("src_nic", "<i4"), ("dst_nic", "<i4"), ("sport", "<u2"),
+                       ("fwd_path", "<i4"), ("rev_path", "<i4")])
+PAIR_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("t0", "<f8"), ("offset_s", "<f8"),
+                       ("drift", "<f8"), ("margin_s", "<f8"), ("span_s", "<f8"),
+                       ("probes", "<i4"), ("residual_s", "<f8")])
+
+
+@dataclass
+class WindowStats:
+    """Per-window, per-path figures. Shapes (W, P); delays in microseconds, NaN where none."""
+
+    sent: np.ndarray
+    lost: np.ndarray
+    delay: np.ndarray  # per-window delay statistic (p50 or p99), one-way or half round trip
+    baseline: np.ndarray | None = None  # (P,) healthy delay per path, e.g. from a look-back
+
+    def __post_init__(self) -> None:
+        self.sent = np.atleast_2d(np.asarray(self.sent))
+        self.lost = np.atleast_2d(np.asarray(self.lost))
+        self.delay = np.atleast_2d(np.asarray(self.delay, dtype=np.float64))
+        if not (self.sent.shape == self.lost.shape == self.delay.shape):
+            raise DataError(f"window stats shapes differ: sent {self.sent.shape}, lost "
+                            f"{self.lost.shape}, delay {self.delay.shape}")
+        if np.any(self.lost > self.sent) or np.any(self.lost < 0):
+            raise DataError("window stats: lost probes outside 0..sent")
+
+    @property
+    def n_windows(self) -> int:
+        return self.sent.shape[0]
+
+
+def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float],
+                    n_groups: int) -> np.ndarray:
+    """Quantiles (nearest rank) of `values` per integer key; NaN for empty groups."""
+    out = np.full((len(qs), n_groups), np.nan)
+    ok = np.isfinite(values)
+    keys, values = keys[ok], values[ok]
+    if keys.size == 0:
+        return out
+    order = np.lexsort((values, keys))
+    keys, values = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    counts = np.diff(np.r_[starts, keys.size])
+    for i, q in enumerate(qs):
+        pos = starts + np.minimum(counts - 1, np.floor(q * counts).astype(np.int64))
+        out[i, keys[starts]] = values[pos]
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,7 +141,7 @@ class PathTable:
 
 @dataclass
 class Topology:
-    """Elements and ECMP routing of one fabric. Build with `from_site` or `fattree.generate`."""
+    """Elements and ECMP routing of one fabric. Build with `from_site` (or `build`, as a run file is read)."""
 
     name: str
     elements: list[Element] = field(default_factory=list)
@@ -122,7 +182,7 @@ class Topology:
         return topo
 
     @classmethod
-    def from_site(cls, site) -> Topology:
+    def from_site(cls, site: Cluster) -> Topology:
         """From a fleetctl Site: its node classes' NICs, fabric switches and links."""
         nics: list[tuple[str, str]] = []
         for cls_ in site.node_classes:
@@ -167,16 +227,6 @@ class Topology:
             self._nic_pos = {n: i for i, n in enumerate(self.nics)}
             return self.nic_index(nic)
 
-    def find(self, label: str) -> int:
-        """Element index by label: `leaf1->spine2` (link direction), a switch, NIC or host id."""
-        try:
-            return self._by_label[label]
-        except AttributeError:
-            self._by_label = {e.label: i for i, e in enumerate(self.elements)}
-            return self.find(label)
-        except KeyError:
-            raise ConfigError(f"no element {label!r} in topology {self.name!r}") from None
-
     @property
     def n_elements(self) -> int:
         return len(self.elements)
@@ -218,6 +268,10 @@ class Topology:
         self._dist = shortest_path(graph, unweighted=True, directed=False)
         self._routing_ready = True
 
+    def switch_id(self, position: int) -> str:
+        self._prepare_routing()
+        return self._switches[position]
+
     def switch_distances(self) -> np.ndarray:
         """Hop counts between switches (switch positions in `switch_tier` order); inf: none."""
         self._prepare_routing()
@@ -241,7 +295,9 @@ class Topology:
         self._prepare_routing()
         return self._dist[self._nic_attach[src_nic][0], self._nic_attach[dst_nic][0]]
 
-    def _endpoints(self, src_nic: str, dst_nic: str):
+    def route_ends(self, src_nic: str, dst_nic: str):
+        """((switch position, up link elem, down link elem) of the source NIC, the same of the
+        destination NIC); ConfigError when either is not cabled or no route joins them."""
         self._prepare_routing()
         try:
             s = self._nic_attach[src_nic]
@@ -253,29 +309,14 @@ class Topology:
             raise ConfigError(f"no route from {src_nic} to {dst_nic} in topology {self.name!r}")
         return s, d
 
-    def _next_hops(self, u: int, dsw: int) -> list[tuple[int, int]]:
+    def next_hops(self, u: int, dsw: int) -> list[tuple[int, int]]:
+        """(neighbour position, link elem) of every neighbour of switch `u` one hop closer to `dsw`."""
         du = self._dist[u, dsw]
         return [(v, e) for v, e in self._nbrs[u] if self._dist[v, dsw] == du - 1]
 
-    def ecmp_path(self, src_nic: str, dst_nic: str, flow: int) -> list[int]:
-        """The path one flow takes: each switch hashes (pair, flow, switch) over its next hops."""
-        (ssw, up, _), (dsw, _, down) = self._endpoints(src_nic, dst_nic)
-        path = [self.index("nic", src_nic), up]
-        u = ssw
-        while True:
-            path.append(self.index("switch", self._switches[u]))
-            if u == dsw:
-                break
-            hops = self._next_hops(u, dsw)
-            h = zlib.crc32(f"{src_nic}|{dst_nic}|{flow}|{u}".encode())
-            u, e = hops[h % len(hops)]
-            path.append(e)
-        path += [down, self.index("nic", dst_nic)]
-        return path
-
     def expected_row(self, src_nic: str, dst_nic: str) -> tuple[np.ndarray, np.ndarray]:
         """Elements of all candidate ECMP paths with the probability that a flow crosses each."""
-        (ssw, up, _), (dsw, _, down) = self._endpoints(src_nic, dst_nic)
+        (ssw, up, _), (dsw, _, down) = self.route_ends(src_nic, dst_nic)
         prob = {ssw: 1.0}
         weights: dict[int, float] = {}
         frontier = [ssw]
@@ -285,7 +326,7 @@ class Topology:
                 weights[self.index("switch", self._switches[u])] = prob[u]
                 if u == dsw:
                     continue
-                hops = self._next_hops(u, dsw)
+                hops = self.next_hops(u, dsw)
                 share = prob[u] / len(hops)
                 for v, e in hops:
                     weights[e] = weights.get(e, 0.0) + share
@@ -298,16 +339,3 @@ class Topology:
         weights[self.index("nic", dst_nic)] = 1.0
         elems = np.fromiter(weights, dtype=np.int64)
         return elems, np.array([weights[e] for e in elems])
-
-    def path_table(self, flows: list[tuple[str, str, int]], traced: bool = True) -> PathTable:
-        """Path table for flows (src nic, dst nic, flow number): ECMP-hashed or expected rows."""
-        rows, src, dst = [], [], []
-        for s, d, f in flows:
-            if traced:
-                p = np.array(self.ecmp_path(s, d, f), dtype=np.int64)
-                rows.append((p, np.ones(len(p))))
-            else:
-                rows.append(self.expected_row(s, d))
-            src.append(self.nic_index(s))
-            dst.append(self.nic_index(d))
-        return PathTable.from_rows(rows, src, dst, [traced] * len(rows))

@@ -26,23 +26,10 @@ import numpy as np
 
 from fleetctl.atomic import AtomicFile
 from fleetctl.errors import DataError, FleetctlError
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import FLOW_DTYPE, PAIR_DTYPE, PROBE_DTYPE, PathTable, Topology
 
 FORMAT = "fleetctl-mesh-run"
 SCHEMA_VERSION = 1
-NOT_RECORDED = 0  # timestamp value for "not recorded" (e.g. t_recv of a lost probe)
-
-# lost: 0 delivered, 1 lost on the way out, 2 lost on the way back, 3 lost, direction unknown
-PROBE_DTYPE = np.dtype([
-    ("flow", "<i4"), ("src_nic", "<i4"), ("dst_nic", "<i4"), ("sport", "<u2"), ("seq", "<u4"),
-    ("t_send", "<i8"), ("t_remote_rx", "<i8"), ("t_remote_tx", "<i8"), ("t_recv", "<i8"),
-    ("lost", "u1"),
-])
-FLOW_DTYPE = np.dtype([("flow", "<i4"), ("src_nic", "<i4"), ("dst_nic", "<i4"), ("sport", "<u2"),
-                       ("fwd_path", "<i4"), ("rev_path", "<i4")])
-PAIR_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("t0", "<f8"), ("offset_s", "<f8"),
-                       ("drift", "<f8"), ("margin_s", "<f8"), ("span_s", "<f8"),
-                       ("probes", "<i4"), ("residual_s", "<f8")])
 STR = h5py.string_dtype("utf-8")
 REQUIRED = ("nics", "hosts", "elements", "paths/indptr", "paths/elements", "paths/weights",
             "paths/src_nic", "paths/dst_nic", "paths/traced", "flows", "probes")

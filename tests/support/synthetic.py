@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetctl.analysis.signals import WindowStats
 from fleetctl.errors import UsageError
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from tests.support.fabrics import find
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,10 @@ class Fault:
 
 
 def fault_columns(topo: Topology, fault: Fault) -> list[int]:
-    el = topo.elements[topo.find(fault.element)]
+    el = topo.elements[find(topo, fault.element)]
     if el.type == "host":
         return [topo.index("nic", n) for n, h in zip(topo.nics, topo.nic_host) if h == el.id]
-    return [topo.find(fault.element)]
+    return [find(topo, fault.element)]
 
 
 def simulate(topo: Topology, paths: PathTable, faults: list[Fault] = (), windows: int = 3,

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetctl.analysis.synthetic import Fault, fault_columns
-from fleetctl.mesh.store import FLOW_DTYPE, PROBE_DTYPE
-from fleetctl.mesh.topology import PathTable, Topology
+from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE, PathTable, Topology
+from tests.support.fabrics import ecmp_path
+from tests.support.synthetic import Fault, fault_columns
 
 EPOCH_NS = 1_800_000_000_000_000_000  # an arbitrary wall-clock start, far from 0
 
@@ -56,8 +56,8 @@ def synthetic_run(topo: Topology, pairs: list[tuple[str, str]], faults: list[Fau
     for s, d in pairs:
         for sport in range(sports):
             fid = len(flow_rows)
-            fwd = np.array(topo.ecmp_path(s, d, sport))
-            rev = np.array(topo.ecmp_path(d, s, sport))
+            fwd = np.array(ecmp_path(topo, s, d, sport))
+            rev = np.array(ecmp_path(topo, d, s, sport))
             for p, a, b in ((fwd, s, d), (rev, d, s)):
                 path_rows.append((p, np.ones(len(p))))
                 psrc.append(topo.nic_index(a))

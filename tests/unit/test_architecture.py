@@ -1,0 +1,159 @@
+"""The layering of docs/architecture.md, enforced over the AST of every module of fleetctl.
+
+A package may import only packages of a lower rank (never one of its own rank: checks, mesh and
+analysis stay independent of one another); only cli/ imports click or rich; the lab is reached by
+production code only through the imports listed in LAB_INTERFACES; no import cycle between
+top-level packages. Imports inside functions count like the others.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fleetctl"
+
+# Rank of every top-level package or module of fleetctl (docs/architecture.md, "Layers").
+RANKS = {
+    # ground (__init__: the root package, which holds only the version)
+    "__init__": 0, "errors": 0, "nodeset": 1, "atomic": 1, "registry": 1, "extras": 1, "model": 2,
+    "config": 3,
+    # reach
+    "fanout": 4, "slurm": 4, "store": 4, "inventory": 5,
+    # detect (independent of one another)
+    "checks": 6, "mesh": 6, "analysis": 6,
+    # detect, composed: one probe run = mesh + analysis
+    "meshrun": 7,
+    # act; the lab sits beside the act layer
+    "audit": 8, "snapshot": 8, "lab": 8,
+    # face
+    "cli": 9, "__main__": 10,
+}
+FACE = {"cli", "__main__"}
+UI_LIBRARIES = {"click", "rich"}
+
+# The only ways production code reaches the lab: (importing module, imported module) -> why.
+LAB_INTERFACES = {
+    ("fleetctl.mesh.collect", "fleetctl.lab.clock"):
+        "the clock truth of a lab started with --clock-skew; imported lazily, only when the site "
+        "file's [lab] section says clock_skew",
+}
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__" and len(parts) > 2:
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _imports(path: Path):
+    """(imported module, line) for every absolute import in the file, nested ones included."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, node.lineno
+            if node.module == "fleetctl":  # from fleetctl import x: x may be a package or module
+                for alias in node.names:
+                    if (PACKAGE / alias.name).is_dir() or (PACKAGE / f"{alias.name}.py").is_file():
+                        yield f"fleetctl.{alias.name}", node.lineno
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _graph():
+    edges: dict[str, dict[str, list[str]]] = {}
+    for module, path in _modules():
+        src = _top(module)
+        for target, line in _imports(path):
+            if target.split(".")[0] != "fleetctl":
+                continue
+            dst = _top(target) if target != "fleetctl" else "__init__"
+            if dst != src:
+                edges.setdefault(src, {}).setdefault(dst, []).append(f"{module}:{line} -> {target}")
+    return edges
+
+
+def test_every_package_has_a_layer():
+    tops = {_top(m) for m, _ in _modules()}
+    missing = sorted(tops - set(RANKS))
+    assert not missing, f"new top-level packages {missing}: give them a layer in docs/architecture.md " \
+                        "and a rank in RANKS"
+
+
+def test_only_cli_imports_click_or_rich():
+    bad = [f"{module}:{line} imports {target}" for module, path in _modules()
+           if _top(module) not in FACE
+           for target, line in _imports(path) if target.split(".")[0] in UI_LIBRARIES]
+    assert not bad, "domain packages must not import click or rich:\n" + "\n".join(bad)
+
+
+def test_imports_go_down_the_layers():
+    bad = [w for src, targets in _graph().items() for dst, where in targets.items()
+           if RANKS.get(dst, 99) >= RANKS.get(src, -1) for w in where if _key(w) not in LAB_INTERFACES]
+    assert not bad, "imports against the layering of docs/architecture.md:\n" + "\n".join(bad)
+
+
+def _key(where: str) -> tuple[str, str]:
+    """("fleetctl.mesh.collect", "fleetctl.lab.clock") of "fleetctl.mesh.collect:201 -> fleetctl.lab.clock"."""
+    return where.split(":")[0], where.split(" -> ")[1]
+
+
+def test_lab_is_reached_only_through_its_interfaces():
+    used = set()
+    for src, targets in _graph().items():
+        if src in FACE or src == "lab":
+            continue
+        for where in targets.get("lab", []):
+            key = _key(where)
+            assert key in LAB_INTERFACES, f"production code imports the lab: {where}"
+            used.add(key)
+    assert used == set(LAB_INTERFACES), f"stale LAB_INTERFACES entries: {set(LAB_INTERFACES) - used}"
+
+
+def test_no_import_cycle_between_packages():
+    edges = {src: set(targets) for src, targets in _graph().items()}
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+                pytest.fail("import cycle between packages: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_mesh_and_analysis_do_not_import_each_other():
+    edges = _graph()
+    assert "analysis" not in edges.get("mesh", {}), edges["mesh"]["analysis"]
+    assert "mesh" not in edges.get("analysis", {}), edges["analysis"]["mesh"]
+
+
+def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
+    """The rules bite: a planted module importing upwards and importing click is reported."""
+    fake = tmp_path / "fleetctl"
+    (fake / "model").mkdir(parents=True)
+    (fake / "model" / "__init__.py").write_text("")
+    (fake / "model" / "bad.py").write_text("import click\n\ndef f():\n    from fleetctl.cli import app\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    with pytest.raises(AssertionError, match="click"):
+        test_only_cli_imports_click_or_rich()
+    with pytest.raises(AssertionError, match=r"fleetctl.model.bad:4 -> fleetctl.cli"):
+        test_imports_go_down_the_layers()
