@@ -8,7 +8,8 @@
  * Options: --messages N, --seconds S (sender: stop after S s), --min-size B, --max-size B,
  *   --window W (<= 8 like NCCL_NET_MAX_REQUESTS of NCCL <= 2.2x), --seed S, --trace FILE
  *   (sender: "idx size post_ns done_ns" per message), --progress FILE (sender: bytes done,
- *   rewritten about every 10 ms). Prints one JSON line; exit 0 ok, 1 bad data, 2 usage/setup,
+ *   rewritten about every 10 ms), --stop-file F (sender: the message after F appears is the last).
+ *   Prints one JSON line; exit 0 ok, 1 bad data, 2 usage/setup,
  *   3 transport error reported by the plugin. */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -35,7 +36,7 @@
 #define MAX_WINDOW 32
 
 struct opts {
-    const char *lib, *role, *handle_file, *trace, *progress, *addr;
+    const char *lib, *role, *handle_file, *trace, *progress, *addr, *stop_file;
     int version, fork_mode, plain, window;
     long messages;
     double seconds;
@@ -293,7 +294,8 @@ static int run_send(struct net *n, const struct opts *o, const void *handle_in)
         /* post in order while the window has room */
         while (count < w && !last_posted) {
             int slot = (head + count) % w;
-            int last = (o->messages > 0 && posted + 1 >= o->messages) || (stop_ns && now_ns() >= stop_ns);
+            int last = (o->messages > 0 && posted + 1 >= o->messages) || (stop_ns && now_ns() >= stop_ns) ||
+                       (o->stop_file && (posted & 63) == 0 && access(o->stop_file, F_OK) == 0);
             size_t size = msg_size(o, (uint64_t)posted);
             fill(buf[slot], size, o->seed, (uint64_t)posted, last);
             void *rq = NULL;
@@ -547,6 +549,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--trace")) o.trace = v;
         else if (!strcmp(a, "--progress")) o.progress = v;
         else if (!strcmp(a, "--addr")) o.addr = v;
+        else if (!strcmp(a, "--stop-file")) o.stop_file = v;
         else if (!strcmp(a, "--messages")) o.messages = atol(v);
         else if (!strcmp(a, "--seconds")) o.seconds = atof(v);
         else if (!strcmp(a, "--min-size")) o.min_size = strtoull(v, NULL, 10);
