@@ -426,11 +426,11 @@ static int run_plain(const struct opts *o)
 {
     struct result r = { 0 };
     char *buf = malloc(o->max_size), *tmp = malloc(o->max_size);
-    if (!buf || !tmp || !o->addr) return 2;
+    if (!buf || !tmp) return 2;
     struct sockaddr_in sa = { .sin_family = AF_INET };
-    if (inet_pton(AF_INET, o->addr, &sa.sin_addr) != 1) return 2;
     int fd;
     if (strcmp(o->role, "recv") == 0) {
+        if (!o->addr || inet_pton(AF_INET, o->addr, &sa.sin_addr) != 1) return 2;
         int l = socket(AF_INET, SOCK_STREAM, 0);
         socklen_t len = sizeof(sa);
         if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) || listen(l, 1) ||
@@ -560,7 +560,7 @@ int main(int argc, char **argv)
     }
     if (o.min_size < 16) o.min_size = 16;
     if (o.max_size < o.min_size || o.max_size > (1u << 30) || o.window < 1 || o.window > MAX_WINDOW) usage();
-    if (o.seconds > 0 && o.messages == 2000) o.messages = 0;
+    if ((o.seconds > 0 || o.stop_file) && o.messages == 2000) o.messages = 0;
     signal(SIGPIPE, SIG_IGN);
     if (o.plain) {
         if (!o.role || !o.handle_file) usage();
