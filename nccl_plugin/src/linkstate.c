@@ -1,8 +1,11 @@
 /* Interface up/down state for every interface a path uses. A NETLINK_ROUTE socket joined to
- * RTMGRP_LINK reports carrier and admin changes as they happen; where it cannot be opened,
- * /sys/class/net/<if>/operstate is polled every 50 ms instead. */
+ * RTMGRP_LINK reports carrier and admin changes as they happen; the initial state, a resync after
+ * a netlink overrun, and the fallback where netlink cannot be opened (polled every 50 ms) come
+ * from the interface flags (IFF_UP and IFF_RUNNING, i.e. operstate up). */
 #include <errno.h>
 #include <fcntl.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <stdio.h>
@@ -23,20 +26,20 @@ struct link {
 static struct link links[FLEET_MAX_LINKS];
 static int nlinks;
 static int nl_fd = -1;
-static uint64_t last_sysfs_poll;
+static uint64_t last_flags_poll;
 
-static int sysfs_up(const char *name)
+/* Interface flags through an ioctl: unlike /sys (which shows the namespace it was mounted
+ * in), this answers for the caller's own network namespace, e.g. under `nsenter --net`. */
+static int flags_up(const char *name)
 {
-    char path[96], buf[32] = "";
-    snprintf(path, sizeof(path), "/sys/class/net/%s/operstate", name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    int up = ioctl(fd, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING);
     close(fd);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    /* lo and some virtual devices report "unknown" while they carry traffic */
-    return strncmp(buf, "up", 2) == 0 || strncmp(buf, "unknown", 7) == 0;
+    return up;
 }
 
 int fleet_link_register(const char *ifname)
@@ -47,7 +50,7 @@ int fleet_link_register(const char *ifname)
     struct link *l = &links[nlinks];
     snprintf(l->name, sizeof(l->name), "%s", ifname);
     l->ifindex = if_nametoindex(ifname);
-    l->up = sysfs_up(ifname);
+    l->up = flags_up(ifname);
     l->changed_ms = 0;   /* "up since forever": no hold-down for a link that never changed */
     return nlinks++;
 }
@@ -83,7 +86,7 @@ static void netlink_drain(uint64_t now)
         ssize_t n = recv(nl_fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n < 0) {
             if (errno == ENOBUFS) {   /* overrun: events lost, resynchronise from sysfs */
-                for (int i = 0; i < nlinks; i++) set_state(&links[i], sysfs_up(links[i].name), now);
+                for (int i = 0; i < nlinks; i++) set_state(&links[i], flags_up(links[i].name), now);
                 continue;
             }
             return;
@@ -110,9 +113,9 @@ void fleet_link_poll(uint64_t now)
         netlink_drain(now);
         return;
     }
-    if (now - last_sysfs_poll < 50) return;
-    last_sysfs_poll = now;
-    for (int i = 0; i < nlinks; i++) set_state(&links[i], sysfs_up(links[i].name), now);
+    if (now - last_flags_poll < 50) return;
+    last_flags_poll = now;
+    for (int i = 0; i < nlinks; i++) set_state(&links[i], flags_up(links[i].name), now);
 }
 
 int fleet_link_up(int link, uint64_t *changed_ms)
