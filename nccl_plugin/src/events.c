@@ -12,7 +12,8 @@
 FLEET_HIDDEN struct fleet_counters fleet_ctr;
 static struct fleet_counters flushed;
 static uint64_t last_flush;
-static int log_fd = -2;
+static int log_fd = -1;
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static int counters_broken;
 
 static double wall_now(void)
@@ -29,16 +30,18 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void open_log(void)
+{
+    if (fleet_cfg.log_path[0])
+        log_fd = open(fleet_cfg.log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+}
+
 /* Only fixed strings from this library reach the log, never peer data, so no escaping needed
  * beyond interface names, which config.c restricted to [A-Za-z0-9._-@:]. */
 void fleet_event(const char *event, uint64_t conn_id, int path, const char *ifname,
                  const char *reason, uint64_t value)
 {
-    if (log_fd == -2) {
-        log_fd = fleet_cfg.log_path[0]
-            ? open(fleet_cfg.log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644)
-            : -1;
-    }
+    pthread_once(&log_once, open_log);
     FLEET_INFO("NET/fleet: %s conn=%016llx path=%d if=%s reason=%s value=%llu", event,
                (unsigned long long)conn_id, path, ifname ? ifname : "", reason ? reason : "",
                (unsigned long long)value);

@@ -800,6 +800,9 @@ static void conn_free(struct conn *c)
     }
     for (int k = 0; k < FLEET_MAX_REQS; k++) free(c->req[k].bits);
     free(c);
+    pthread_mutex_lock(&fleet_lock);
+    fleet_counters_flush(fleet_now_ms(), 1);   /* the last figures of a closing connection */
+    pthread_mutex_unlock(&fleet_lock);
 }
 
 ncclResult_t fleet_close_send(void *comm)
