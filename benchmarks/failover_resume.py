@@ -13,6 +13,9 @@ Resume time of a trial: from just before `ip link set down` to the completion of
 was in flight at that moment (so it includes detection, replay and the normal transfer of up to 8
 messages). Goal: p99 <= 500 ms, 0 corrupt, 0 duplicated, 0 lost (the issue asks for 1,000 trials).
 
+Black-hole trials (--blackhole-trials): the NIC keeps its link but nftables drops everything through it,
+so no netlink event: detection rests on TCP_USER_TIMEOUT (FLEET_NET_TIMEOUT_MS) of unacknowledged bytes.
+
 Throughput: 512 KiB messages for --tput-seconds each, over eth0 only: the plugin (one path) and a plain
 TCP stream carrying the same messages; also the plugin striped over both paths. Goal: >= 90 % of plain.
 
@@ -70,7 +73,8 @@ def wait_for(cond, timeout: float) -> bool:
     return False
 
 
-def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_size: int, seed: int) -> dict:
+def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_size: int, seed: int,
+                    blackhole: bool = False, detail: bool = False) -> dict:
     rng = random.Random(seed)
     stop = tb.tmp / "stop"
     recv, send, files = tb.pair(12, max_size=max_size, seed=seed, trace=True, stop_file=stop,
@@ -84,11 +88,14 @@ def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_siz
             side, link = rng.choice("ab"), rng.randrange(tb.links)
             failbacks = count_events(tb, "a", "failback")
             before = fleetnet.progress_bytes(files["progress"])
-            t_down = tb.set_link(side, link, False)
+            t_down = tb.set_blackhole(side, link, True) if blackhole else tb.set_link(side, link, False)
             # resumed = the sender's completions moved on past what was in flight
             wait_for(lambda: fleetnet.progress_bytes(files["progress"]) > before + 8 * max_size, 5)
             time.sleep(0.05)
-            tb.set_link(side, link, True)
+            if blackhole:
+                tb.set_blackhole(side, link, False)
+            else:
+                tb.set_link(side, link, True)
             if not wait_for(lambda: count_events(tb, "a", "failback") > failbacks, 10):
                 skipped += 1
             faults.append({"trial": i, "side": side, "link": link, "t_down_ns": int(t_down * 1e9)})
@@ -122,6 +129,7 @@ def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_siz
         "sender_events": {k: sum(1 for e in events_a if e["event"] == k)
                           for k in ("path_down", "replay", "failback", "conn_failed")},
         "replayed_bytes": sum(e["value"] for e in events_a if e["event"] == "replay"),
+        "trials_detail": [{k: v for k, v in f.items() if k != "t_down_ns"} for f in faults] if detail else None,
         "stderr_tail": (err_s[-400:] + err_r[-400:]) if rc_s or rc_r else "",
     }
 
@@ -150,13 +158,19 @@ def main() -> None:
     ap.add_argument("--tput-seconds", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--details", action="store_true", help="include every trial")
+    ap.add_argument("--blackhole-trials", type=int, default=20,
+                    help="trials where a NIC silently drops everything (nftables) instead of losing its link")
     args = ap.parse_args()
     fleetnet.build()
     started = time.monotonic()
     with fleetnet.Testbed(f"fb{random.randrange(10000)}") as tb:
         tput = throughput(tb, args.tput_seconds)
-        fo = failover_trials(tb, args.trials, args.holddown_ms, args.max_size, args.seed)
+        fo = failover_trials(tb, args.trials, args.holddown_ms, args.max_size, args.seed, detail=args.details)
+    with fleetnet.Testbed(f"fh{random.randrange(10000)}") as tb:
+        bh = (failover_trials(tb, args.blackhole_trials, args.holddown_ms, args.max_size, args.seed + 1,
+                              blackhole=True, detail=args.details) if args.blackhole_trials else None)
     report = {"benchmark": "failover_resume", "testbed": "2 netns, 2 veth pairs", "failover": fo,
+              "blackhole": bh,
               "throughput": tput, "seconds": round(time.monotonic() - started, 1)}
     print(json.dumps(report, indent=2))
 

@@ -77,6 +77,7 @@ struct conn {
     int ack_force, ack_path;
     uint64_t all_dead_since, created;
     int failed, peer_bye, established;
+    unsigned rr;          /* which path the writer serves first this round */
     struct fleet_inbox inbox;
     char scratch[65536];
 };
@@ -449,43 +450,55 @@ static int pick_chunk(struct conn *c, int i)
     return 0;
 }
 
-static void write_path(struct conn *c, int i)
+/* One step of a path's writer: load a frame if idle (control first, then the next unsent chunk)
+ * and write what the socket takes. Returns 1 when a whole frame went out, so the caller can go
+ * round the paths again: chunks are dealt to the paths in turn, which stripes a message. */
+static int write_step(struct conn *c, int i)
 {
     struct path *p = &c->p[i];
-    for (int rounds = 0; rounds < 64 && p->fd >= 0; rounds++) {
-        if (!p->wbusy) {
-            if (p->nctrl > 0) {
-                memcpy(p->whdr, p->ctrlq[0], FLEET_FRAME);
-                memmove(p->ctrlq[0], p->ctrlq[1], (size_t)(p->nctrl - 1) * FLEET_FRAME);
-                p->nctrl--;
-                p->wpay = NULL;
-                p->wlen = 0;
-                p->wdone = 0;
-                p->wbusy = 1;
-            } else if (c->role == ROLE_SEND && p->state == P_UP && !c->failed) {
-                if (!pick_chunk(c, i)) return;
-            } else {
-                return;
-            }
+    if (p->fd < 0 || p->state == P_CONNECTING) return 0;
+    if (!p->wbusy) {
+        if (p->nctrl > 0) {
+            memcpy(p->whdr, p->ctrlq[0], FLEET_FRAME);
+            memmove(p->ctrlq[0], p->ctrlq[1], (size_t)(p->nctrl - 1) * FLEET_FRAME);
+            p->nctrl--;
+            p->wpay = NULL;
+            p->wlen = 0;
+            p->wdone = 0;
+            p->wbusy = 1;
+        } else if (c->role == ROLE_SEND && p->state == P_UP && !c->failed) {
+            if (!pick_chunk(c, i)) return 0;
+        } else {
+            return 0;
         }
-        struct iovec iov[2];
-        int n = 0;
-        if (p->wdone < FLEET_FRAME)
-            iov[n++] = (struct iovec){ p->whdr + p->wdone, FLEET_FRAME - p->wdone };
-        size_t pdone = p->wdone > FLEET_FRAME ? p->wdone - FLEET_FRAME : 0;
-        if (p->wlen > pdone) iov[n++] = (struct iovec){ p->wpay + pdone, p->wlen - pdone };
-        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-        ssize_t w = sendmsg(p->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-            path_kill(c, i, strerror(errno), 1);
-            return;
-        }
-        p->wdone += (size_t)w;
-        if (p->wdone < FLEET_FRAME + p->wlen) return;
-        if (p->wreq) p->wreq->writers--;
-        p->wreq = NULL;
-        p->wbusy = 0;
+    }
+    struct iovec iov[2];
+    int n = 0;
+    if (p->wdone < FLEET_FRAME)
+        iov[n++] = (struct iovec){ p->whdr + p->wdone, FLEET_FRAME - p->wdone };
+    size_t pdone = p->wdone > FLEET_FRAME ? p->wdone - FLEET_FRAME : 0;
+    if (p->wlen > pdone) iov[n++] = (struct iovec){ p->wpay + pdone, p->wlen - pdone };
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+    ssize_t w = sendmsg(p->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) path_kill(c, i, strerror(errno), 1);
+        return 0;
+    }
+    p->wdone += (size_t)w;
+    if (p->wdone < FLEET_FRAME + p->wlen) return 0;   /* socket full: this path is done for now */
+    if (p->wreq) p->wreq->writers--;
+    p->wreq = NULL;
+    p->wbusy = 0;
+    return 1;
+}
+
+static void write_paths(struct conn *c)
+{
+    int start = (int)(c->rr++ % (unsigned)c->npaths);
+    for (int round = 0; round < 256; round++) {
+        int any = 0;
+        for (int k = 0; k < c->npaths; k++) any |= write_step(c, (start + k) % c->npaths);
+        if (!any) return;
     }
 }
 
@@ -573,8 +586,7 @@ static void progress(struct conn *c)
             read_path(c, i);
     }
     if (c->role == ROLE_RECV) queue_ack(c);
-    for (int i = 0; i < c->npaths; i++)
-        if (c->p[i].fd >= 0 && c->p[i].state != P_CONNECTING) write_path(c, i);
+    write_paths(c);
 
     if (first_up(c) >= 0 || !c->established) {
         c->all_dead_since = 0;

@@ -90,6 +90,22 @@ class Testbed:
         self._ip("-n", self.ns[side], "link", "set", f"eth{k}", "up" if up else "down")
         return t
 
+    def set_blackhole(self, side: str, k: int, on: bool) -> float:
+        """Drop everything in and out of ethK of one side (nftables) while its link stays up: a
+        fabric failure no netlink event reports. Returns time.monotonic() just before."""
+        t = time.monotonic()
+        if on:
+            rules = "\n".join(["table inet fleetbh {",
+                               f"  chain i {{ type filter hook input priority 0; iifname \"eth{k}\" drop; }}",
+                               f"  chain o {{ type filter hook output priority 0; oifname \"eth{k}\" drop; }}",
+                               "}", ""])
+            subprocess.run(["ip", "netns", "exec", self.ns[side], "nft", "-f", "-"], input=rules, check=True,
+                           capture_output=True, text=True)
+        else:
+            subprocess.run(["ip", "netns", "exec", self.ns[side], "nft", "delete", "table", "inet", "fleetbh"],
+                           capture_output=True)
+        return t
+
     def env(self, side: str, **extra: str) -> dict:
         env = dict(os.environ)
         env.update({"FLEET_NET_IFACES": ",".join(self.addr[side]),
