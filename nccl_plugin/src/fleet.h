@@ -35,6 +35,7 @@ struct fleet_config {
     struct fleet_dev dev[FLEET_MAX_DEVS];
     int holddown_ms;
     int user_timeout_ms;
+    int ack_timeout_ms;
     int connect_timeout_ms;
     int dead_grace_ms;
     uint32_t chunk;

@@ -45,6 +45,7 @@ struct path {
     int state, fd, link, ever_up;
     uint16_t gen;
     uint64_t t_state, last_attempt;
+    uint64_t waiting_since;   /* since when the path has bytes out that the peer has not acked */
     /* write side: the frame in flight, then queued control frames */
     uint8_t whdr[FLEET_FRAME];
     char *wpay;
@@ -78,6 +79,7 @@ struct conn {
     uint64_t all_dead_since, created;
     int failed, peer_bye, established;
     unsigned rr;          /* which path the writer serves first this round */
+    uint64_t last_stall_check;
     struct fleet_inbox inbox;
     char scratch[65536];
 };
@@ -554,6 +556,27 @@ static void take_inbox(struct conn *c, uint64_t now)
     for (int k = 0; k < box.n; k++) adopt(c, &box.item[k], now);
 }
 
+/* The per-path acknowledgement timeout. A path that has bytes out (or is probing a zero window)
+ * and has had no acknowledgement from the peer for FLEET_NET_ACK_TIMEOUT_MS is dead: a black hole
+ * raises no link event and TCP_USER_TIMEOUT only acts at the next retransmission timer. */
+static void check_stalls(struct conn *c, uint64_t now)
+{
+    if (now - c->last_stall_check < 10) return;
+    c->last_stall_check = now;
+    for (int i = 0; i < c->npaths; i++) {
+        struct path *p = &c->p[i];
+        if (p->state != P_UP || p->fd < 0) continue;
+        struct tcp_info ti;
+        socklen_t len = sizeof(ti);
+        if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
+        if (ti.tcpi_unacked == 0 && ti.tcpi_probes == 0) { p->waiting_since = 0; continue; }
+        if (!p->waiting_since) p->waiting_since = now;
+        uint64_t last_ack = now - ti.tcpi_last_ack_recv;
+        uint64_t since = last_ack > p->waiting_since ? last_ack : p->waiting_since;
+        if (now - since >= (uint64_t)fleet_cfg.ack_timeout_ms) path_kill(c, i, "ack_timeout", 1);
+    }
+}
+
 /* ---- progress ---- */
 
 static void progress(struct conn *c)
@@ -587,6 +610,7 @@ static void progress(struct conn *c)
     }
     if (c->role == ROLE_RECV) queue_ack(c);
     write_paths(c);
+    check_stalls(c, now);
 
     if (first_up(c) >= 0 || !c->established) {
         c->all_dead_since = 0;

@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -320,6 +321,8 @@ static int run_send(struct net *n, const struct opts *o, const void *handle_in)
                 done++;
                 head = (head + 1) % w;
                 count--;
+            } else {
+                sched_yield();   /* like the proxy thread: poll, but let others run */
             }
         }
         if (o->progress && now_ns() - last_progress > 10000000ull) {
@@ -378,7 +381,10 @@ static int run_recv(struct net *n, const struct opts *o, void *lc)
         }
         int d = 0, sz = -1;
         if (CALL(test, req[head], &d, &sz) != ncclSuccess) { r.error = 1; goto out; }
-        if (!d) continue;
+        if (!d) {
+            sched_yield();
+            continue;
+        }
         if (!t0) t0 = now_ns();
         uint64_t hdr[2];
         memcpy(hdr, buf[head], 16);
