@@ -108,6 +108,7 @@ struct fleet_inbox { int n; struct fleet_inbox_item item[FLEET_INBOX]; };
 ncclResult_t fleet_listener_ports(int dev, uint16_t *ports) FLEET_HIDDEN;
 void fleet_listener_poll(uint64_t now) FLEET_HIDDEN;   /* caller holds fleet_lock */
 void fleet_registry_add(int kind, uint64_t key, struct fleet_inbox *box) FLEET_HIDDEN;
+void fleet_registry_add_locked(int kind, uint64_t key, struct fleet_inbox *box) FLEET_HIDDEN;
 void fleet_registry_del(struct fleet_inbox *box) FLEET_HIDDEN;
 enum { REG_LISTEN = 1, REG_RECV = 2 };
 void fleet_global_poll(void) FLEET_HIDDEN;   /* takes fleet_lock */

@@ -58,10 +58,15 @@ ncclResult_t fleet_listener_ports(int dev, uint16_t *ports)
     return rc;
 }
 
+void fleet_registry_add_locked(int kind, uint64_t key, struct fleet_inbox *box)
+{
+    if (nregs < MAX_REG) regs[nregs++] = (struct reg){ kind, key, box };
+}
+
 void fleet_registry_add(int kind, uint64_t key, struct fleet_inbox *box)
 {
     pthread_mutex_lock(&fleet_lock);
-    if (nregs < MAX_REG) regs[nregs++] = (struct reg){ kind, key, box };
+    fleet_registry_add_locked(kind, key, box);
     pthread_mutex_unlock(&fleet_lock);
 }
 
