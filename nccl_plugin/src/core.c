@@ -108,7 +108,7 @@ int fleet_frame_unpack(const uint8_t *b, struct fleet_frame *f)
     memcpy(&u64, b + 16, 8); f->seq = le64toh(u64);
     memcpy(&u64, b + 24, 8); f->off = le64toh(u64);
     memcpy(&u64, b + 32, 8); f->total = le64toh(u64);
-    if (f->magic != FLEET_MAGIC || f->type < FR_DATA || f->type > FR_BYE) return -1;
+    if (f->magic != FLEET_MAGIC || f->type < FR_DATA || f->type > FR_HEARTBEAT) return -1;
     if (f->type != FR_DATA && f->len != 0) return -1;
     return 0;
 }

@@ -73,7 +73,7 @@ void fleet_event(const char *event, uint64_t conn_id, int path, const char *ifna
 void fleet_counters_flush(uint64_t now, int force) FLEET_HIDDEN;   /* caller holds fleet_lock */
 
 /* Wire format: a 40-byte little-endian frame header, payload only for DATA. */
-enum { FR_DATA = 1, FR_ACK = 2, FR_HELLO = 3, FR_HELLO_ACK = 4, FR_PATH_DOWN = 5, FR_BYE = 6 };
+enum { FR_DATA = 1, FR_ACK = 2, FR_HELLO = 3, FR_HELLO_ACK = 4, FR_PATH_DOWN = 5, FR_BYE = 6, FR_HEARTBEAT = 7 };
 #define FLEET_MAGIC 0x31544c46u   /* "FLT1" */
 #define FLEET_FRAME 40
 

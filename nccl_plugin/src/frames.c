@@ -245,6 +245,7 @@ static int write_step(struct conn *c, int i)
     if (p->wreq) p->wreq->writers--;
     p->wreq = NULL;
     p->wbusy = 0;
+    p->last_tx = fleet_now_ms();
     return 1;
 }
 

@@ -20,6 +20,8 @@
 
 #include "transport.h"
 
+#define HEARTBEAT_MS 50
+
 uint64_t fleet_rand64(void)
 {
     uint64_t v = 0;
@@ -243,6 +245,11 @@ static void check_stalls(struct conn *c, uint64_t now)
     for (int i = 0; i < c->npaths; i++) {
         struct path *p = &c->p[i];
         if (p->state != P_UP || p->fd < 0) continue;
+        /* a path we have not written to lately gets a heartbeat: then each side has bytes out on
+         * every path regularly, so one of them notices a path that went silent, even while the
+         * other cannot send (a sender facing a zero window sends nothing until its probe timer) */
+        if (now - p->last_tx >= HEARTBEAT_MS && !p->wbusy && p->nctrl == 0)
+            ctrl_push(p, FR_HEARTBEAT, i, p->gen, 0);
         struct tcp_info ti;
         socklen_t len = sizeof(ti);
         if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
@@ -286,8 +293,8 @@ void progress(struct conn *c)
             read_path(c, i);
     }
     if (c->role == ROLE_RECV) queue_ack(c);
-    write_paths(c);
     check_stalls(c, now);
+    write_paths(c);
 
     if (first_up(c) >= 0 || !c->established) {
         c->all_dead_since = 0;

@@ -33,6 +33,7 @@ struct path {
     uint16_t gen;
     uint64_t t_state, last_attempt;
     uint64_t waiting_since;   /* since when the path has bytes out that the peer has not acked */
+    uint64_t last_tx;         /* when a frame last went out on it */
     /* write side: the frame in flight, then queued control frames */
     uint8_t whdr[FLEET_FRAME];
     char *wpay;
