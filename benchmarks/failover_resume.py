@@ -81,6 +81,7 @@ def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_siz
     recv, send, files = tb.pair(12, max_size=max_size, seed=seed, trace=True, stop_file=stop,
                                 extra_env={"FLEET_NET_HOLDDOWN_MS": str(holddown_ms)})
     faults, skipped = [], 0
+    previous_back = True
     try:
         if not wait_for(lambda: fleetnet.progress_bytes(files["progress"]) > 0, 30):
             raise RuntimeError("the transfer did not start")
@@ -94,10 +95,12 @@ def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_siz
             wait_for(lambda: fleetnet.progress_bytes(files["progress"]) > before + 8 * max_size, 5)
             time.sleep(0.05)
             t_up = tb.set_blackhole(side, link, False) if blackhole else tb.set_link(side, link, True)
-            if not wait_for(lambda: count_events(tb, "a", "failback") > failbacks, 10):
-                skipped += 1
+            back = wait_for(lambda: count_events(tb, "a", "failback") > failbacks, 20)
+            skipped += not back
+            # a trial that started while the previous path was still out measures nothing
             faults.append({"trial": i, "side": side, "link": link, "t_down_ns": int(t_down * 1e9),
-                           "t_up_ns": int(t_up * 1e9)})
+                           "t_up_ns": int(t_up * 1e9), "valid": previous_back, "failback_seen": back})
+            previous_back = back
     finally:
         stop.touch()
         (rc_r, res_r, err_r), (rc_s, res_s, err_s) = fleetnet.finish([recv, send], timeout=60)
@@ -105,12 +108,14 @@ def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_siz
     resumes = []
     for f in faults:
         f["resume_ms"] = resume_ms(trace, f["t_down_ns"], f["t_up_ns"])
-        resumes.append(f["resume_ms"])
+        if f["valid"]:
+            resumes.append(f["resume_ms"])
     recv_res = res_r[0] if res_r else {}
     send_res = res_s[0] if res_s else {}
     events_a = tb.events("a")
     return {
-        "trials": len(faults), "measured": len(resumes), "failback_not_seen": skipped,
+        "trials": len(faults), "measured": len(resumes), "failback_not_seen_in_20s": skipped,
+        "excluded_trials": sum(1 for f in faults if not f["valid"]),
         "resume_ms": {"p50": pct(resumes, 50), "p90": pct(resumes, 90), "p99": pct(resumes, 99),
                       "max": max(resumes) if resumes else None,
                       "mean": statistics.fmean(resumes) if resumes else None},
