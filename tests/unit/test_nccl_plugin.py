@@ -57,6 +57,10 @@ def test_library_is_hardened(built):
     dyn = subprocess.run(["readelf", "-d", "-l", str(built)], capture_output=True, text=True, check=True).stdout
     assert "GNU_RELRO" in dyn
     assert "BIND_NOW" in dyn or "FLAGS_1" in dyn and "NOW" in dyn
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(built)], capture_output=True, text=True,
+                               check=True).stdout
+    assert "__stack_chk_fail" in undefined          # -fstack-protector-strong
+    assert "_chk" in undefined.replace("__stack_chk_fail", "")   # _FORTIFY_SOURCE checked calls
 
 
 @pytest.mark.parametrize("version", VERSIONS)
