@@ -5,7 +5,7 @@ Runs on a private testbed (two network namespaces joined by two veth pairs, eth0
 needs root), so it does not hold the lab lock. One sender -> receiver connection of the plugin carries
 a stream of randomly sized messages (16 B .. --max-size, log-uniform), posted NCCL-style (8 in flight,
 strict order, polling test), every byte checked by the receiver. Each trial waits a random 50-300 ms,
-takes one randomly chosen link down on a randomly chosen side (the sender's own NIC: seen through
+takes one randomly chosen link down (for at least 0.5 s) on a randomly chosen side (the sender's own NIC: seen through
 netlink; the receiver's NIC: reported by the receiver on the surviving path), waits for the transfer
 to resume, brings the link back and waits for the fail-back before the next trial.
 
@@ -75,7 +75,7 @@ def wait_for(cond, timeout: float) -> bool:
 
 
 def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_size: int, seed: int,
-                    blackhole: bool = False, detail: bool = False) -> dict:
+                    blackhole: bool = False, detail: bool = False, hold_s: float = 0.5) -> dict:
     rng = random.Random(seed)
     stop = tb.tmp / "stop"
     recv, send, files = tb.pair(12, max_size=max_size, seed=seed, trace=True, stop_file=stop,
@@ -93,7 +93,8 @@ def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_siz
             t_down = tb.set_blackhole(side, link, True) if blackhole else tb.set_link(side, link, False)
             # resumed = the sender's completions moved on past what was in flight
             wait_for(lambda: fleetnet.progress_bytes(files["progress"]) > before + 8 * max_size, 5)
-            time.sleep(0.05)
+            # hold the fault past the ack timeout: a shorter black hole is a blip TCP absorbs
+            time.sleep(max(0.05, hold_s - (time.monotonic() - t_down)))
             t_up = tb.set_blackhole(side, link, False) if blackhole else tb.set_link(side, link, True)
             back = wait_for(lambda: count_events(tb, "a", "failback") > failbacks, 20)
             skipped += not back
