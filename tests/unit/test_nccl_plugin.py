@@ -144,6 +144,29 @@ def test_link_down_mid_transfer_resumes_and_fails_back(built, side):
 
 
 @needs_root
+@pytest.mark.skipif(shutil.which("nft") is None, reason="the black hole needs nftables")
+def test_silent_path_is_caught_by_the_ack_timeout(built):
+    # the link stays up, so no netlink event: only unacknowledged bytes can tell
+    with fleetnet.Testbed(f"fb{os.getpid() % 10000}") as tb:
+        recv, send, files = tb.pair(10, seconds=4.0, extra_env={"FLEET_NET_HOLDDOWN_MS": "300"})
+        deadline = time.monotonic() + 20
+        while fleetnet.progress_bytes(files["progress"]) < 5_000_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t = tb.set_blackhole("a", 0, True)
+        time.sleep(1.0)
+        tb.set_blackhole("a", 0, False)
+        (rc_r, res_r, err_r), (rc_s, res_s, err_s) = fleetnet.finish([recv, send], timeout=60)
+        assert (rc_s, rc_r) == (0, 0), err_s[-1500:] + err_r[-1500:]
+        assert (res_r[0]["corrupt"], res_r[0]["duplicated"], res_r[0]["lost"]) == (0, 0, 0)
+        assert res_r[0]["messages"] == res_s[0]["messages"]
+        downs = [e for e in tb.events("a") + tb.events("b") if e["event"] == "path_down"]
+        assert downs and all(e["path"] == 0 for e in downs)
+        assert any(e["reason"] == "ack_timeout" for e in downs)
+        assert min(e["mono_ns"] for e in downs) / 1e9 - t < 0.6, "a silent path must be dropped within 0.6 s"
+        assert events_of(tb, "a", "failback")
+
+
+@needs_root
 def test_flapping_link_every_second(built):
     with fleetnet.Testbed(f"ff{os.getpid() % 10000}") as tb:
         # down half a second, up half a second, four times; then the link stays up. The hold-down
