@@ -1,0 +1,96 @@
+/* The multipath connection shared by paths.c (path life: connect, failure, replay, fail-back,
+ * progress), frames.c (the wire: frames in and out) and comm.c (the NCCL-facing operations). */
+#ifndef FLEET_TRANSPORT_H
+#define FLEET_TRANSPORT_H
+
+#include "fleet.h"
+
+#define COUNT(field, v) __atomic_add_fetch(&fleet_ctr.field, (uint64_t)(v), __ATOMIC_RELAXED)
+#define CTRLQ 16
+#define BITMAP_INLINE 4   /* 4 x 64 chunks inline; larger messages allocate */
+
+enum { P_DEAD = 0, P_CONNECTING, P_HELLO_WAIT, P_UP, P_CLOSED };
+enum { ROLE_SEND = 1, ROLE_RECV = 2 };
+
+struct conn;
+
+struct req {
+    int used, complete;
+    struct conn *c;
+    uint64_t seq;
+    char *data;
+    size_t size;          /* send: message size; recv: buffer size */
+    size_t got_size;      /* recv: message size from the sender */
+    uint32_t nchunks, next_chunk, got_chunks;
+    uint32_t pathmask;    /* send: paths that carried a chunk since the last replay */
+    int writers;          /* send: paths in the middle of writing one of its chunks */
+    uint64_t inline_bits[BITMAP_INLINE];
+    uint64_t *bits;
+};
+
+struct path {
+    int state, fd, link, ever_up;
+    uint16_t gen;
+    uint64_t t_state, last_attempt;
+    uint64_t waiting_since;   /* since when the path has bytes out that the peer has not acked */
+    uint64_t last_tx;         /* when a frame last went out on it */
+    /* write side: the frame in flight, then queued control frames */
+    uint8_t whdr[FLEET_FRAME];
+    char *wpay;
+    size_t wlen, wdone;
+    struct req *wreq;
+    int wbusy;
+    uint8_t ctrlq[CTRLQ][FLEET_FRAME];
+    int nctrl;
+    /* read side */
+    uint8_t rhdr[FLEET_FRAME];
+    size_t rhave;
+    int rstage;           /* 0: header, 1: header parsed but its message not posted, 2: payload */
+    char *rdst;
+    size_t rleft;
+    struct req *rreq;
+    uint32_t rchunk;
+};
+
+struct conn {
+    int role, dev, npaths;
+    uint64_t conn_id, token;
+    uint32_t chunk;
+    struct in_addr raddr[FLEET_MAX_PATHS];
+    uint16_t rport[FLEET_MAX_PATHS];
+    struct path p[FLEET_MAX_PATHS];
+    struct req req[FLEET_MAX_REQS];
+    uint64_t next_seq;    /* sequence number of the next post */
+    uint64_t cum;         /* send: acknowledged prefix; recv: complete prefix */
+    uint64_t ack_sent;
+    int ack_force, ack_path;
+    uint64_t all_dead_since, created;
+    int failed, peer_bye, established;
+    unsigned rr;          /* which path the writer serves first this round */
+    uint64_t last_stall_check;
+    struct fleet_inbox inbox;
+    char scratch[65536];
+};
+
+struct listen_comm {
+    int dev;
+    uint64_t token;
+    struct fleet_inbox inbox;
+};
+
+/* paths.c */
+uint64_t fleet_rand64(void) FLEET_HIDDEN;
+const char *path_if(struct conn *c, int i) FLEET_HIDDEN;
+void ctrl_push(struct path *p, int type, int path, uint16_t gen, uint64_t seq) FLEET_HIDDEN;
+int first_up(struct conn *c) FLEET_HIDDEN;
+void path_reset_io(struct path *p) FLEET_HIDDEN;
+void path_kill(struct conn *c, int i, const char *reason, int tell_peer) FLEET_HIDDEN;
+void path_up(struct conn *c, int i) FLEET_HIDDEN;
+void progress(struct conn *c) FLEET_HIDDEN;
+
+/* frames.c */
+void read_path(struct conn *c, int i) FLEET_HIDDEN;
+void write_paths(struct conn *c) FLEET_HIDDEN;
+void queue_ack(struct conn *c) FLEET_HIDDEN;
+
+#endif

@@ -1,0 +1,196 @@
+"""libnccl-net-fleet.so built with make and driven by its C harness the way NCCL's proxy drives a
+net plugin (dlopen, the versioned table, at most 8 requests in flight, strict order, polling test).
+
+Loopback tests use two local addresses (127.0.0.1, 127.0.0.2: two paths) and every exported ABI
+version. Failover tests build a private two-namespace testbed (veth pairs, needs root) and take a
+link down in the middle of a transfer; the receiver checks every byte of every message."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nccl_plugin" / "tests"))
+import fleetnet  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
+                                reason="gcc and make are needed to build the plugin")
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                reason="the failover testbed needs root and iproute2")
+VERSIONS = (8, 9, 10, 11, 12)
+
+
+@pytest.fixture(scope="module")
+def built():
+    fleetnet.build()
+    return fleetnet.LIB
+
+
+def loopback_env(tmp_path: Path, **extra: str) -> dict:
+    env = dict(os.environ)
+    env.update({"FLEET_NET_IFACES": "127.0.0.1,127.0.0.2", "FLEET_NET_COUNTERS_DIR": str(tmp_path / "counters"),
+                "FLEET_NET_LOG": str(tmp_path / "events.jsonl")})
+    env.update(extra)
+    return env
+
+
+def harness(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(fleetnet.HARNESS), "--lib", str(fleetnet.LIB), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_only_the_plugin_tables_are_exported(built):
+    out = subprocess.run(["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True,
+                         check=True).stdout
+    names = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+    assert names == sorted(f"ncclNetPlugin_v{v}" for v in VERSIONS)
+
+
+def test_library_is_hardened(built):
+    dyn = subprocess.run(["readelf", "-d", "-l", str(built)], capture_output=True, text=True, check=True).stdout
+    assert "GNU_RELRO" in dyn
+    assert "BIND_NOW" in dyn or "FLAGS_1" in dyn and "NOW" in dyn
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(built)], capture_output=True, text=True,
+                               check=True).stdout
+    assert "__stack_chk_fail" in undefined          # -fstack-protector-strong
+    assert "_chk" in undefined.replace("__stack_chk_fail", "")   # _FORTIFY_SOURCE checked calls
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_version_moves_random_sizes_intact(built, tmp_path, version):
+    proc = harness("--version", str(version), "--fork", "--messages", "400", "--max-size", str(3 << 20),
+                   "--seed", str(version), env=loopback_env(tmp_path))
+    results = fleetnet.results(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {r["role"] for r in results} == {"send", "recv"}
+    for r in results:
+        assert r["version"] == version
+        assert (r["messages"], r["corrupt"], r["duplicated"], r["lost"], r["error"]) == (400, 0, 0, 0, False)
+    send, recv = sorted(results, key=lambda r: r["role"], reverse=True)
+    assert send["bytes"] == recv["bytes"] > 400 * 16
+
+
+def test_all_versions_in_one_run_and_counters_written(built, tmp_path):
+    proc = harness("--version", "all", "--fork", "--messages", "100", env=loopback_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(r["version"] for r in fleetnet.results(proc.stdout)) == sorted(VERSIONS * 2)
+    counters = [json.loads(p.read_text()) for p in (tmp_path / "counters").glob("*.json")]
+    assert counters and all(c["errors"] == 0 for c in counters)
+    assert sum(c["bytes_received"] for c in counters) > 0
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert sum(1 for e in events if e["event"] == "connected") == len(VERSIONS)
+
+
+def test_zero_and_one_chunk_boundaries(built, tmp_path):
+    # 16 KiB chunks: messages from 16 B to 200 KiB straddle many chunk boundaries
+    proc = harness("--version", "12", "--fork", "--messages", "300", "--max-size", str(200 * 1024),
+                   env=loopback_env(tmp_path, FLEET_NET_CHUNK_KB="16"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_bad_interface_list_fails_init_naming_the_variable(built, tmp_path):
+    proc = harness("--version", "10", "--fork", "--messages", "1",
+                   env=loopback_env(tmp_path, FLEET_NET_IFACES="no-such-nic9"))
+    assert proc.returncode == 2
+    assert "FLEET_NET_IFACES" in proc.stderr and "no-such-nic9" in proc.stderr
+
+
+def test_bad_number_fails_init_naming_the_variable(built, tmp_path):
+    proc = harness("--version", "8", "--fork", "--messages", "1",
+                   env=loopback_env(tmp_path, FLEET_NET_HOLDDOWN_MS="soon"))
+    assert proc.returncode == 2
+    assert "FLEET_NET_HOLDDOWN_MS" in proc.stderr
+
+
+# ---- failover on a private namespace testbed ----
+
+def run_with_fault(tb: fleetnet.Testbed, version: int, actions, seconds: float = 4.0, **env):
+    recv, send, files = tb.pair(version, seconds=seconds, max_size=1 << 20,
+                                extra_env={"FLEET_NET_HOLDDOWN_MS": "300", **env})
+    deadline = time.monotonic() + 20
+    while fleetnet.progress_bytes(files["progress"]) < 5_000_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for delay, side, link, up in actions:
+        time.sleep(delay)
+        tb.set_link(side, link, up)
+    return fleetnet.finish([recv, send], timeout=60)
+
+
+def events_of(tb, side, name):
+    return [e for e in tb.events(side) if e["event"] == name]
+
+
+@needs_root
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_link_down_mid_transfer_resumes_and_fails_back(built, side):
+    with fleetnet.Testbed(f"fu{os.getpid() % 10000}{side}") as tb:
+        (rc_r, res_r, err_r), (rc_s, res_s, err_s) = run_with_fault(
+            tb, 12, [(0.2, side, 1, False), (1.0, side, 1, True)], seconds=4.0)
+        assert (rc_s, rc_r) == (0, 0), err_s[-1500:] + err_r[-1500:]
+        recv, send = res_r[0], res_s[0]
+        assert (recv["corrupt"], recv["duplicated"], recv["lost"]) == (0, 0, 0)
+        assert recv["messages"] == send["messages"] and recv["bytes"] == send["bytes"]
+        downs = events_of(tb, "a", "path_down")
+        assert downs and downs[0]["path"] == 1
+        assert downs[0]["reason"] == ("link_down" if side == "a" else "peer_reported")
+        assert events_of(tb, "a", "failback"), "the path did not come back after the link did"
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("nft") is None, reason="the black hole needs nftables")
+def test_silent_path_is_caught_by_the_ack_timeout(built):
+    # the link stays up, so no netlink event: only unacknowledged bytes can tell
+    with fleetnet.Testbed(f"fb{os.getpid() % 10000}") as tb:
+        recv, send, files = tb.pair(10, seconds=4.0, extra_env={"FLEET_NET_HOLDDOWN_MS": "300"})
+        deadline = time.monotonic() + 20
+        while fleetnet.progress_bytes(files["progress"]) < 5_000_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t = tb.set_blackhole("a", 0, True)
+        time.sleep(1.0)
+        tb.set_blackhole("a", 0, False)
+        (rc_r, res_r, err_r), (rc_s, res_s, err_s) = fleetnet.finish([recv, send], timeout=60)
+        assert (rc_s, rc_r) == (0, 0), err_s[-1500:] + err_r[-1500:]
+        assert (res_r[0]["corrupt"], res_r[0]["duplicated"], res_r[0]["lost"]) == (0, 0, 0)
+        assert res_r[0]["messages"] == res_s[0]["messages"]
+        downs = [e for e in tb.events("a") + tb.events("b") if e["event"] == "path_down"]
+        assert downs and all(e["path"] == 0 for e in downs)
+        assert any(e["reason"] == "ack_timeout" for e in downs)
+        assert min(e["mono_ns"] for e in downs) / 1e9 - t < 0.6, "a silent path must be dropped within 0.6 s"
+        assert events_of(tb, "a", "failback")
+
+
+@needs_root
+def test_flapping_link_every_second(built):
+    with fleetnet.Testbed(f"ff{os.getpid() % 10000}") as tb:
+        # down half a second, up half a second, four times; then the link stays up. The hold-down
+        # keeps the flapping path out until it has been up long enough, then it fails back.
+        flaps = [(0.5, "a", 0, False), (0.5, "a", 0, True)] * 4
+        (rc_r, res_r, err_r), (rc_s, res_s, err_s) = run_with_fault(tb, 9, flaps, seconds=8.0)
+        assert (rc_s, rc_r) == (0, 0), err_s[-1500:] + err_r[-1500:]
+        assert (res_r[0]["corrupt"], res_r[0]["duplicated"], res_r[0]["lost"]) == (0, 0, 0)
+        assert res_r[0]["messages"] == res_s[0]["messages"]
+        assert len(events_of(tb, "a", "link_down")) >= 3, "netlink must see every flap"
+        downs, backs = events_of(tb, "a", "path_down"), events_of(tb, "a", "failback")
+        assert downs and backs and backs[-1]["mono_ns"] > downs[-1]["mono_ns"]
+        assert tb.events("a")[-1]["event"] != "path_down"
+
+
+@needs_root
+def test_both_links_dying_is_a_clean_error(built):
+    with fleetnet.Testbed(f"fd{os.getpid() % 10000}") as tb:
+        started = time.monotonic()
+        (rc_r, res_r, _), (rc_s, res_s, _) = run_with_fault(
+            tb, 11, [(0.2, "a", 0, False), (0.5, "a", 1, False)], seconds=30.0,
+            FLEET_NET_DEAD_GRACE_MS="1000")
+        assert time.monotonic() - started < 20, "a dead connection must fail, not hang"
+        assert rc_s == 3 and res_s[0]["error"] is True
+        assert rc_r == 3 and res_r[0]["error"] is True
+        assert res_r[0]["corrupt"] == 0 and res_r[0]["duplicated"] == 0
+        assert events_of(tb, "a", "conn_failed")
