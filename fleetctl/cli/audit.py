@@ -40,8 +40,8 @@ STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "ok": "green"
 @click.option("--mesh-only", is_flag=True, help="Probe the NIC mesh only (no node checks).")
 @click.option("--duration", type=seconds(0.1, 3600), default=5.0, show_default=True, metavar="S",
               help="Mesh: seconds of probing.")
-@click.option("--rate", type=FiniteFloatRange(0.1, 1000), default=50.0, show_default=True, metavar="HZ",
-              help="Mesh: probes per second per NIC pair.")
+@click.option("--rate", type=FiniteFloatRange(0.1, 1000), default=None, metavar="HZ",
+              help="Mesh: probes per second per NIC pair (default: from the site's mesh.probe_budget_pps).")
 @click.option("--out", type=click.Path(dir_okay=False), metavar="FILE.h5",
               help="Mesh: write the run (records, matrices, clock, findings) to this HDF5 file.")
 @click.option("--solver", default=None, metavar="NAME",
@@ -82,7 +82,7 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
             raise UsageError("usage: fleetctl audit analyze FILE.h5 [--solver NAME] [--out FILE.h5]")
         data = mesh_view.analyze_file(nodeset[1], solver, out)
         app.emit(data, lambda console: mesh_view.render(console, data))
-        return 2 if data["findings"] else 0
+        return mesh_view.exit_code(data)
     if len(nodeset) > 1:
         raise UsageError(f"one node set expected, got {len(nodeset)} words: {' '.join(nodeset)} "
                          "(join them with commas)")
@@ -96,7 +96,7 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
         data = mesh_view.run_mesh(app, site, mesh_nodes, transport, duration, rate, out,
                                   solver or "nnls")
         app.emit(data, lambda console: mesh_view.render(console, data))
-        return 2 if data["findings"] else 0
+        return mesh_view.exit_code(data)
     since_ts = since_epoch(since)
     started = time.time()
     backend = None
@@ -167,7 +167,7 @@ def audit(app: Application, nodeset, level, escalate, local, node, transport, si
     if errors:
         return EXIT_ERROR  # the job was not (entirely) done; what was done is in the report
     if "mesh" in data and data["mesh"]["findings"]:
-        return max(report.exit_code, 2)
+        return max(report.exit_code, mesh_view.exit_code(data["mesh"]))
     return report.exit_code
 
 
