@@ -39,6 +39,8 @@ def _slurm_from() -> str:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: talks to the lab's Slurm (run on every Slurm version)")
+    config.addinivalue_line("markers", "mesh16: needs the 16-host lab (scripts/test runs them with "
+                            "FLEETCTL_TEST_LAB_HOSTS=16 FLEETCTL_TEST_LAB_LEAVES=4 -m mesh16)")
 
 
 def pytest_report_header(config):
