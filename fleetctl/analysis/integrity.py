@@ -29,6 +29,7 @@ class IntegrityThresholds:
     late_p99_us: float = 100_000.0  # the loop sleeps up to one tick (5-20 ms) by design
     cpu_share: float = MAX_CPU_SHARE
     margin_s: float = 0.25  # around each overloaded window: host clocks differ by milliseconds
+    alive_guard_s: float = 0.05  # a responder counts as listening this long after its start
 
 
 @dataclass
@@ -41,6 +42,8 @@ class HostOverload:
     late_p99_us_max: float = 0.0
     cpu_pct_max: float = 0.0
     probes_set_aside: int = 0
+    alive: tuple[int, int] | None = None  # first window start, last window end (ns)
+    probes_outside_alive: int = 0  # sent to it while its agent was not running
 
 
 def overload_marks(health: dict, hosts: list[str],
@@ -60,6 +63,9 @@ def overload_marks(health: dict, hosts: list[str],
         dur = np.maximum(data[:, col["duration_s"]], 1e-3)
         bad = np.zeros(len(rows), dtype=bool)
         ho = HostOverload(host, windows=len(rows))
+        t_start = data[:, col["t_start_ns"]]
+        ho.alive = (int(t_start.min() + th.alive_guard_s * 1e9),
+                    int((t_start + dur * 1e9).max() - th.alive_guard_s * 1e9))
         for name in COUNT_FIELDS:
             if name in col:
                 v = data[:, col[name]]
@@ -88,11 +94,13 @@ def overload_marks(health: dict, hosts: list[str],
 def probes_kept(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str],
                 marks: dict[str, HostOverload], clock_offset_s: np.ndarray | None = None
                 ) -> np.ndarray:
-    """True for probes whose sender and responder were not overloaded when it was sent. Send times
-    are the sender's clock; `clock_offset_s` (per host, from the clock fit) brings them closer to
-    the wall clock the health windows use, the margin covers the rest."""
+    """True for probes whose sender and responder were not overloaded when it was sent, and whose
+    responder's agent was running then (16 agents starting on 2 cores: the last starts ~0.4 s
+    after the first sends to it; those probes were never answerable). Send times are the sender's
+    clock; `clock_offset_s` (per host, from the clock fit) brings them closer to the wall clock
+    the health windows use, the margins cover the rest."""
     keep = np.ones(probes.size, dtype=bool)
-    if not any(m.intervals for m in marks.values()) or probes.size == 0:
+    if not marks or probes.size == 0:
         return keep
     t = probes["t_send"].astype(np.int64)
     src_h = nic_host[probes["src_nic"]]
@@ -103,7 +111,15 @@ def probes_kept(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str],
     dst_h = np.where(dst_nic >= 0, nic_host[np.maximum(dst_nic, 0)], -1)
     for hi, host in enumerate(hosts):
         m = marks.get(host)
-        if m is None or not m.intervals:
+        if m is None:
+            continue
+        if m.alive is not None:
+            to_it = np.flatnonzero(dst_h == hi)
+            off = (t[to_it] < m.alive[0]) | (t[to_it] > m.alive[1])
+            hit = to_it[off]
+            m.probes_outside_alive += int(np.count_nonzero(keep[hit]))
+            keep[hit] = False
+        if not m.intervals:
             continue
         iv = _merged(m.intervals)
         mine = (src_h == hi) | (dst_h == hi)

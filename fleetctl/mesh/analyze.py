@@ -111,7 +111,10 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
                                  f["element"]["id"]))
     integrity = {"probes": int(run.probes.size), "probes_set_aside": int((~keep).sum()),
                  "hosts_overloaded": sorted(h for h, m in marks.items() if m.overloaded),
-                 "hosts_with_health": len(marks), "triangulated": bool(usable)}
+                 "hosts_with_health": len(marks), "triangulated": bool(usable),
+                 "probes_to_agents_not_running": {h: m.probes_outside_alive
+                                                  for h, m in marks.items()
+                                                  if m.probes_outside_alive}}
     t_send = run.probes["t_send"][all_pair]
     span = float((t_send.max() - t_send.min()) * 1e-9)
     probed = np.unique(nic_host[np.r_[run.probes["src_nic"][all_pair],

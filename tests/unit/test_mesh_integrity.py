@@ -152,3 +152,18 @@ def test_reader_refuses_a_bad_health_group(topo, tmp_path):
             change(f["health"])
         with pytest.raises(DataError, match="/health"):
             read_run(bad)
+
+
+def test_probes_to_an_agent_not_yet_running_are_set_aside():
+    """16 agents starting on 2 cores: the last one starts ~0.4 s after the others send to it."""
+    from fleetctl.mesh.store import PROBE_DTYPE
+
+    late = health_rows(set())
+    for row in late["windows"]:
+        row[0] += 400_000_000  # b's agent started 0.4 s late
+    p = np.zeros(3, dtype=PROBE_DTYPE)
+    p["src_nic"], p["dst_nic"] = [0, 0, 1], [1, 1, 0]
+    p["t_send"] = EPOCH_NS + np.array([0.2, 0.6, 0.2]) * 1e9
+    marks = overload_marks({"a": health_rows(set()), "b": late}, ["a", "b"])
+    assert probes_kept(p, np.array([0, 1]), ["a", "b"], marks).tolist() == [False, True, True]
+    assert marks["b"].probes_outside_alive == 1 and marks["b"].overloaded == 0
