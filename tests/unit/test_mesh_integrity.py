@@ -167,3 +167,21 @@ def test_probes_to_an_agent_not_yet_running_are_set_aside():
     marks = overload_marks({"a": health_rows(set()), "b": late}, ["a", "b"])
     assert probes_kept(p, np.array([0, 1]), ["a", "b"], marks).tolist() == [False, True, True]
     assert marks["b"].probes_outside_alive == 1 and marks["b"].overloaded == 0
+
+
+def test_audit_analyze_of_a_stored_overloaded_run_warns_and_exits_1(topo, tmp_path, capsys):
+    import json
+
+    from fleetctl.cli import run as cli_run
+
+    run = overloaded_run(topo, "node2", health=True)
+    path = write_run(tmp_path / "run.h5", run, analyze(run, "nnls", 3.0))
+    rc = cli_run(["audit", "analyze", str(path), "--no-color"])
+    text = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert rc == 1 and "probe.overload node2" in text and "no network finding" in text
+    assert "loss floor (95 % confidence)" in text and "not measurable with this run" in text
+    rc = cli_run(["audit", "analyze", str(path), "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 1 and data["summary"]["network_findings"] == 0
+    assert data["summary"]["probe_warnings"] == 1
+    assert data["summary"]["loss_floor"]["links"]["loss_floor_pct_max"] > 0
