@@ -109,27 +109,39 @@ def probes_kept(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str],
         t = t - (off[src_h] * 1e9).astype(np.int64)
     dst_nic = probes["dst_nic"]
     dst_h = np.where(dst_nic >= 0, nic_host[np.maximum(dst_nic, 0)], -1)
+    lo = np.full(len(hosts) + 1, np.iinfo(np.int64).min)  # last slot: no responder (loops)
+    hi_ = np.full(len(hosts) + 1, np.iinfo(np.int64).max)
     for hi, host in enumerate(hosts):
         m = marks.get(host)
-        if m is None:
-            continue
-        if m.alive is not None:
-            to_it = np.flatnonzero(dst_h == hi)
-            off = (t[to_it] < m.alive[0]) | (t[to_it] > m.alive[1])
-            hit = to_it[off]
-            m.probes_outside_alive += int(np.count_nonzero(keep[hit]))
-            keep[hit] = False
-        if not m.intervals:
-            continue
-        iv = _merged(m.intervals)
-        mine = (src_h == hi) | (dst_h == hi)
-        if not mine.any():
-            continue
-        pos = np.searchsorted(iv[:, 0], t[mine], side="right") - 1
-        inside = (pos >= 0) & (t[mine] <= iv[np.maximum(pos, 0), 1])
-        hit = np.flatnonzero(mine)[inside]
-        m.probes_set_aside += int(np.count_nonzero(keep[hit]))
-        keep[hit] = False
+        if m is not None and m.alive is not None:
+            lo[hi], hi_[hi] = m.alive
+    outside = (t < lo[dst_h]) | (t > hi_[dst_h])  # dst_h -1 picks the last slot
+    for hi, n in zip(*np.unique(dst_h[outside], return_counts=True)):
+        marks[hosts[int(hi)]].probes_outside_alive += int(n)
+    keep &= ~outside
+    # overloaded intervals of every host in one sorted key space: host * span + time, so one
+    # searchsorted per end answers for all hosts at once (no pass over the probes per host)
+    ivs = [(hi, iv) for hi, host in enumerate(hosts)
+           if host in marks and marks[host].intervals for iv in _merged(marks[host].intervals)]
+    if not ivs:
+        return keep
+    base = min(int(t.min()), min(int(iv[0]) for _, iv in ivs))
+    span = max(int(t.max()), max(int(iv[1]) for _, iv in ivs)) - base + 1
+    lo_k = np.array([hi * span + int(iv[0]) - base for hi, iv in ivs], dtype=np.int64)
+    hi_k = np.array([hi * span + int(iv[1]) - base for hi, iv in ivs], dtype=np.int64)
+    hit = np.zeros(probes.size, dtype=bool)
+    for h in (src_h, dst_h):
+        ok = h >= 0
+        k = h[ok].astype(np.int64) * span + (t[ok] - base)
+        pos = np.searchsorted(lo_k, k, side="right") - 1
+        inside = (pos >= 0) & (k <= hi_k[np.maximum(pos, 0)])
+        hit_here = np.zeros(probes.size, dtype=bool)
+        hit_here[np.flatnonzero(ok)[inside]] = True
+        counted = hit_here & keep
+        for hi, n in zip(*np.unique(h[counted], return_counts=True)):
+            marks[hosts[int(hi)]].probes_set_aside += int(n)
+        hit |= hit_here
+    keep &= ~hit
     return keep
 
 
