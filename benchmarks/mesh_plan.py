@@ -1,5 +1,5 @@
-"""The probe plan of a rail-optimized site (site_configs/gen_rail.py): time to plan, pairs, coverage,
-per-host load against the budget, and the loss floor against the run's duration.
+"""The probe plan of a rail-optimized site (site_configs/gen_rail.py): time to plan, pairs,
+coverage, per-host load against the budget, and the loss floor against the run's duration.
 
     python benchmarks/mesh_plan.py                      # 2,048 hosts x 8 NICs (256 x 8 SUs)
     python benchmarks/mesh_plan.py --sus 2 --nodes-per-su 64 --budget 2000 --k 3

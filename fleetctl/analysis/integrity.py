@@ -1,4 +1,5 @@
-"""Measurement integrity: loss the agents' own counters explain is the endpoint's, not the network's.
+"""Measurement integrity: loss the agents' own counters explain is the endpoint's, not the
+network's.
 
     marks = overload_marks(health, hosts)                # per host: overloaded intervals
     keep = probes_kept(probes, nic_host, marks)          # probes for triangulation

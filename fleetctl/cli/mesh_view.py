@@ -145,7 +145,7 @@ def render(console, data: dict) -> None:
 
 
 def _render_floor(console, floor: dict) -> None:
-    """The loss floor: smaller losses are not measurable with this run, neither missed nor raised."""
+    """The loss floor: a smaller loss is not measurable with this run, nor missed, nor raised."""
     links = floor.get("links")
     if not links:
         return

@@ -38,7 +38,7 @@ from fleetctl.mesh.topology import Topology
 class MeshOptions:
     duration: float = 5.0  # seconds of probing
     rate: float | None = None  # probes/s per NIC pair (over its source ports); None: the plan's
-    budget_pps: float = DEFAULT_BUDGET_PPS  # per host, sent + answered (site: mesh.probe_budget_pps)
+    budget_pps: float = DEFAULT_BUDGET_PPS  # per host, sent + answered: mesh.probe_budget_pps
     sports: int = 8  # source ports per pair: covers 2-4 ECMP next hops per tier with margin
     port: int = 61100  # responder port; source ports start at sport_base
     sport_base: int = 61000  # above Linux's ephemeral range (32768-60999): no clash with clients

@@ -33,9 +33,9 @@ from fleetctl.mesh.topology import PathTable, Topology
 MAX_DATASET_BYTES = 4 << 30  # declared size of one dataset, before it is read
 MAX_ATTR_CHARS = 16 << 20  # a JSON root attribute
 MAX_SPAN_NS = 86_400 * 10**9  # timestamps within a day of the run's epoch; a run lasts minutes
-MAX_WINDOWS = 100_000
+MAX_WINDOWS = 100_000  # run span / window length
 MAX_HEALTH_FIELDS = 64  # columns of /health/rows (the agent has 20)
-MAX_HEALTH_ROWS = 10_000_000  # agent x window rows: a day of 1 s windows on 100 hosts  # run span / window length
+MAX_HEALTH_ROWS = 10_000_000  # agent x window rows: a day of 1 s windows on 100 hosts
 MIN_WINDOW_S = 1e-3
 MAX_EPOCH_NS = 2**62
 # Root parameters that the analysis reads, with their bounds (others are shown, never used).
