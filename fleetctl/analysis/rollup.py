@@ -160,6 +160,12 @@ class Rollup:
             "excess_delay_us_clean_median": _round(float(np.nanmedian(sig.excess_us[clean])))
             if clean.any() and np.isfinite(sig.excess_us[clean]).any() else None,
             "blamed": [self.topo.elements[l].label for l in links],
+            # for the significance test against clean paths (significance.py)
+            "background_bad_share": round(background, 5),
+            "probes_through": int(sig.sent[through].sum()),
+            "lost_through": int(sig.lost[through].sum()),
+            "probes_clean_outside": int(sig.sent[outside & ~bad].sum()),
+            "lost_clean_outside": int(sig.lost[outside & ~bad].sum()),
         }
         if metric == "loss":
             est = max(blamed.get(l, 0.0) for l in links)

@@ -16,10 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetctl.analysis.integrity import (budget_finding, overload_findings, overload_marks,
+                                         probes_kept)
+from fleetctl.analysis.significance import DEFAULT_FDR, significant
 from fleetctl.analysis.solvers import get_solver
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.analysis.windows import build_windows, host_clock
-from fleetctl.errors import DataError
+from fleetctl.errors import EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS, DataError
 from fleetctl.mesh.collect import clock_error
 from fleetctl.mesh.discovery import Discovery, dead_link_findings
 from fleetctl.mesh.loops import add_loop_stats
@@ -45,6 +48,8 @@ class RunData:
     discovery: dict = field(default_factory=dict)
     clock_truth: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    # per node: the agent's health table {"fields", "windows", "window_s"} (HDF5 /health)
+    health: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +60,8 @@ class Analysis:
     solver: str
     health: dict
     clock_summary: dict
+    integrity: dict = field(default_factory=dict)  # overload marks, probes set aside
+    measurability: dict = field(default_factory=dict)  # loss floor, losses below it
 
 
 def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
@@ -67,25 +74,50 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     hpos = {h: i for i, h in enumerate(hosts)}
     nic_host = np.array([hpos[h] for h in topo.nic_host])
     window_s = float(window_s or run.parameters.get("window_s") or 5.0)
-    pair = run.probes["dst_nic"] >= 0  # the rest are loop probes to a switch (loops.py)
-    if not pair.any():
+    marks = overload_marks(run.health, hosts)
+    keep = probes_kept(run.probes, nic_host, hosts, marks)
+    probes = run.probes[keep] if keep.any() else run.probes
+    pair = probes["dst_nic"] >= 0  # the rest are loop probes to a switch (loops.py)
+    if not (run.probes["dst_nic"] >= 0).any():
         raise DataError(f"run {run.run_id}: no NIC-to-NIC probe records")
-    clock = host_clock(run.probes[pair], nic_host, hosts, run.epoch_ns)
-    w = build_windows(run.probes[pair], run.flows, len(run.paths), len(topo.nics), nic_host,
+    all_pair = run.probes["dst_nic"] >= 0
+    clock = host_clock(run.probes[all_pair], nic_host, hosts, run.epoch_ns)
+    usable = keep.any() and pair.any()
+    if not usable:  # every probe set aside: nothing to triangulate
+        probes, pair = run.probes, all_pair
+    w = build_windows(probes[pair], run.flows, len(run.paths), len(topo.nics), nic_host,
                       window_s, run.epoch_ns, clock)
-    add_loop_stats(w, run.probes[~pair], run.flows, topo, run.paths)
+    add_loop_stats(w, probes[~pair], run.flows, topo, run.paths)
     delay = w.path_p50_us if statistic == "p50" else w.path_p99_us
     stats = WindowStats(w.path_sent, w.path_lost, delay)
-    findings = triangulate(topo, run.paths, stats, solver=solver)
+    raw = triangulate(topo, run.paths, stats, solver=solver) if usable else []
+    for f in raw:
+        f.setdefault("category", "network")
+    tests = max(1, sum(el.type in ("link", "nic", "switch", "host") for el in topo.elements)
+                * w.path_sent.shape[0] * 2)
+    fdr = float(run.parameters.get("fdr") or DEFAULT_FDR)
+    findings, dropped = significant(raw, tests, fdr)
     disc = Discovery(run.paths, run.flows, 0, 0, run.switch_results)
     have = {(f["element"]["type"], f["element"]["id"]) for f in findings}
     for f in dead_link_findings(topo, disc):
         if ("link", f["element"]["id"]) not in have:
+            f.setdefault("category", "network")
             findings.append(f)
+    findings += overload_findings(marks, run.parameters.get("rate"))
+    budget = budget_finding(run.parameters.get("plan") or {})
+    if budget:
+        findings.append(budget)
     findings.sort(key=sort_key)
-    t_send = run.probes["t_send"][pair]
+    integrity = {"probes": int(run.probes.size), "probes_set_aside": int((~keep).sum()),
+                 "hosts_overloaded": sorted(h for h, m in marks.items() if m.overloaded),
+                 "hosts_with_health": len(marks), "triangulated": bool(usable),
+                 "probes_to_agents_not_running": {h: m.probes_outside_alive
+                                                  for h, m in marks.items()
+                                                  if m.probes_outside_alive}}
+    t_send = run.probes["t_send"][all_pair]
     span = float((t_send.max() - t_send.min()) * 1e-9)
-    probed = np.unique(nic_host[np.r_[run.probes["src_nic"][pair], run.probes["dst_nic"][pair]]])
+    probed = np.unique(nic_host[np.r_[run.probes["src_nic"][all_pair],
+                                      run.probes["dst_nic"][all_pair]]])
     csum = {"hosts": int(probed.size),
             "synchronized": int(np.isfinite(clock.offset[probed]).sum()),
             "pairs": len(clock.pairs),
@@ -93,7 +125,18 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
             if len(clock.residual) else None}
     if run.clock_truth:
         csum["truth"] = clock_error(clock, hosts, run.clock_truth, run.epoch_ns, span)
-    return Analysis(findings, clock, w, solver, health_table(topo, run.paths, w), csum)
+    table = health_table(topo, run.paths, w)
+    return Analysis(findings, clock, w, solver, table, csum, integrity,
+                    measurability(table, dropped, fdr))
+
+
+def exit_code(data: dict) -> int:
+    """EXIT_FAILURES for a network finding, EXIT_WARNINGS for probe warnings only (an overloaded
+    agent, a rate above the budget: the measurement, not the network), else EXIT_OK."""
+    categories = [f.get("category", "network") for f in data.get("findings", [])]
+    if any(c != "probe" for c in categories):
+        return EXIT_FAILURES
+    return EXIT_WARNINGS if categories else EXIT_OK
 
 
 def run_window(window_s: float | None, duration: float | None, linger: float = 1.0) -> float | None:
@@ -150,6 +193,39 @@ def health_table(topo: Topology, paths: PathTable, w) -> dict:
     return rows
 
 
+def measurability(table: dict, dropped: list[dict], fdr: float,
+                  confidence: float = 0.95) -> dict:
+    """The loss floor per element kind (rule of three at `confidence`: the smallest loss its probes
+    can tell from zero), the elements never probed, and losses seen but not significant: those are
+    "not measurable with this run", neither missed nor raised."""
+    from fleetctl.mesh.plan import loss_floor
+
+    out: dict = {"confidence": confidence, "fdr": fdr}
+    for kind in ("links", "switches"):
+        rows = table.get(kind) or []
+        probed = [r for r in rows if r["probes"] > 0]
+        if not probed:
+            continue
+        floors = loss_floor(np.array([r["probes"] for r in probed]), confidence) * 100
+        worst = int(np.argmax(floors))
+        out[kind] = {"loss_floor_pct_median": round(float(np.median(floors)), 4),
+                     "loss_floor_pct_max": round(float(floors[worst]), 4),
+                     "least_probed": probed[worst].get("direction") or probed[worst]["id"],
+                     "unprobed": [r.get("direction") or r["id"] for r in rows
+                                  if r["probes"] == 0][:50]}
+        below = []
+        for r, fl in zip(probed, floors):
+            if r["loss_pct"] and r["loss_pct"] <= fl:
+                below.append({"element": r.get("direction") or r["id"], "loss_pct": r["loss_pct"],
+                              "loss_floor_pct": round(float(fl), 4)})
+        out[kind]["below_floor"] = below[:50]
+    out["not_significant"] = [
+        {"element": f["element"]["id"], "metric": f["metric"],
+         "loss_pct_bad_median": (f.get("evidence") or {}).get("loss_pct_bad_median"),
+         "q_value": f["significance"]["q_value"]} for f in dropped][:50]
+    return out
+
+
 def to_dict(run: RunData, a: Analysis, path: Path | None = None,
             elapsed: float | None = None) -> dict:
     """The JSON object of `audit --mesh --format json` and `audit analyze`."""
@@ -171,6 +247,11 @@ def to_dict(run: RunData, a: Analysis, path: Path | None = None,
             "probes": sent, "lost": lost, "loss_pct": round(100 * lost / max(1, sent), 4),
             "windows": int(a.windows.path_sent.shape[0]), "window_s": a.windows.window_s,
             "solver": a.solver, "findings": len(a.findings),
+            "network_findings": sum(f.get("category") != "probe" for f in a.findings),
+            "probe_warnings": sum(f.get("category") == "probe" for f in a.findings),
+            "plan": run.parameters.get("plan"),
+            "loss_floor": a.measurability,
+            "integrity": a.integrity,
         },
         "findings": a.findings,
         "clock": a.clock_summary,
@@ -202,6 +283,8 @@ def write_run(path: str | Path, run: RunData, a: Analysis) -> Path:
                          delay_p99_us=w.delay_p99_us, loss=w.loss, one_way=w.one_way)
         wr.write_clock(a.clock)
         wr.write_findings(a.findings, a.solver)
+        if run.health:
+            wr.write_health(run.health, list(dict.fromkeys(run.topo.nic_host)))
         for name, value in (("agents", run.agents), ("discovery", run.discovery),
                             ("switch_probes", run.switch_results),
                             ("clock_truth", run.clock_truth)):
@@ -227,4 +310,5 @@ def read_run(path: str | Path) -> RunData:
                        topo=topo, paths=r.paths(), flows=r.flows(), probes=r.probes(),
                        epoch_ns=int(attrs.get("epoch_ns", 0)), parameters=attrs["parameters"],
                        switch_results=extra("switch_probes", {}), agents=extra("agents", {}),
-                       discovery=extra("discovery", {}), clock_truth=extra("clock_truth", None))
+                       discovery=extra("discovery", {}), clock_truth=extra("clock_truth", None),
+                       health=r.health())

@@ -3,8 +3,9 @@
     result = probe_run(site, nodes, transport, MeshOptions(duration=5, rate=50))
     data = to_dict(result.run, result.analysis, path)
 
-1. pairs: `select_pairs` (full mesh when small, covering design when large), restricted to the
-   NICs of the chosen nodes that have an address in the site file;
+1. plan (plan.py): pairs and rate per pair from the per-host probe budget (full mesh while it
+   fits, covering design beyond), over the NICs of the chosen nodes with an address in the site
+   file;
 2. flows: one per pair and source port (the ports spread a pair over its ECMP paths);
 3. discovery: the tracer payload on every node at once (discovery.py maps hops to elements);
 4. probing: the agent payload on every node at once, all starting at one wall-clock instant;
@@ -28,6 +29,7 @@ from fleetctl.mesh import discovery, trace_agent
 from fleetctl.mesh.collect import health_table, lab_clock, probe_records
 from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.pairs import select_pairs
+from fleetctl.mesh.plan import DEFAULT_BUDGET_PPS, plan_probes
 from fleetctl.meshrun.analyze import Analysis, RunData, analyze, run_window, to_dict, write_run
 from fleetctl.model.cluster import Cluster
 from fleetctl.model.fabric import Topology
@@ -36,7 +38,8 @@ from fleetctl.model.fabric import Topology
 @dataclass
 class MeshOptions:
     duration: float = 5.0  # seconds of probing
-    rate: float = 50.0  # probes per second per NIC pair (spread over its source ports)
+    rate: float | None = None  # probes/s per NIC pair (over its source ports); None: the plan's
+    budget_pps: float = DEFAULT_BUDGET_PPS  # per host, sent + answered: mesh.probe_budget_pps
     sports: int = 8  # source ports per pair: covers 2-4 ECMP next hops per tier with margin
     port: int = 61100  # responder port; source ports start at sport_base
     sport_base: int = 61000  # above Linux's ephemeral range (32768-60999): no clash with clients
@@ -44,6 +47,7 @@ class MeshOptions:
     solver: str = "nnls"
     statistic: str = "p50"
     coverage_k: int = 3
+    fdr: float = 0.01  # false-discovery rate of network findings (significance.py)
     linger: float = 1.0  # seconds an agent keeps answering after its last probe
     start_delay: float = 1.5  # seconds between launching the agents and the first probe
     max_records: int = 2_000_000  # per agent; bounds its memory (~50 bytes a record)
@@ -53,8 +57,10 @@ class MeshOptions:
     def validate(self) -> None:
         if not 0.2 <= self.duration <= 3600:
             raise UsageError(f"--duration {self.duration:g}: between 0.2 and 3600 seconds")
-        if not 0.1 <= self.rate <= 10_000:
+        if self.rate is not None and not 0.1 <= self.rate <= 10_000:
             raise UsageError(f"--rate {self.rate:g}: between 0.1 and 10000 probes/s per pair")
+        if not 10 <= self.budget_pps <= 1_000_000:
+            raise UsageError(f"probe budget {self.budget_pps:g}: between 10 and 1000000 probes/s")
         if not 1 <= self.sports <= 64:
             raise UsageError(f"--sports {self.sports}: between 1 and 64 source ports")
         if self.window_s <= 0:
@@ -69,8 +75,8 @@ class ProbeResult:
     run: RunData
     analysis: Analysis
     elapsed_s: float
-    # per node: the agent's health table {"fields", "windows", "window_s"} (not stored in the
-    # HDF5 file yet; docs/hdf5-schema.md "agent health records" proposes its layout)
+    # per node: the agent's health table {"fields", "windows", "window_s"} (also run.health,
+    # stored in the run file's /health group)
     health: dict = field(default_factory=dict)
 
 
@@ -108,8 +114,10 @@ def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
     if missing:
         warnings.append(f"no NIC with an address in the site file: {', '.join(missing[:8])}")
     idx = {i.index for i in usable.values()}
-    plan = select_pairs(topo, k=opts.coverage_k)
-    pairs = [(a, b) for a, b in plan.pairs if a in idx and b in idx]
+    plan = plan_probes(topo, idx, budget_pps=opts.budget_pps, k=opts.coverage_k,
+                       duration=opts.duration, rate=opts.rate)
+    pairs = plan.pairs
+    rate = plan.rate
     if not pairs:
         raise UsageError("no NIC pairs to probe: the mesh needs NICs with addresses in the site "
                          "file (links' a_address/b_address) on at least two nodes")
@@ -140,12 +148,14 @@ def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
             entry["clock"] = clocks[info.node]
     start_at = time.time() + opts.start_delay
     acfg = {"run_id": run_id, "key": secrets.token_hex(32), "port": opts.port, "sports": sports,
-            "rate": opts.rate, "duration": opts.duration, "linger": opts.linger,
+            "rate": rate, "duration": opts.duration, "linger": opts.linger,
             "start_at": start_at, "max_records": opts.max_records, "nodes": node_cfg,
             "pairs": [[p * len(sports), a, b, nics[topo.nics[b]].address]
                       for p, (a, b) in enumerate(pairs)],
             "loops": loop_list, "loop_port": opts.port + 2}
-    progress(f"probing {len(pairs)} NIC pairs for {opts.duration:g} s at {opts.rate:g}/s per pair")
+    progress(f"probing {len(pairs)} NIC pairs ({plan.design}) for {opts.duration:g} s at "
+             f"{rate:.3g}/s per pair, up to {plan.max_host_pps:.0f} probes/s per host (budget "
+             f"{opts.budget_pps:g})")
     timeout = opts.start_delay + opts.duration + opts.linger + 30
     docs = _fan_out(transport, hosts_used, agent_module, acfg, timeout, "probe agent", warnings,
                     failed)
@@ -167,11 +177,12 @@ def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
                            failed)
     if probes.size == 0:
         raise DataError("no probe records: " + ("; ".join(warnings[:3]) or "no agent reported"))
-    params = {**asdict(opts), "pairs_design": plan.design, "pairs": len(pairs),
+    params = {**asdict(opts), "rate": rate, "plan": plan.to_dict(),
+              "pairs_design": plan.design, "pairs": len(pairs),
               "nodes": hosts_used, "transport": getattr(transport, "name", "")}
     run = RunData(run_id, site.name, topo, disc.paths, disc.flows, probes,
                   int(start_at * 1e9), params, disc.switch_results, agents, disc.summary(topo),
-                  truth, warnings)
+                  truth, warnings, health)
     progress("analysing")
     result = analyze(run, opts.solver, run_window(opts.window_s, opts.duration, opts.linger),
                      opts.statistic)

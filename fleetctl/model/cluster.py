@@ -138,6 +138,11 @@ class Cluster:
         return self.data["thresholds"]
 
     @property
+    def mesh(self) -> dict:
+        """The probe mesh settings (budget, coverage, false-discovery rate); {} when the site has none."""
+        return self.data.get("mesh") or {}
+
+    @property
     def nodes(self) -> NodeSet:
         out = empty()
         for cls in self.node_classes:

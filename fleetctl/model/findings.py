@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from fleetctl.model.fabric import Element
 
-SEVERITY_RANK = {"critical": 3, "major": 2, "minor": 1}
+SEVERITY_RANK = {"critical": 3, "major": 2, "minor": 1, "warning": 0}  # warning: probe findings
 
 
 @dataclass

@@ -33,6 +33,8 @@ MAX_DATASET_BYTES = 4 << 30  # declared size of one dataset, before it is read
 MAX_ATTR_CHARS = 16 << 20  # a JSON root attribute
 MAX_SPAN_NS = 86_400 * 10**9  # timestamps within a day of the run's epoch; a run lasts minutes
 MAX_WINDOWS = 100_000  # run span / window length
+MAX_HEALTH_FIELDS = 64  # columns of /health/rows (the agent has 20)
+MAX_HEALTH_ROWS = 10_000_000  # agent x window rows: a day of 1 s windows on 100 hosts
 MIN_WINDOW_S = 1e-3
 MAX_EPOCH_NS = 2**62
 # Root parameters that the analysis reads, with their bounds (others are shown, never used).
@@ -399,6 +401,45 @@ class Run:
             if not isinstance(finding, dict):
                 raise self._bad("findings/json", f"row {i} is not a JSON object")
             out.append(finding)
+        return out
+
+
+    def health(self) -> dict:
+        """The agents' health tables back as {node: {"fields", "windows", "window_s"}} ({} when
+        the run has none): field names bounded and unique, host indexes inside /hosts, values
+        finite and counters at least -1 (unknown)."""
+        if "health" not in self.f:
+            return {}
+        g = self.f["health"]
+        if not isinstance(g, h5py.Group):
+            raise self._bad("health", "is not a group")
+        try:
+            fields = json.loads(_s(_attr(g.attrs, "fields", "[]")))
+            window_s = float(_attr(g.attrs, "window_s", 0.0))
+        except (ValueError, TypeError, UnicodeDecodeError, RecursionError):
+            raise self._bad("health", "attribute fields or window_s is unreadable") from None
+        if not isinstance(fields, list) or not 1 <= len(fields) <= MAX_HEALTH_FIELDS or any(
+                not isinstance(f, str) or not f or len(f) > 64 for f in fields) \
+                or len(set(fields)) != len(fields):
+            raise self._bad("health", f"fields must be 1 to {MAX_HEALTH_FIELDS} distinct names")
+        if not (_finite(window_s) and 0 <= window_s <= 3600):
+            raise self._bad("health", f"window_s {window_s!r} is outside 0..3600")
+        host = self._numbers("health/host", "iu", np.int64)
+        rows = self._numbers("health/rows", "iuf", np.float64, ndim=2)
+        n_host = self._rows("hosts")
+        if rows.shape != (host.size, len(fields)):
+            raise self._bad("health/rows", f"is not {host.size} rows x {len(fields)} fields")
+        if host.size > MAX_HEALTH_ROWS:
+            raise self._bad("health", f"holds {host.size} rows, more than {MAX_HEALTH_ROWS}")
+        if _outside(host, 0, n_host):
+            raise self._bad("health/host", "a host index is outside /hosts")
+        if rows.size and (not np.isfinite(rows).all() or rows.min() < -1):
+            raise self._bad("health/rows", "values must be finite and at least -1")
+        names = [_s(h) for h in self._read("hosts")]
+        out: dict = {}
+        for i in np.unique(host):
+            out[names[int(i)]] = {"fields": list(fields), "window_s": window_s,
+                                  "windows": rows[host == i].tolist()}
         return out
 
 

@@ -256,6 +256,32 @@ class RunWriter:
                                                dtype=object), dtype=STR)
 
     @_guarded
+    def write_health(self, health: dict, hosts: list[str]) -> None:
+        """The agents' per-window health tables (docs/hdf5-schema.md, "agent health records"):
+        `health` maps a node to {"fields", "windows", "window_s"}. Columns follow the first
+        table's fields; a node whose agent named other fields gets -1 (unknown) where it lacks
+        one."""
+        tables = {n: t for n, t in health.items() if n in hosts and t.get("fields")}
+        if not tables:
+            return
+        first = next(iter(tables.values()))
+        fields = [str(f) for f in first["fields"]]
+        window_s = first.get("window_s")
+        hpos = {h: i for i, h in enumerate(hosts)}
+        host_col, rows = [], []
+        for node, t in tables.items():
+            pos = {f: i for i, f in enumerate(t["fields"])}
+            for row in t.get("windows") or []:
+                host_col.append(hpos[node])
+                rows.append([float(row[pos[f]]) if f in pos else -1.0 for f in fields])
+        g = self.f.create_group("health")
+        g.attrs["fields"] = json.dumps(fields)
+        g.attrs["window_s"] = float(window_s) if isinstance(window_s, (int, float)) else 0.0
+        g.create_dataset("host", data=np.asarray(host_col, dtype=np.int32))
+        g.create_dataset("rows", data=np.asarray(rows, dtype=np.float64).reshape(
+            len(rows), len(fields)), compression="gzip")
+
+    @_guarded
     def set_attrs(self, **attrs) -> None:
         """Extra root attributes (strings, numbers)."""
         for name, value in attrs.items():

@@ -18,18 +18,18 @@ from fleetctl.cli.app import Application, common_options, pass_app
 def analyze(app: Application, file: str, solver: str | None, out: str | None) -> int:
     """Re-analyse a stored probe run (from `audit --mesh --out FILE.h5`).
 
-    Exit codes: 0 no network finding, 2 findings, 3 the file could not be analysed.
+    Exit codes: 0 no finding, 1 probe warnings only (the measurement, not the network), 2 network
+    findings, 3 the file could not be analysed.
     """
     from fleetctl.atomic import check_writable
     from fleetctl.cli.audit import mesh_view
-    from fleetctl.errors import EXIT_FAILURES, EXIT_OK
     from fleetctl.extras import require
 
     require("mesh", "audit analyze")
-    from fleetctl.meshrun.analyze import reanalyze
+    from fleetctl.meshrun.analyze import exit_code, reanalyze
 
     if out:
         check_writable(out, "--out")
     data = reanalyze(file, solver, out)
     app.emit(data, lambda console: mesh_view.render(console, data))
-    return EXIT_FAILURES if data["findings"] else EXIT_OK
+    return exit_code(data)

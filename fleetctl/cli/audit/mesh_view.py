@@ -18,7 +18,10 @@ def run_mesh(app, site, nodes: list[str], transport_name: str | None, duration: 
     require("mesh", "audit --mesh")
     from fleetctl.meshrun.probe_run import MeshOptions, mesh_audit
 
-    opts = MeshOptions(duration=duration, rate=rate, solver=solver or "nnls")
+    mesh = site.mesh
+    opts = MeshOptions(duration=duration, rate=rate, solver=solver or "nnls",
+                       budget_pps=float(mesh.get("probe_budget_pps", 2000)),
+                       coverage_k=int(mesh.get("coverage_k", 3)), fdr=float(mesh.get("fdr", 0.01)))
     with get_transport(transport_name, site=site) as t:
         return mesh_audit(site, nodes, t, opts, out, progress=app.info)
 
@@ -31,9 +34,20 @@ def render(console, data: dict) -> None:
     console.print(f"[bold]fleetctl mesh[/bold] {data['cluster']} run {data['run_id']}: "
                   f"{s['pairs']} NIC pairs, {s['probes']} probes, {s['loss_pct']:g} % lost, "
                   f"{s['paths']} paths ({s['paths_traced']} traced), solver {s['solver']}")
-    if not data["findings"]:
+    plan = s.get("plan") or {}
+    if plan:
+        console.print(f"plan: {plan['design']}, {plan['pairs']} pairs, "
+                      f"{plan['rate_per_pair_pps']:g} probes/s per pair ({plan['rate_source']}), "
+                      f"up to {plan['host_pps_max']:g} probes/s per host (budget "
+                      f"{plan['budget_pps']:g})")
+    network = [f for f in data["findings"] if f.get("category") != "probe"]
+    if not network:
         console.print("[green]no network finding[/green]")
     for f in data["findings"]:
+        if f.get("category") == "probe":
+            console.print(f"[yellow]WARNING [/] {f['check']} [bold]{escape(f['element']['id'])}"
+                          f"[/bold]: {escape(f['note'])}; fix: {escape(f['fix'])}")
+            continue
         el = f["element"]
         name = el["id"] + (f" ({el['direction']})" if el.get("direction") else "")
         ev = f["evidence"]
@@ -48,6 +62,8 @@ def render(console, data: dict) -> None:
             detail.append(ev.get("note", ev["check"]))
         if ev.get("indistinguishable_from"):
             detail.append("or " + ", ".join(ev["indistinguishable_from"]))
+        if f.get("significance"):
+            detail.append(f"q {f['significance']['q_value']:.2g}")
         console.print(f"[{SEV_STYLE.get(f['severity'], '')}]{f['severity'].upper():8}[/] "
                       f"{f['metric']:5} [bold]{el['type']} {escape(name)}[/bold] "
                       f"confidence {f['confidence']:.2f}: {escape('; '.join(detail))}")
@@ -69,6 +85,7 @@ def render(console, data: dict) -> None:
             t.add_row(r["direction"], str(r["paths"]), str(r["probes"]), _num(r["loss_pct"]),
                       _num(r["p50_us"]))
         console.print(t)
+    _render_floor(console, s.get("loss_floor") or {})
     c = data.get("clock") or {}
     line = f"clock: {c.get('synchronized', 0)}/{c.get('hosts', 0)} hosts synchronised"
     if c.get("max_pair_residual_us") is not None:
@@ -82,6 +99,23 @@ def render(console, data: dict) -> None:
         console.print(f"[yellow]warning[/yellow] {escape(w)}")
     if data.get("file"):
         console.print(f"run file: {data['file']}")
+
+
+def _render_floor(console, floor: dict) -> None:
+    """The loss floor: a smaller loss is not measurable with this run, nor missed, nor raised."""
+    links = floor.get("links")
+    if not links:
+        return
+    conf = 100 * floor.get("confidence", 0.95)
+    console.print(f"loss floor ({conf:g} % confidence): {links['loss_floor_pct_median']:g} % per "
+                  f"link direction (median), {links['loss_floor_pct_max']:g} % on the least probed "
+                  f"({links['least_probed']}); a smaller loss is not measurable with this run")
+    vague = links.get("below_floor", []) + floor.get("not_significant", [])
+    if vague:
+        names = ", ".join(v["element"] for v in vague[:6]) + (" ..." if len(vague) > 6 else "")
+        console.print(f"not measurable with this run (loss seen, not significant): {names}")
+    if links.get("unprobed"):
+        console.print(f"not probed: {', '.join(links['unprobed'][:6])}")
 
 
 def _num(v) -> str:

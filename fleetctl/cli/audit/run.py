@@ -40,8 +40,9 @@ ANALYZE_USAGE = "fleetctl audit analyze FILE.h5 [--solver NAME] [--out FILE.h5]"
 @click.option("--mesh-only", is_flag=True, help="Probe the NIC mesh only (no node checks).")
 @click.option("--duration", type=seconds(0.1, 3600), default=5.0, show_default=True, metavar="S",
               help="Mesh: seconds of probing.")
-@click.option("--rate", type=FiniteFloatRange(0.1, 1000), default=50.0, show_default=True, metavar="HZ",
-              help="Mesh: probes per second per NIC pair.")
+@click.option("--rate", type=FiniteFloatRange(0.1, 1000), default=None, metavar="HZ",
+              help="Mesh: probes per second per NIC pair (default: from the site's mesh.probe_budget_pps; "
+                   "above the budget it warns).")
 @click.option("--out", type=click.Path(dir_okay=False), metavar="FILE.h5",
               help="Mesh: write the run (records, matrices, clock, findings) to this HDF5 file.")
 @click.option("--solver", default=None, metavar="NAME",
@@ -94,7 +95,7 @@ def run(app: Application, nodeset, level, escalate, local, node, transport, sinc
     if mesh_only:
         data = mesh_view.run_mesh(app, site, mesh_nodes, transport, duration, rate, out, solver)
         app.emit(data, lambda console: mesh_view.render(console, data))
-        return EXIT_FAILURES if data["findings"] else EXIT_OK
+        return mesh_exit_code(data)
     since_ts = since_epoch(since)
     started = time.time()
     backend = None
@@ -165,9 +166,15 @@ def run(app: Application, nodeset, level, escalate, local, node, transport, sinc
     app.emit(data, render_all)
     if errors:
         return EXIT_ERROR  # the job was not (entirely) done; what was done is in the report
-    if "mesh" in data and data["mesh"]["findings"]:
-        return max(report.exit_code, EXIT_FAILURES)
+    if "mesh" in data:
+        return max(report.exit_code, mesh_exit_code(data["mesh"]))
     return report.exit_code
+
+
+def mesh_exit_code(data: dict) -> int:
+    from fleetctl.meshrun.analyze import exit_code
+
+    return exit_code(data)
 
 
 def _collect_with_progress(app, site, nodes, level, transport, since_ts, budget, escalate, collect):
