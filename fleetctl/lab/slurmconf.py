@@ -66,11 +66,11 @@ SPANK_PLUGIN = REPO / "spank_plugin" / "build" / "spank_fleetctl.so"
 NCCL_PLUGIN_DIR = REPO / "nccl_plugin" / "build"
 
 
-def plugstack_line(**args: str) -> str:
+def plugstack_line(control: str = "optional", **args: str) -> str:
     """The lab's line for spank_fleetctl.so (built against this machine's Slurm by scripts/install),
     with the repo's NCCL plugin build as the admin's plugin_dir; extra plugstack arguments as given."""
     words = [f"plugin_dir={NCCL_PLUGIN_DIR}"] + [f"{k}={v}" for k, v in args.items()]
-    return f"optional {SPANK_PLUGIN} {' '.join(words)}\n"
+    return f"{control} {SPANK_PLUGIN} {' '.join(words)}\n"
 
 
 def write_plugstack(lab: Path) -> Path:

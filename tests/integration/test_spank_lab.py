@@ -32,8 +32,8 @@ def plugstack(lab):
     path = Path(lab.lab_dir) / "plugstack.conf"
     saved = path.read_text() if path.exists() else None
 
-    def configure(**args: str) -> None:
-        path.write_text(slurmconf.plugstack_line(**args))
+    def configure(control: str = "optional", **args: str) -> None:
+        path.write_text(slurmconf.plugstack_line(control, **args))
 
     configure()
     yield configure
@@ -102,11 +102,19 @@ def test_off_refused_when_admin_disallows(lab, plugstack):
     assert srun(lab, "--fleet-failover=auto", "true").returncode == 0
 
 
-def test_unknown_plugstack_key_is_fatal(lab, plugstack):
-    plugstack(colour="blue")
+def test_unknown_plugstack_key_is_fatal_on_a_required_line(lab, plugstack):
+    plugstack("required", colour="blue")
     proc = srun(lab, "true")
     assert proc.returncode != 0
     assert any("colour" in l and "unknown key" in l for l in fleet_lines(proc.stderr)), proc.stderr
+
+
+def test_unknown_plugstack_key_on_an_optional_line_leaves_the_plugin_inert(lab, plugstack):
+    plugstack(colour="blue")
+    proc = srun(lab, "env")
+    assert any("colour" in l and "unknown key" in l for l in fleet_lines(proc.stderr)), proc.stderr
+    env = task_env(proc)
+    assert "NCCL_NET_PLUGIN" not in env and "NCCL_NET" not in env
 
 
 def test_snapshot_must_be_absolute(lab, plugstack):
