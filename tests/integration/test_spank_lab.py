@@ -160,8 +160,9 @@ def test_prolog_sees_the_choices(lab, plugstack, prolog_capture):
 
 def test_sbatch_job_gets_the_plugin_and_prolog_the_choice(lab, plugstack, prolog_capture, tmp_path):
     out = tmp_path / "batch.env"
-    job = sbatch(lab, "-w", "node2", "-N1", "--fleet-failover=auto", "--wrap", f"env > {out}")
+    job = sbatch(lab, "-w", "node2", "-N1", "--fleet-failover=auto", "--fleet-lens",
+                 "--wrap", f"env > {out}")
     wait_for(lambda: out.exists() and "NCCL_NET=" in out.read_text(), timeout=60)
     env = dict(line.partition("=")[::2] for line in out.read_text().splitlines() if "=" in line)
     assert env["NCCL_NET_PLUGIN"] == ADMIN_LIB and env["NCCL_NET"] == "fleet"
-    assert prolog_env(prolog_capture, job).get("SPANK_FLEET_FAILOVER") == "auto"
+    assert prolog_env(prolog_capture, job) == {"SPANK_FLEET_FAILOVER": "auto", "SPANK_FLEET_LENS": "1"}
