@@ -61,6 +61,29 @@ def write_hooks(lab: Path) -> dict[str, str]:
     return paths
 
 
+REPO = Path(__file__).resolve().parents[2]
+SPANK_PLUGIN = REPO / "spank_plugin" / "build" / "spank_fleetctl.so"
+NCCL_PLUGIN_DIR = REPO / "nccl_plugin" / "build"
+
+
+def plugstack_line(control: str = "optional", **args: str) -> str:
+    """The lab's line for spank_fleetctl.so (built against this machine's Slurm by scripts/install),
+    with the repo's NCCL plugin build as the admin's plugin_dir; extra plugstack arguments as given."""
+    words = [f"plugin_dir={NCCL_PLUGIN_DIR}"] + [f"{k}={v}" for k, v in args.items()]
+    return f"{control} {SPANK_PLUGIN} {' '.join(words)}\n"
+
+
+def write_plugstack(lab: Path) -> Path:
+    """The lab's own plugstack.conf for this machine's Slurm: spank_fleetctl.so when it is built.
+    srun and slurmstepd read it at every start, so tests may rewrite it without a restart."""
+    text = "# fleetctl lab: SPANK plugins of this machine's Slurm\n"
+    if SPANK_PLUGIN.is_file():
+        text += plugstack_line()
+    path = lab / "plugstack.conf"
+    path.write_text(text)
+    return path
+
+
 def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
                version: tuple[int, int], *, bindir: Path | None = None,
                plugin_dir: Path | None = None) -> Path:
@@ -113,6 +136,8 @@ def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
         # Slurm would be refused by another version): an empty one of the lab's.
         (lab / "plugstack.conf").write_text("# fleetctl lab: no SPANK plugins for a Debian root's Slurm\n")
         lines += [f"PluginDir={plugin_dir}", f"PlugStackConfig={lab / 'plugstack.conf'}"]
+    else:
+        lines.append(f"PlugStackConfig={write_plugstack(lab)}")
     for host in plan.hosts:
         lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
                      f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")

@@ -1,0 +1,43 @@
+/* spank_fleetctl: shared state of the SPANK plugin (admin configuration and the user's choices). */
+#ifndef SPANK_FLEETCTL_H
+#define SPANK_FLEETCTL_H
+
+#include <slurm/spank.h>
+
+#define FLEET_PATH_MAX 1024   /* plugin_dir and --fleet-snapshot: bounded, absolute */
+#define FLEET_IFACES_MAX 256
+#define FLEET_LIB "libnccl-net-fleet.so"
+#define FLEET_DEFAULT_PLUGIN_DIR "/usr/lib/fleetctl"
+
+enum fleet_failover { FLEET_FAILOVER_UNSET = 0, FLEET_FAILOVER_AUTO, FLEET_FAILOVER_OFF };
+
+/* plugstack.conf arguments, parsed into a zeroed struct with defaults. */
+struct fleet_config {
+    char plugin_dir[FLEET_PATH_MAX];
+    char ifaces[FLEET_IFACES_MAX];      /* "" when the admin set none */
+    enum fleet_failover default_failover;
+    int allow_off;
+    int required;
+};
+
+/* The user's options (srun/sbatch/salloc), as the option callbacks saw them. */
+struct fleet_choice {
+    enum fleet_failover failover;       /* UNSET: the admin's default */
+    int lens;
+    char snapshot[FLEET_PATH_MAX];      /* "" when not given */
+};
+
+extern struct fleet_config fleet_config;
+extern struct fleet_choice fleet_choice;
+
+int fleet_config_parse(int ac, char **av);
+int fleet_options_register(spank_t sp);
+enum fleet_failover fleet_failover_effective(void);
+int fleet_path_valid(const char *path);
+/* A plugin error: fatal (-1) only when the admin said required=yes. */
+int fleet_result(int rv);
+
+int fleet_local_post_opt(spank_t sp);   /* local/allocator: Prolog/Epilog environment */
+int fleet_remote_user_init(spank_t sp); /* remote (slurmstepd): the tasks' environment */
+
+#endif
