@@ -101,7 +101,10 @@ def test_agents_over_srun(lab):
     data = to_dict(result.run, result.analysis)
     assert data["findings"] == [] and data["warnings"] == []
     s = data["summary"]
-    assert s["lost"] == 0 and s["paths_traced"] == s["paths"]
+    assert s["paths_traced"] == s["paths"]
+    # srun starts the agents one by one: probes to an agent not yet running are lost, and set aside
+    # by the integrity step (never blamed on the fabric); every other probe arrives.
+    assert s["lost"] <= s["integrity"]["probes_set_aside"], (s["lost"], s["integrity"])
 
 
 def test_mesh_together_with_node_checks(lab, capsys, monkeypatch, fault):
