@@ -25,12 +25,14 @@ RANKS = {
     "fanout": 4, "slurm": 4, "store": 4, "inventory": 5,
     # detect (independent of one another)
     "checks": 6, "mesh": 6, "analysis": 6,
-    # detect, composed: one probe run = mesh + analysis
-    "meshrun": 7,
+    # detect, composed: one probe run = mesh + analysis; discover = fan-out + tracer -> a site file
+    "meshrun": 7, "discover": 7,
     # act; the lab sits beside the act layer
-    "audit": 8, "snapshot": 8, "lab": 8,
+    "audit": 8, "snapshot": 8, "lab": 8, "failover": 8, "lens": 8,
+    # the loop: spares build on audit; act (policies, explain) on lens, snapshot and spares
+    "spares": 9, "act": 10,
     # face
-    "cli": 9, "__main__": 10,
+    "cli": 11, "__main__": 12,
 }
 FACE = {"cli", "__main__"}
 UI_LIBRARIES = {"click", "rich"}
