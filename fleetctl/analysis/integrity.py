@@ -9,9 +9,13 @@ An agent's health row (one per agent and window, health.HEALTH_FIELDS) is overlo
 or its host lost or delayed probes by itself: sends skipped, datagrams dropped by its sockets
 (SO_RXQ_OVFL), UDP receive-buffer / input / send-buffer errors in its namespace, softnet backlog
 drops, records pushed out of its ring before their echo could arrive, send lateness p99 beyond
-`late_p99_us`, or CPU near a whole core. Probes whose sender or responder was overloaded at the
-time are left out of triangulation; a NIC down makes `send_errors`, which is the network's and
-never counts here.
+`late_p99_us`, a stall (the agent not running between two loop turns) beyond `stall_us`, or CPU
+near a whole core. Probes whose sender or responder was overloaded at the time are left out of
+triangulation; a NIC down makes `send_errors`, which is the network's and never counts here.
+
+"At the time" reaches back one echo timeout before an overloaded window: a probe sent then
+waited for its echo during the window (a socket that overflowed, an answer the stalled responder
+sent too late), and a drop is reported only with the next datagram after it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ MAX_CPU_SHARE = 0.9  # CPU time over window length: the agent had (nearly) a who
 @dataclass(frozen=True)
 class IntegrityThresholds:
     late_p99_us: float = 100_000.0  # the loop sleeps up to one tick (5-20 ms) by design
+    stall_us: float = 250_000.0  # the agent's own skip-ahead lag (agent.MAX_LAG_S)
+    echo_timeout_s: float = 1.0  # the agents' echo timeout (max(linger, 0.5) unless configured)
     cpu_share: float = MAX_CPU_SHARE
     margin_s: float = 0.25  # around each overloaded window: host clocks differ by milliseconds
     alive_guard_s: float = 0.05  # a responder counts as listening this long after its start
@@ -41,6 +47,7 @@ class HostOverload:
     intervals: list[tuple[int, int]] = field(default_factory=list)  # ns, real wall clock
     totals: dict = field(default_factory=dict)  # counters summed over overloaded windows
     late_p99_us_max: float = 0.0
+    stall_us_max: float = 0.0
     cpu_pct_max: float = 0.0
     probes_set_aside: int = 0
     alive: tuple[int, int] | None = None  # first window start, last window end (ns)
@@ -74,6 +81,8 @@ def overload_marks(health: dict, hosts: list[str],
                 ho.totals[name] = 0
         if "late_p99_us" in col:
             bad |= data[:, col["late_p99_us"]] > th.late_p99_us
+        if "stall_max_us" in col:  # absent from runs recorded before the field existed
+            bad |= data[:, col["stall_max_us"]] > th.stall_us
         if "cpu_s" in col:
             bad |= data[:, col["cpu_s"]] / dur >= th.cpu_share
         ho.overloaded = int(bad.sum())
@@ -83,11 +92,14 @@ def overload_marks(health: dict, hosts: list[str],
                 ho.totals[name] = int(v[v > 0].sum())
             if "late_p99_us" in col:
                 ho.late_p99_us_max = round(float(data[bad, col["late_p99_us"]].max()), 1)
+            if "stall_max_us" in col:
+                ho.stall_us_max = round(float(data[bad, col["stall_max_us"]].max()), 1)
             if "cpu_s" in col:
                 ho.cpu_pct_max = round(float((data[bad, col["cpu_s"]] / dur[bad]).max() * 100), 1)
             t0 = data[bad, col["t_start_ns"]]
             m = th.margin_s * 1e9
-            ho.intervals = [(int(a - m), int(a + d * 1e9 + m)) for a, d in zip(t0, dur[bad])]
+            back = m + min(max(th.echo_timeout_s, 0.0), 60.0) * 1e9
+            ho.intervals = [(int(a - back), int(a + d * 1e9 + m)) for a, d in zip(t0, dur[bad])]
         out[host] = ho
     return out
 
@@ -173,6 +185,8 @@ def overload_findings(marks: dict[str, HostOverload], rate: float | None = None)
         extra = []
         if m.late_p99_us_max:
             extra.append(f"send lateness p99 up to {m.late_p99_us_max / 1000:.1f} ms")
+        if m.stall_us_max:
+            extra.append(f"not running for up to {m.stall_us_max / 1000:.0f} ms at a time")
         if m.cpu_pct_max:
             extra.append(f"agent CPU up to {m.cpu_pct_max:g} %")
         note = (f"probe agent on {host} overloaded in {m.overloaded} of {m.windows} windows"
@@ -188,6 +202,7 @@ def overload_findings(marks: dict[str, HostOverload], rate: float | None = None)
             "confidence": 1.0,
             "evidence": {"windows": m.windows, "overloaded_windows": m.overloaded,
                          "counters": counters, "late_p99_us_max": m.late_p99_us_max,
+                         "stall_us_max": m.stall_us_max,
                          "cpu_pct_max": m.cpu_pct_max, "probes_set_aside": m.probes_set_aside,
                          **({"rate_per_pair_pps": rate} if rate else {})},
             "note": note,

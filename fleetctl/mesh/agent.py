@@ -200,6 +200,8 @@ class Agent:
             rec.state
         self.r_t1, self.r_t2, self.r_t3, self.r_t4 = rec.t1, rec.t2, rec.t3, rec.t4
         self.batches = 0
+        self.drained_ns = time.time_ns()  # real time before the last turn that emptied the queues
+        self.backlog = False  # a drain stopped at MAX_DRAIN this turn: its queue is not empty
         self.health = HealthMeter(self.counters, self.window_s,
                                   late_cap=int(sends_per_s * self.window_s * 1.2) + 64,
                                   keep_rows=not self.stream)
@@ -262,6 +264,7 @@ class Agent:
                         for b, s, d, a in self.pairs if (s, 0) in self.senders]
         self.targets += [((f,), s, s, (a, LOOP_DPORT), (self.loopers[s],))
                          for f, s, a in self.loops if s in self.loopers]
+        self.health.restart()  # listening from now on: the first window starts here
 
     def close(self) -> None:
         for sock, _role, _nic in self.by_fd.values():
@@ -330,6 +333,8 @@ class Agent:
             r_t4[pos] = host(rx)
             r_state[pos] = ANSWERED
             echoes += 1
+        else:
+            self.backlog = True
         c["echoes"] += echoes
         self.kernel_rx += kernel
 
@@ -380,6 +385,8 @@ class Agent:
                 answered += 1
             except OSError:
                 c["answer_errors"] += 1
+        else:
+            self.backlog = True
         c["answered"] += answered
         self.kernel_rx += kernel
 
@@ -504,7 +511,9 @@ class Agent:
         as one batch (printed at once in stream mode), with the health rows closed since the
         last batch."""
         if upto is None:
-            limit = self.clock.host(time.time_ns()) - int(self.echo_timeout_s * 1e9)
+            # a record is lost only if its echo timeout passed before a drain that emptied every
+            # socket: after a stall its echo may be waiting in a receive queue, not lost
+            limit = self.clock.host(self.drained_ns) - int(self.echo_timeout_s * 1e9)
             upto = self.rec.n if final else self.rec.final_upto(limit)
         recs = self.rec.take(upto)
         flows, seqs = self.rec.take_log()
@@ -541,8 +550,11 @@ class Agent:
         next_window = time.monotonic() + self.window_s
         poll, by_fd, meter, tick, sleep = self.epoll.poll, self.by_fd, self.health, self.tick_s, \
             time.sleep
+        prev = time.monotonic()
         while True:
             now = time.monotonic()
+            meter.note_gap(now - prev)
+            prev = now
             if now >= next_window:
                 self.pending_health.append(meter.close())
                 next_window += self.window_s
@@ -570,6 +582,8 @@ class Agent:
             meter.wakeups += 1
             # one blocking call per turn: under load the tick's sleep has filled the queues and
             # poll(0) finds them; only an idle agent blocks in poll until a datagram or a send
+            turn_ns = time.time_ns()
+            self.backlog = False
             events = poll(0)
             if not events:
                 wait = max(wait, now + tick - time.monotonic())
@@ -583,6 +597,8 @@ class Agent:
                     self.drain_probes(sock, fd, nic)
                 else:
                     self.drain_loop(sock, nic)
+            if not self.backlog:  # every datagram that arrived before turn_ns has been read
+                self.drained_ns = turn_ns
             # coalesce: at most one turn per tick, so each turn drains many datagrams (the
             # receive queues hold them meanwhile; t2/t4 are kernel times, unaffected)
             rest = now + tick - time.monotonic()

@@ -32,6 +32,8 @@ HEALTH_FIELDS = (
     "cpu_s",               # agent CPU time (user + system) in the window
     "wakeups",             # loop turns (each drains every ready socket)
     "ring_forced",         # records emitted before their echo timeout (ring full)
+    "stall_max_us",        # longest gap between two loop turns ending in the window: the agent
+                           # was not running (descheduled), so it neither answered nor read
 )
 _P99 = HEALTH_FIELDS.index("late_p99_us")
 REJECT_COUNTERS = ("foreign", "garbled", "bad_mac", "replayed", "unexpected", "late")
@@ -112,6 +114,7 @@ class HealthMeter:
         self.late_max = 0.0
         self.wakeups = 0
         self.ring_forced = 0
+        self.stall_max = 0.0
         self.ovfl_total = 0  # updated by the agent: sum over sockets of the last SO_RXQ_OVFL
         self._open(time.time_ns())
         self.run_start = (self.t_start, self.cpu0, self.host0, dict(counters))
@@ -120,6 +123,13 @@ class HealthMeter:
         self.keep_rows = keep_rows  # document mode keeps every row; a stream sends them on
         self.rows: list[list] = []
 
+    def restart(self) -> None:
+        """Begin the first window (and the run's totals) now: called once every socket is bound,
+        so the first window's start says when the agent began listening (the collector treats
+        probes sent to it before then as never answerable, not as lost by the network)."""
+        self._open(time.time_ns())
+        self.run_start = (self.t_start, self.cpu0, self.host0, dict(self.counters))
+
     def _open(self, now_ns: int) -> None:
         self.t_start = now_ns
         self.cpu0 = time.process_time()
@@ -127,6 +137,13 @@ class HealthMeter:
         self.c0 = dict(self.counters)
         self.ovfl0 = self.ovfl_total
         self.n_late, self.late_max, self.wakeups, self.ring_forced = 0, 0.0, 0, 0
+        self.stall_max = 0.0
+
+    def note_gap(self, seconds: float) -> None:
+        """The time since the previous loop turn (noted before the window can close, so a stall
+        belongs to the window it happened in)."""
+        if seconds > self.stall_max:
+            self.stall_max = seconds
 
     def note_late(self, seconds: float) -> None:
         if self.n_late < len(self.late):
@@ -149,7 +166,8 @@ class HealthMeter:
                d["echoes"], d["answered"], d["answer_errors"],
                sum(d.get(k, 0) for k in REJECT_COUNTERS),
                self.ovfl_total - self.ovfl0, *host,
-               round(time.process_time() - self.cpu0, 6), self.wakeups, self.ring_forced]
+               round(time.process_time() - self.cpu0, 6), self.wakeups, self.ring_forced,
+               round(self.stall_max * 1e6, 1)]
         self.run_late_max = max(self.run_late_max, self.late_max)
         self.worst_late_p99 = max(self.worst_late_p99, row[_P99])
         if self.keep_rows and len(self.rows) < MAX_HEALTH_ROWS:

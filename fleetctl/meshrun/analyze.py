@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetctl.analysis.integrity import (budget_finding, overload_findings, overload_marks,
-                                         probes_kept)
+from fleetctl.analysis.integrity import (IntegrityThresholds, budget_finding, overload_findings,
+                                         overload_marks, probes_kept)
 from fleetctl.analysis.significance import DEFAULT_FDR, significant
 from fleetctl.analysis.solvers import get_solver
 from fleetctl.analysis.triangulate import triangulate
@@ -74,7 +74,8 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     hpos = {h: i for i, h in enumerate(hosts)}
     nic_host = np.array([hpos[h] for h in topo.nic_host])
     window_s = float(window_s or run.parameters.get("window_s") or 5.0)
-    marks = overload_marks(run.health, hosts)
+    marks = overload_marks(run.health, hosts, IntegrityThresholds(
+        echo_timeout_s=echo_timeout_s(run.parameters)))
     keep = probes_kept(run.probes, nic_host, hosts, marks)
     probes = run.probes[keep] if keep.any() else run.probes
     pair = probes["dst_nic"] >= 0  # the rest are loop probes to a switch (loops.py)
@@ -137,6 +138,16 @@ def exit_code(data: dict) -> int:
     if any(c != "probe" for c in categories):
         return EXIT_FAILURES
     return EXIT_WARNINGS if categories else EXIT_OK
+
+
+def echo_timeout_s(parameters: dict) -> float:
+    """The agents' echo timeout for a run: configured, or the agent's rule max(linger, 0.5)."""
+    try:
+        value = float(parameters.get("echo_timeout_s") or max(float(parameters.get("linger", 1.0)),
+                                                              0.5))
+    except (TypeError, ValueError):
+        return 1.0
+    return min(10.0, max(0.1, value)) if value == value else 1.0
 
 
 def run_window(window_s: float | None, duration: float | None, linger: float = 1.0) -> float | None:

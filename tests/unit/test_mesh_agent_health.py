@@ -127,3 +127,34 @@ def test_clean_run_health_shows_the_schedule_kept():
     assert max(col["late_max_us"]) < 250_000  # lateness is measured (and below the skip limit)
     assert sum(dict(zip(fields, r))["answered"] for r in health_table(docs["b"])[1]) == \
         docs["b"]["counters"]["answered"]
+
+
+def test_a_stalled_sender_loses_nothing_and_reports_the_stall():
+    """SIGSTOP the sender for 1.5 s, longer than its 1 s echo timeout: the echoes of the probes it
+    sent just before wait in its socket's queue and are matched when it runs again (not written
+    off at wake-up), and the window it woke in carries the stall for the integrity step."""
+    import signal
+
+    port = free_port()
+    cfg = config(port, rate=100, duration=3.0, linger=1.0, start_in=0.3, pairs=False)
+    cfg["health_window_s"] = 0.5
+    a, b = start(cfg, "a"), start(cfg, "b")
+    time.sleep(0.3 + 1.0)
+    a.send_signal(signal.SIGSTOP)
+    time.sleep(1.5)
+    a.send_signal(signal.SIGCONT)
+    docs = {"a": finish(a), "b": finish(b)}
+    ca = docs["a"]["counters"]
+    assert ca["skipped"] > 0  # it fell behind its schedule while stopped
+    assert ca["echoes"] == ca["sent"] and ca["late"] == 0, ca
+    fields, rows = health_table(docs["a"])
+    stalls = [r[fields.index("stall_max_us")] for r in rows]
+    assert max(stalls) >= 1.4e6 and sorted(stalls)[-2] < 0.25e6  # one window holds the stall
+
+
+def test_first_window_starts_once_the_sockets_listen():
+    meter = health.HealthMeter({k: 0 for k in agent.COUNTERS}, 1.0)
+    first = meter.t_start
+    time.sleep(0.05)
+    meter.restart()
+    assert meter.t_start - first >= 40_000_000 and meter.run_start[0] == meter.t_start

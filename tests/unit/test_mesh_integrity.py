@@ -185,3 +185,22 @@ def test_audit_analyze_of_a_stored_overloaded_run_warns_and_exits_1(topo, tmp_pa
     assert rc == 1 and data["summary"]["network_findings"] == 0
     assert data["summary"]["probe_warnings"] == 1
     assert data["summary"]["loss_floor"]["links"]["loss_floor_pct_max"] > 0
+
+
+def test_a_stall_marks_its_window_and_reaches_back_one_echo_timeout():
+    """A responder not running for 0.6 s answered probes late (lost at their senders): its window
+    is overloaded, and so are probes sent up to one echo timeout before that window (their echoes
+    were due while it stood still)."""
+    from fleetctl.analysis.integrity import IntegrityThresholds
+    from fleetctl.model.fabric import PROBE_DTYPE
+
+    stalled = health_rows({3}, stall_max_us=600_000)
+    p = np.zeros(4, dtype=PROBE_DTYPE)
+    p["src_nic"], p["dst_nic"] = [0, 0, 0, 0], [1, 1, 1, 1]
+    p["t_send"] = EPOCH_NS + np.array([1.5, 2.2, 3.5, 4.5]) * 1e9
+    marks = overload_marks({"b": stalled}, ["a", "b"], IntegrityThresholds(echo_timeout_s=1.0))
+    assert marks["b"].overloaded == 1 and marks["b"].stall_us_max == 600_000
+    assert probes_kept(p, np.array([0, 1]), ["a", "b"], marks).tolist() == \
+        [True, False, False, True]
+    quiet = health_rows({3}, stall_max_us=200_000)  # below the agent's own skip limit
+    assert overload_marks({"b": quiet}, ["b"])["b"].overloaded == 0
