@@ -37,6 +37,7 @@ from fleetctl.snapshot.rankstate import ExtraState, capture_rng, restore_rng
 
 log = logging.getLogger("fleetctl.snapshot")
 ENV_DIR = "FLEETCTL_SNAPSHOT_DIR"
+ENV_SPANK_DIR = "FLEET_SNAPSHOT_DIR"  # set in the task by `srun --fleet-snapshot=DIR` (SPANK)
 _PERIODIC, _SIGNAL, _FORCED, _REQUEST = 1, 2, 3, 4
 _REASONS = {_PERIODIC: "periodic", _SIGNAL: "signal", _FORCED: "forced", _REQUEST: "request"}
 
@@ -85,9 +86,10 @@ class Snapshotter:
                  mtbf_s: float | None = None, use_async: bool = True, poll_every: int = 1,
                  signal_number: int | None = signal.SIGUSR2, job_id: str | None = None,
                  registry: str | None = None):
-        directory = directory or os.environ.get(ENV_DIR)
+        directory = directory or os.environ.get(ENV_DIR) or os.environ.get(ENV_SPANK_DIR)
         if not directory:
-            raise SnapshotError(f"no snapshot directory: pass directory= or set {ENV_DIR}")
+            raise SnapshotError(f"no snapshot directory: pass directory=, set {ENV_DIR} or run "
+                                "the job with --fleet-snapshot=DIR")
         if not isinstance(keep, int) or keep < 1:
             raise SnapshotError(f"keep must be a positive integer, not {keep!r}")
         if not isinstance(poll_every, int) or poll_every < 1:

@@ -167,3 +167,23 @@ def test_no_snapshot_without_a_trigger_and_a_fresh_start(tmp_path):
     assert all(snap.step(it) is None for it in range(5))
     snap.close()
     assert layout.scan(tmp_path / "s") == []
+
+
+def test_the_spank_option_names_the_directory(tmp_path, monkeypatch):
+    """`srun --fleet-snapshot=DIR` puts FLEET_SNAPSHOT_DIR in the task's environment; the library
+    takes it when neither directory= nor FLEETCTL_SNAPSHOT_DIR says otherwise."""
+    from fleetctl.snapshot import Snapshotter, SnapshotError
+
+    model = torch.nn.Linear(4, 2)
+    monkeypatch.delenv("FLEETCTL_SNAPSHOT_DIR", raising=False)
+    monkeypatch.delenv("FLEET_SNAPSHOT_DIR", raising=False)
+    with pytest.raises(SnapshotError, match="--fleet-snapshot"):
+        Snapshotter(model, periodic=False, signal_number=None)
+    monkeypatch.setenv("FLEET_SNAPSHOT_DIR", str(tmp_path / "spank"))
+    snap = Snapshotter(model, periodic=False, signal_number=None)
+    snap.close()
+    assert snap.root == tmp_path / "spank"
+    monkeypatch.setenv("FLEETCTL_SNAPSHOT_DIR", str(tmp_path / "explicit"))
+    snap = Snapshotter(model, periodic=False, signal_number=None)
+    snap.close()
+    assert snap.root == tmp_path / "explicit"
