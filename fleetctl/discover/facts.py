@@ -35,6 +35,7 @@ class NicFact:
     guids: list[str] = field(default_factory=list)  # node and port GUIDs (InfiniBand)
     lids: list[int] = field(default_factory=list)
     up: bool = True
+    virtual: bool = False  # a netdev without a device behind it (veth, bridge, dummy)
 
     @property
     def address(self) -> str:
@@ -146,7 +147,8 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
                                   mtu=_num(n.get("mtu"), w, int, 65536), addresses=_cidrs(n.get("addresses"), w),
                                   pci=_str(n.get("pci"), w, 64),
                                   numa_node=n.get("numa_node") if isinstance(n.get("numa_node"), int) else None,
-                                  up=_str(n.get("operstate"), w) in ("up", "unknown")))
+                                  up=_str(n.get("operstate"), w) in ("up", "unknown"),
+                                  virtual=n.get("virtual") is True))
     facts.loopback = _cidrs(doc.get("loopback"), f"{where}: loopback")
     lldp = doc.get("lldp") or {}
     if isinstance(lldp, dict) and isinstance(lldp.get("text"), str):

@@ -58,10 +58,11 @@ def render(*, cluster: str, classes: list[ClassSpec], fabric: FabricSpec, access
     if checks:
         _table(lines, "[checks]", checks)
     for c in classes:
-        comments = [f"{len(c.nodes)} nodes with the same GPUs, CPUs and fabric NICs",
-                    f"observed: kernel {c.observed.get('kernel') or '?'}, GPU driver "
-                    f"{c.observed.get('gpu_driver') or 'none'}, memory "
-                    f"{c.observed['memory_gb_range'][0]:g}-{c.observed['memory_gb_range'][1]:g} GiB"]
+        comments = [f"{len(c.nodes)} nodes with the same GPUs, CPUs and fabric NICs"]
+        if c.observed:
+            low, high = c.observed.get("memory_gb_range") or (0, 0)
+            comments.append(f"observed: kernel {c.observed.get('kernel') or '?'}, GPU driver "
+                            f"{c.observed.get('gpu_driver') or 'none'}, memory {low:g}-{high:g} GiB")
         comments += [f"deviation: {d['node']} {d['what']} = {d['value']} (class majority {d['expected']})"
                      for d in c.deviations[:20]]
         if len(c.deviations) > 20:
