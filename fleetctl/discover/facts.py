@@ -171,6 +171,8 @@ def choose_fabric_nics(facts: NodeFacts, include: tuple[str, ...] = (), exclude:
     nets = [n for n in facts.nics if n.kind == "ethernet" and n.up and not _matches(n.name, skip)]
     with_lldp = {nb.local_port for nb in facts.lldp}
     seen = [n for n in nets if n.name in with_lldp]
+    if not seen:  # without LLDP, virtual netdevs (veths, bridges) are plumbing, not fabric
+        nets = [n for n in nets if not n.virtual]
     # A node with RDMA devices and no LLDP anywhere: its plain netdevs are management or storage.
     facts.fabric_nics = rdma + [n.name for n in (seen or ([] if rdma else nets))]
     if seen and len(seen) < len(nets):
