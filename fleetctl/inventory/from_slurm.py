@@ -93,7 +93,8 @@ def cluster_from_slurm(backend) -> Site:
     topology = Path(conf).parent / "topology.conf" if conf else None
     if config.get("TopologyPlugin", "").endswith("tree") and topology is not None and topology.is_file():
         slurm["topology_conf"] = str(topology)
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", config.get("ClusterName", "") or "slurm")
+    cluster = config.get("ClusterName", "")
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", cluster) if cluster not in ("", "(null)") else "slurm"
     document = {
         "cluster": {"name": name, "description": "built from Slurm alone (no site file)"},
         "access": {"transport": "srun"}, "slurm": slurm, "node_classes": classes,
