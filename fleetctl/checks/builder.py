@@ -119,9 +119,11 @@ def run_payload_subprocess(args: dict, python: str | list[str] = "python3", time
 
 def parse_payload_output(stdout: str, rc: int | None = 0, stderr: str = "") -> dict:
     """The one JSON document a payload printed, or DataError naming what came back instead."""
+    from fleetctl.fanout.payload import last_json_document
+
     text = stdout.strip()
     try:
-        doc = json.loads(text.splitlines()[-1]) if text else None
+        doc = last_json_document(text) if text else None
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
