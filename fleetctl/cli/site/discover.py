@@ -94,7 +94,7 @@ def discover(app: Application, nodeset, out, force, against, transport, netns, s
         return EXIT_WARNINGS if changes["changes"] else EXIT_OK
     text = render(cluster=cluster_name or (base.name if base is not None else "cluster"),
                   classes=result.classes, fabric=result.fabric, access=_access(name, options),
-                  slurm=_slurm(base), checks={k: v for k, v in checks.items() if k in (
+                  slurm=_slurm(base, topology=not result.fabric.links), checks={k: v for k, v in checks.items() if k in (
                       "kernel_log", "simulated_gpus", "state_file") and v},
                   notes=result.notes + result.fabric.notes, sources=result.sources)
     data = result.to_dict()
@@ -135,10 +135,13 @@ def _access(name: str, options) -> dict:
     return access
 
 
-def _slurm(base) -> dict:
+def _slurm(base, topology: bool) -> dict:
+    """conf and partition of the site in use (or Slurm's); Slurm's topology.conf as the fabric when
+    discovery found no cabling (the loader imports its switches and node links)."""
     if base is None:
         return {}
-    return {k: v for k, v in base.slurm.items() if k in ("conf", "partition") and v}
+    keys = ("conf", "partition", "topology_conf") if topology else ("conf", "partition")
+    return {k: v for k, v in base.slurm.items() if k in keys and v}
 
 
 def _render_summary(console, data: dict) -> None:
