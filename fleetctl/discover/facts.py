@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
+import re
 from dataclasses import dataclass, field
 
 from fleetctl.discover.lldp import Neighbour, parse_neighbours
@@ -76,6 +77,18 @@ def _str(value, what: str, limit: int = 256) -> str:
     return str(value)
 
 
+_NIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@\-]{0,63}$")
+
+
+def _nic_name(value, what: str) -> str:
+    """A NIC name goes into the site file and from there into sysfs paths on every node of its class:
+    only the characters of real netdev and RDMA device names, never a path."""
+    name = _str(value, what, 64)
+    if not _NIC_NAME.match(name) or ".." in name:
+        raise DataError(f"{what}: {name[:40]!r} is not a NIC name")
+    return name
+
+
 def _num(value, what: str, kind=float, high: float = 1e9):
     if value is None or value == "":
         return kind(0)
@@ -123,8 +136,8 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
             raise DataError(f"{where}: an RDMA entry is not an object")
         w = f"{where}: rdma {str(r.get('name'))[:40]!r}"
         ports = [p for p in (r.get("ports") or [])[:8] if isinstance(p, dict)]
-        nic = NicFact(name=_str(r.get("name"), w, 64), kind="roce" if r.get("kind") == "roce" else "infiniband",
-                      netdev=_str(r.get("netdev"), w, 64), rate_gbps=_num(r.get("rate_gbps"), w, float, 1e5),
+        nic = NicFact(name=_nic_name(r.get("name"), w), kind="roce" if r.get("kind") == "roce" else "infiniband",
+                      netdev=_nic_name(r.get("netdev"), w) if r.get("netdev") else "", rate_gbps=_num(r.get("rate_gbps"), w, float, 1e5),
                       firmware=_str(r.get("firmware"), w), pci=_str(r.get("pci"), w, 64),
                       numa_node=r.get("numa_node") if isinstance(r.get("numa_node"), int) else None,
                       guids=[g for g in [_str(r.get("node_guid"), w, 32)] + [_str(p.get("port_guid"), w, 32)
@@ -137,7 +150,7 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
         if not isinstance(n, dict):
             raise DataError(f"{where}: a netdev entry is not an object")
         w = f"{where}: netdev {str(n.get('name'))[:40]!r}"
-        name = _str(n.get("name"), w, 64)
+        name = _nic_name(n.get("name"), w)
         if name in rdma_netdevs:  # the RDMA device stands for it; its addresses go there
             rd = facts.nic_of_netdev(name)
             rd.addresses = _cidrs(n.get("addresses"), w)

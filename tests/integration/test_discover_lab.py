@@ -19,10 +19,7 @@ import pytest
 
 from fleetctl.cli import run as cli_run
 from fleetctl.config import load_site
-from fleetctl.fanout import get_transport
 from fleetctl.lab import faults
-from fleetctl.meshrun.analyze import to_dict
-from fleetctl.meshrun.probe_run import MeshOptions, probe_run
 
 from labutil import wait_for
 
@@ -79,16 +76,18 @@ def test_discovered_file_equals_the_labs_and_localizes_a_fault(lab, no_site, cap
     assert {s: (w.tier, w.address) for s, w in mine.switches.items()} == \
         {s: (w.tier, w.address) for s, w in truth.switches.items()}
     assert _links(mine) == _links(truth)
-    # The mesh on the discovered file blames the same link direction as on the lab's file.
+    # `audit --mesh` on the discovered file blames the same link direction as on the lab's file
+    # (tests/integration/test_mesh_lab.py, same fault and probing).
     faults.add("leaf2->spine1", "loss", "2")
     try:
-        with get_transport(site=mine) as t:
-            result = probe_run(mine, list(mine.nodes), t, MeshOptions(duration=3.0, rate=50.0))
+        capsys.readouterr()
+        rc = cli_run(["--site", str(out), "--format", "json", "audit", "--mesh-only", "--duration", "3",
+                      "--rate", "50"])
+        findings = json.loads(capsys.readouterr().out)["findings"]
     finally:
         faults.clear()
-    findings = to_dict(result.run, result.analysis)["findings"]
-    assert [f["element"] for f in findings] == [{"type": "link", "id": "leaf2--spine1",
-                                                  "direction": "leaf2->spine1"}], findings
+    assert rc == 2 and [f["element"] for f in findings] == [
+        {"type": "link", "id": "leaf2--spine1", "direction": "leaf2->spine1"}], findings
 
 
 def test_diff_names_a_cable_down_and_an_mtu_change(lab, no_site, capsys):

@@ -110,6 +110,8 @@ def test_payload_runs_on_a_bare_python_and_its_document_parses():
     ([], "not a discovery document"),
     ({"schema": "fleetctl.discover.node/1", "cpus": "many"}, "cpus: not a number"),
     ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "x" * 300}]}, "not a short text"),
+    ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "../../etc"}]}, "not a NIC name"),
+    ({"schema": "fleetctl.discover.node/1", "rdma": [{"name": "mlx5_0", "netdev": "a b"}]}, "not a NIC name"),
     ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "e", "addresses": ["10.0.0.999/8"]}]},
      "not an address"),
     ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "e"}] * 300}, "at most 256"),
