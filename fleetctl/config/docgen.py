@@ -55,7 +55,8 @@ NICs (80 switches, 17,408 cables; a 4.4 MB ibnetdiscover output and every node's
 rebuilt in 3.0 s (parse 0.65 s, classes 0.16 s, cabling 0.37 s, loading the written file 1.5 s)
 into a 1.9 MB, 104,921-line site file whose cables and tiers equal the generated ones; its probe
 plan is a covering design of 63,488 NIC pairs at 27.8 probes/s per pair (2,000 probes/s per host),
-planned in 2.1 s. DISCOVER_LAB_FIGURE
+planned in 2.1 s. On the 16-host lab (4 leaves, 2 spines, 2 NICs per host), discovery of the 16 hosts
+and 6 switches over the local transport takes 2.8-3.1 s and finds all 40 cables of the lab's own file.
 
 ## Importing a Slurm topology.conf
 
