@@ -158,9 +158,9 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         services.wait_sshds(plan, records, lab)
 
     def step_lldp():
-        # lldpd where it is installed (scripts/install adds it): `fleetctl site discover` reads the
-        # cabling from it; a lab without it works as before.
-        if not shutil.which("lldpd"):
+        # lldpd where it is installed (scripts/install adds it) and the lab runs services at all (a
+        # network-only lab runs no process): `fleetctl site discover` reads the cabling from it.
+        if not shutil.which("lldpd") or not (params.slurm or params.ssh):
             return
         (lab / "logs").mkdir(exist_ok=True)
         _track(st, services.start_lldpds(lab, plan, st["uts"]))
