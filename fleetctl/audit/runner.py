@@ -154,12 +154,13 @@ def _outcome(r) -> NodeOutcome:
 
 
 def collect_local(site, node: str, level: str, *, since: float | None = None,
-                  budget_s: float | None = None, ack: dict | None = None) -> NodeOutcome:
-    """Run the checks in this process for `node` (`fleetctl audit --local`, the Slurm hooks)."""
+                  budget_s: float | None = None, ack: dict | None = None, alone: bool = False) -> NodeOutcome:
+    """Run the checks in this process for `node` (`fleetctl audit --local`, the Slurm hooks).
+    alone: a node in no node class is checked by itself instead of refused."""
     start = time.monotonic()
     ack = ack if ack and node in ack["nodes"] else None
     args = payload_args(site, node, level, since, budget_s=budget_s,
-                        ack_kernel_log={"by": ack["by"], "nodes": [node]} if ack else None)
+                        ack_kernel_log={"by": ack["by"], "nodes": [node]} if ack else None, alone=alone)
     try:
         doc = check_document(run_payload_locally(args))
     except FleetctlError as exc:

@@ -15,8 +15,8 @@ from functools import lru_cache
 
 from fleetctl.checks.payload.common import ACTIONS
 from fleetctl.errors import ConfigError, DataError, UsageError
-from fleetctl.model.cluster import Cluster
-from fleetctl.nodeset import check_node_name
+from fleetctl.model.cluster import Cluster, NodeClass
+from fleetctl.nodeset import check_node_name, empty
 
 # Concatenation order: a module only uses names of the modules before it (runner last: it calls main()).
 PAYLOAD_MODULES = ("common", "gpu_collect", "gpu_judge", "xid", "netdev", "nics", "host", "deep", "runner")
@@ -55,7 +55,7 @@ def parse_xid_policy(site: Cluster) -> dict:
 def payload_args(site: Cluster, node: str, level: str = "quick", since: float | str | None = None, *,
                  budget_s: float | None = None, counter_interval_s: float | None = None,
                  boot_id: str | None = None, dcgm_level: int = 1,
-                 ack_kernel_log: dict | None = None) -> dict:
+                 ack_kernel_log: dict | None = None, alone: bool = False) -> dict:
     """The JSON argument of the payload for `node`: its class's expectations, thresholds and paths.
 
     since: epoch seconds, ISO time or 15m/2h/1d; only kernel-log lines from then on are judged
@@ -64,12 +64,15 @@ def payload_args(site: Cluster, node: str, level: str = "quick", since: float | 
     one second (standard), an hour (deep).
     ack_kernel_log: {"by": who, "nodes": [names]}: those nodes acknowledge their kernel log up to now
     (docs/checks.md, "Acknowledging the kernel log").
+    alone: a node in no node class is checked by itself (no expectations) instead of refused.
     """
     if level not in LEVELS:
         raise UsageError(f"unknown check level {level!r} (choose {', '.join(LEVELS)})")
     cls = site.node_class(node)
-    if cls is None:
+    if cls is None and not alone:
         raise ConfigError(f"node {node!r} is in no node class", path=site.source, key="node_classes")
+    if cls is None:  # alone: the node's own checks, with no class expectations (audit --local)
+        cls = NodeClass(name="", nodes=empty())
     if budget_s is None:
         budget_s = {"quick": site.thresholds["prolog_budget_s"],
                     "standard": max(1.0, site.access["command_timeout"] - 1.0), "deep": DEEP_BUDGET_S}[level]
@@ -116,9 +119,11 @@ def run_payload_subprocess(args: dict, python: str | list[str] = "python3", time
 
 def parse_payload_output(stdout: str, rc: int | None = 0, stderr: str = "") -> dict:
     """The one JSON document a payload printed, or DataError naming what came back instead."""
+    from fleetctl.fanout.payload import last_json_document
+
     text = stdout.strip()
     try:
-        doc = json.loads(text.splitlines()[-1]) if text else None
+        doc = last_json_document(text) if text else None
     except ValueError:
         doc = None
     if not isinstance(doc, dict):

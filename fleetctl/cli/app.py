@@ -77,6 +77,28 @@ class Application:
 
         return load_site(self.site_file())
 
+    def site_or_slurm(self, *, alone: bool = False):
+        """The site file in use; without one (no --site, no FLEETCTL_SITE), the cluster as Slurm
+        describes it when there is a slurm.conf to ask (SLURM_CONF or /etc/slurm). `alone`: with
+        neither, an empty cluster, in which a node is checked by itself (`audit --local`)."""
+        if self.site_path or os.environ.get("FLEETCTL_SITE"):
+            return self.site
+        from fleetctl.inventory.from_slurm import cluster_from_slurm, slurm_configured
+
+        if slurm_configured():
+            from fleetctl.slurm import get_backend
+
+            return cluster_from_slurm(get_backend("cli", slurm_conf=os.environ.get("SLURM_CONF", ""),
+                                                  timeout=15.0))
+        if alone:
+            from fleetctl.config import site_from_document
+            from fleetctl.inventory.from_slurm import checks_from_env
+
+            return site_from_document({"cluster": {"name": "local"}, "checks": checks_from_env()},
+                                      "<no site file>")
+        raise ConfigError(NO_SITE, hint="or point SLURM_CONF at a slurm.conf: without a site file, "
+                          "fleetctl builds its view from Slurm")
+
 
 def _json_default(value: Any) -> Any:
     if hasattr(value, "to_dict"):

@@ -4,6 +4,6 @@
 code has always used.
 """
 
-from fleetctl.config.site import Site, load_site, parse_site
+from fleetctl.config.site import Site, load_site, parse_site, site_from_document
 
-__all__ = ["Site", "load_site", "parse_site"]
+__all__ = ["Site", "load_site", "parse_site", "site_from_document"]

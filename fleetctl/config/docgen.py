@@ -42,6 +42,22 @@ NIC names within a class are unique; a link end must name a declared switch (`le
 `leaf1:swp3`), a node (`gpu001`, NIC unknown) or a NIC of the node's class (`gpu001:mlx5_0`); a
 link needs a switch on at least one end.
 
+## Writing the file: `fleetctl site discover`
+
+A site file need not be written by hand: `fleetctl site discover --out site.toml` collects GPUs,
+NICs, CPUs, memory and LLDP neighbours from every node, groups nodes into classes by hardware,
+reads the cabling from LLDP (hosts and Linux switches) or an `ibnetdiscover` output, and writes a
+commented file that passes `fleetctl config check`; `--diff site.toml` reports drift. Without any
+site file, `fleetctl audit` builds its view from Slurm alone. Details: docs/discover.md.
+
+Figures (benchmarks/discover.py, 2 shared cores): a generated fabric of 2,048 hosts x 8 InfiniBand
+NICs (80 switches, 17,408 cables; a 4.4 MB ibnetdiscover output and every node's document) is
+rebuilt in 3.0 s (parse 0.65 s, classes 0.16 s, cabling 0.37 s, loading the written file 1.5 s)
+into a 1.9 MB, 104,921-line site file whose cables and tiers equal the generated ones; its probe
+plan is a covering design of 63,488 NIC pairs at 27.8 probes/s per pair (2,000 probes/s per host),
+planned in 2.1 s. On the 16-host lab (4 leaves, 2 spines, 2 NICs per host), discovery of the 16 hosts
+and 6 switches over the local transport takes 2.8-3.1 s and finds all 40 cables of the lab's own file.
+
 ## Importing a Slurm topology.conf
 
 With `slurm.topology_conf` set, the `SwitchName=` lines of that file (topology/tree) are merged into

@@ -43,6 +43,12 @@ def parse_site(text: str, source: str = "<site>") -> Site:
         raise ConfigError(f"not valid TOML: {exc}", path=source) from None
     except RecursionError:
         raise ConfigError("not valid TOML: arrays or tables nested too deeply", path=source) from None
+    return site_from_document(document, source)
+
+
+def site_from_document(document: dict, source: str) -> Site:
+    """Validate and resolve a site document (what a site file parses to) from any source: a file,
+    or the view built from Slurm alone (fleetctl.inventory.from_slurm)."""
     data = validate(document, source)
     site = Cluster(name=data["cluster"]["name"], source=source, data=data)
     _resolve_node_classes(site)

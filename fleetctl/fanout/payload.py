@@ -85,6 +85,28 @@ def run_python(transport: Transport, nodes: Iterable[str], script: str | Path,
     return transport.run(nodes, argv, timeout=timeout, stdin=script.encode(), on_result=on_result)
 
 
+def last_json_document(text: str) -> object:
+    """The JSON document a payload printed last. Payloads print compact JSON on one line, but srun's
+    `--label` mode cuts long output lines into labelled pieces, which the srun transport returns as
+    separate lines: when the last line is no document, the lines from the first one that opens an
+    object are joined again (compact JSON holds no raw newline, so joining restores it exactly).
+    At most two parses, whatever the output. ValueError when there is no document."""
+    lines = text.strip().splitlines()
+    if not lines:
+        raise json.JSONDecodeError("empty output", text, 0)
+    try:
+        return json.loads(lines[-1])
+    except ValueError as exc:
+        first_error = exc
+    start = next((i for i, line in enumerate(lines[:-1]) if line.startswith("{")), None)
+    if start is None:
+        raise first_error
+    try:
+        return json.loads("".join(lines[start:]))
+    except ValueError:
+        raise first_error from None
+
+
 def json_output(result: HostResult) -> object | None:
     """The JSON document a payload printed on stdout, or None when the host did not run it to
     completion. A host that exited 0 but printed something else is turned into an `error` result in
@@ -92,7 +114,7 @@ def json_output(result: HostResult) -> object | None:
     if result.status != OK:
         return None
     try:
-        return json.loads(result.stdout)
+        return last_json_document(result.stdout)
     except ValueError as exc:
         first = result.stdout.strip().splitlines()[:1]
         result.status = ERROR

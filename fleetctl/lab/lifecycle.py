@@ -22,10 +22,10 @@ from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, s
 from fleetctl.lab.topology import BRIDGE, LabParams, build_plan
 
 STEPS = ("preflight", "slurmroot", "namespaces", "links", "addresses", "hostnames", "munge", "slurm",
-         "ssh", "gpus", "site")
+         "ssh", "lldp", "gpus", "site")
 # What `up` writes into the lab dir; `down` removes these names only (the dir may be shared).
 _OWN_ENTRIES = ("site.toml", "slurm.conf", "cgroup.conf", "plugstack.conf", "hooks", "munge", "slurm",
-                "slurm-bin", "logs", "ssh", "uts", "ns", "hosts")
+                "slurm-bin", "logs", "ssh", "uts", "ns", "hosts", "lldp")
 
 
 def up(params: LabParams, progress: Callable[[str], None] = lambda _m: None) -> dict:
@@ -157,6 +157,15 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         _track(st, records)
         services.wait_sshds(plan, records, lab)
 
+    def step_lldp():
+        # lldpd where it is installed (scripts/install adds it) and the lab runs services at all (a
+        # network-only lab runs no process): `fleetctl site discover` reads the cabling from it.
+        if not shutil.which("lldpd") or not (params.slurm or params.ssh):
+            return
+        (lab / "logs").mkdir(exist_ok=True)
+        _track(st, services.start_lldpds(lab, plan, st["uts"]))
+        st["lldp"] = {"socket": str(services.lldp_socket(lab, "{node}"))}
+
     def step_gpus():
         for i, host in enumerate(plan.hosts, start=1):
             (gpusim.host_dir(lab, host.name)).mkdir(parents=True, exist_ok=True)
@@ -177,7 +186,7 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
 
     actions = {"preflight": step_preflight, "slurmroot": step_slurmroot, "namespaces": step_namespaces,
                "links": step_links, "addresses": lambda: fabric.configure(plan), "hostnames": step_hostnames,
-               "munge": step_munge, "slurm": step_slurm, "ssh": step_ssh, "gpus": step_gpus,
+               "munge": step_munge, "slurm": step_slurm, "ssh": step_ssh, "lldp": step_lldp, "gpus": step_gpus,
                "site": step_site}
     for name in STEPS:
         progress(f"{name}")
@@ -301,6 +310,8 @@ def env() -> dict[str, str]:
     if not st or st.get("status") != "up":
         raise LabError("no lab is up", hint="run `fleetctl lab up`")
     out = {"FLEETCTL_SITE": str(paths.site_file())}
+    if st.get("lldp"):
+        out["FLEETCTL_LLDP_SOCKET"] = st["lldp"]["socket"]  # each element's lldpd control socket
     if st.get("slurm"):
         out["SLURM_CONF"] = st["slurm"]["conf"]
         if st["slurm"].get("bindir"):

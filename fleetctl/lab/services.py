@@ -215,3 +215,28 @@ def wait_sshds(plan: Plan, records: list[dict], lab: Path, timeout: float = 10) 
 
     if not system.wait_for(ready, timeout):
         raise LabError(f"ssh: sshd not listening within {timeout:.0f} s on {', '.join(sorted(pending))}")
+
+
+# ---------------------------------------------------------------- lldpd
+def lldp_socket(lab: Path, name: str) -> Path:
+    return lab / "lldp" / f"{name}.sock"
+
+
+def start_lldpds(lab: Path, plan: Plan, uts: dict[str, str]) -> list[dict]:
+    """One lldpd per namespace (hosts and switches), each with its own control socket (-u), its own
+    configuration (-O: the element's name as system name, port ids as interface names, a 1 s
+    transmit interval so that neighbours and cuts show within seconds) and no daemonizing (-d)."""
+    d = lab / "lldp"
+    d.mkdir(exist_ok=True)
+    records = []
+    elements = [(h.name, h.netns, uts.get(h.name)) for h in plan.hosts] + \
+        [(r.id, r.netns, None) for r in plan.routers]
+    for name, netns, uts_file in elements:
+        conf = d / f"{name}.conf"
+        conf.write_text(f"configure system hostname {name}\n"
+                        "configure lldp portidsubtype ifname\n"
+                        "configure lldp tx-interval 1\n")
+        cmd = system.nsenter(netns, uts_file) + ["lldpd", "-d", "-u", str(lldp_socket(lab, name)),
+                                                 "-O", str(conf)]
+        records.append(spawn(cmd, lab / "logs" / f"lldpd.{name}.log", f"lldpd:{name}"))
+    return records

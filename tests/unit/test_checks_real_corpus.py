@@ -318,9 +318,15 @@ def test_nvidia_smi_xml_refuses_dangerous_or_foreign_documents(doc):
         parse_smi_xml(doc)
 
 
+# Fabric discovery samples: their expectations are in test_discover_real.py.
+DISCOVER = ("ibnetdiscover-x5-voltaire-qdr.topo", "ibnetdiscover-x5-voltaire-qdr.map",
+            "ibnetdiscover-x5-voltaire-qdr.spine", "lldpcli-json-nexus-eno8303.json",
+            "lldpcli-json-list-router-eno1.json", "lldpcli-json-single-nameless-chassis.json")
+
+
 def test_every_sample_has_an_expectation_and_a_provenance():
     samples = {p.name for p in REAL.iterdir() if p.name != "PROVENANCE.md"}
-    expected = set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML)
+    expected = set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML) | set(DISCOVER)
     assert samples == expected
     assert len(samples) >= 40
     provenance = (REAL / "PROVENANCE.md").read_text()

@@ -89,7 +89,7 @@ def run(app: Application, nodeset, level, escalate, local, node, transport, sinc
     nodeset = nodeset[0] if nodeset else None
     if mesh_only and local:
         raise UsageError("--mesh-only probes between nodes: it cannot run with --local")
-    site = app.site
+    site = app.site_or_slurm(alone=local)
     if mesh or mesh_only:
         mesh_nodes = site_nodes(site, nodeset)
     if mesh_only:
@@ -112,7 +112,8 @@ def run(app: Application, nodeset, level, escalate, local, node, transport, sinc
 
         name = check_node_name(node, what="--node") if node else hook_node()
         ack = acknowledgements(backend, [name], resume, ack_kernel_log, dry_run)
-        outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget, ack=ack)}
+        outcomes = {name: collect_local(site, name, level, since=since_ts, budget_s=budget, ack=ack,
+                                        alone=True)}
     else:
         nodes = site_nodes(site, nodeset)
         if idle_only:
@@ -151,6 +152,9 @@ def run(app: Application, nodeset, level, escalate, local, node, transport, sinc
             errors.append({"step": "mesh", "message": exc.message})
     if errors:
         data["errors"] = errors
+    notes = _site_notes(site, local, outcomes)
+    if notes:
+        data["notes"] = notes
 
     def render_all(console):
         from rich.markup import escape
@@ -158,6 +162,8 @@ def run(app: Application, nodeset, level, escalate, local, node, transport, sinc
         from fleetctl.cli.audit.render import render
 
         render(console, report, data)
+        for note in notes:
+            console.print(f"[cyan]note[/] {escape(note)}")
         if "mesh" in data:
             mesh_view.render(console, data["mesh"])
         for e in errors:
@@ -169,6 +175,18 @@ def run(app: Application, nodeset, level, escalate, local, node, transport, sinc
     if "mesh" in data:
         return max(report.exit_code, mesh_exit_code(data["mesh"]))
     return report.exit_code
+
+
+def _site_notes(site, local: bool, outcomes: dict) -> list[str]:
+    """What the report should say about the site view itself: facts inferred from Slurm (no site
+    file), a node checked alone because no class names it."""
+    from fleetctl.inventory.from_slurm import inferred
+
+    notes = [f"inferred: {n}" for n in inferred(site)]
+    if local:
+        notes += [f"node {n} is in no node class of {site.source}: checked by itself (no class "
+                  "expectations, no fleet comparison)" for n in outcomes if site.node_class(n) is None]
+    return notes
 
 
 def mesh_exit_code(data: dict) -> int:

@@ -1,0 +1,186 @@
+"""`fleetctl site discover [NODESET] [--out site.toml | --diff site.toml]`."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import seconds
+from fleetctl.fanout.registry import transports
+
+
+def _globs(value: str | None) -> tuple[str, ...]:
+    return tuple(g.strip() for g in (value or "").split(",") if g.strip())
+
+
+@click.command("discover")
+@common_options
+@click.argument("nodeset", required=False)
+@click.option("--out", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the site file here (default: print it).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--diff", "against", type=click.Path(dir_okay=False, exists=True), metavar="SITE",
+              help="Show what changed against this site file instead (exit 1 when something did).")
+@click.option("-t", "--transport", type=click.Choice(transports.names()), default=None,
+              help="Fan-out transport (default: the site's, else srun).")
+@click.option("--netns", metavar="TEMPLATE", help="Local transport: each node's network namespace "
+              "(`{node}` is replaced; the lab's is fl-{node}).")
+@click.option("--switches", metavar="NODESET", help="Linux switches running lldpd to ask as well "
+              "(SONiC, Cumulus, the lab's), through the same transport.")
+@click.option("--lldp-socket", metavar="TEMPLATE", envvar="FLEETCTL_LLDP_SOCKET",
+              help="lldpd control socket on each node (`{node}` replaced; env FLEETCTL_LLDP_SOCKET; "
+                   "default lldpd's own).")
+@click.option("--ibnetdiscover", "ibnet", type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="ibnetdiscover output of the InfiniBand subnet.")
+@click.option("--node-name-map", type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="GUID -> name map for --ibnetdiscover (ibnetdiscover's --node-name-map format).")
+@click.option("--nics", metavar="GLOBS", help="Fabric NICs: exactly these (comma-separated globs).")
+@click.option("--exclude-nics", metavar="GLOBS", help="Never these NICs (comma-separated globs).")
+@click.option("--name", "cluster_name", metavar="NAME", help="Cluster name (default: Slurm's ClusterName).")
+@click.option("--budget", type=seconds(1, 600), default=20.0, show_default=True, metavar="S",
+              help="Time budget of the collection on each node.")
+@pass_app
+def discover(app: Application, nodeset, out, force, against, transport, netns, switches, lldp_socket,
+             ibnet, node_name_map, nics, exclude_nics, cluster_name, budget) -> int:
+    """Collect GPUs, NICs, CPUs, memory and LLDP neighbours from every node (srun, ssh or local),
+    group nodes into classes by hardware, read the fabric (LLDP, an ibnetdiscover file) and write a
+    commented site file that `fleetctl config check` accepts.
+
+    Without NODESET: the nodes of the site file in use, else every node Slurm knows.
+    """
+    from pathlib import Path
+
+    from fleetctl.config.files import read_bounded
+    from fleetctl.discover import diff_site, discover as run_discovery, render, write_site
+    from fleetctl.discover.ibnet import MAX_IBNET_BYTES, parse_ibnetdiscover, parse_node_name_map
+    from fleetctl.errors import EXIT_OK, EXIT_WARNINGS, UsageError
+    from fleetctl.fanout import FanoutOptions, get_transport
+    from fleetctl.nodeset import parse_nodeset
+
+    if out and against:
+        raise UsageError("--out writes a site file and --diff compares with one: give one of them")
+    if out and not force and Path(out).exists():
+        raise UsageError(f"{out} exists: give --force to replace it, or --diff {out} to compare")
+    base = None
+    if app.site_path or os.environ.get("FLEETCTL_SITE") or not nodeset or transport in (None, "srun"):
+        base = _base_site(app, need=not nodeset)
+    nodes = list(parse_nodeset(nodeset)) if nodeset else list(base.nodes)
+    options = FanoutOptions.from_site(base if base and not base.source.startswith("slurm:") else None)
+    if netns:
+        options.local_netns = netns
+    if base is not None and base.source.startswith("slurm:"):
+        options.slurm_conf, options.srun_partition = base.slurm["conf"], base.slurm["partition"]
+    name = transport or (base.access["transport"] if base is not None else "srun")
+    ib = names = None
+    if ibnet:
+        ib = parse_ibnetdiscover(read_bounded(Path(ibnet), "ibnetdiscover output", limit=MAX_IBNET_BYTES), ibnet)
+    if node_name_map:
+        names = parse_node_name_map(read_bounded(Path(node_name_map), "node-name map"), node_name_map)
+    from fleetctl.inventory.from_slurm import checks_from_env
+
+    checks = dict(base.checks) if base is not None and not base.source.startswith("slurm:") else checks_from_env()
+    with get_transport(name, options) as t:
+        result = run_discovery(t, nodes, switches=list(parse_nodeset(switches)) if switches else [],
+                               include_nics=_globs(nics), exclude_nics=_globs(exclude_nics),
+                               lldp_socket=lldp_socket or "", budget_s=budget, ib=ib, node_names=names,
+                               simulated_gpus=checks.get("simulated_gpus", ""))
+    if against:
+        from fleetctl.config import load_site
+
+        changes = diff_site(load_site(against), result, nodes)
+        app.emit(changes, lambda console: _render_diff(console, changes))
+        return EXIT_WARNINGS if changes["changes"] else EXIT_OK
+    text = render(cluster=cluster_name or (base.name if base is not None else "cluster"),
+                  classes=result.classes, fabric=result.fabric, access=_access(name, options),
+                  slurm=_slurm(base, topology=not result.fabric.links), checks={k: v for k, v in checks.items() if k in (
+                      "kernel_log", "simulated_gpus", "state_file") and v},
+                  notes=result.notes + result.fabric.notes, sources=result.sources)
+    data = result.to_dict()
+    if out:
+        data["file"] = str(write_site(out, text, force=force))
+    if app.json:
+        app.emit(data)
+    elif out:
+        _render_summary(app.console, data)
+    else:
+        from fleetctl.config import parse_site
+
+        parse_site(text, source="<discovered>")  # what `config check` would say
+        click.echo(text, nl=False)
+        _render_summary(app.err_console, data)
+    return EXIT_OK
+
+
+def _base_site(app: Application, need: bool):
+    """The site file in use, else Slurm's view (for the node list and srun); None when neither is
+    needed and neither is there."""
+    from fleetctl.errors import ConfigError, SlurmError
+
+    try:
+        return app.site_or_slurm()
+    except (ConfigError, SlurmError):
+        if need:
+            raise
+        return None
+
+
+def _access(name: str, options) -> dict:
+    access = {"transport": name}
+    if name == "local" and options.local_netns:
+        access["local"] = {"netns": options.local_netns}
+    if name == "srun" and options.srun_partition:
+        access["srun"] = {"partition": options.srun_partition}
+    return access
+
+
+def _slurm(base, topology: bool) -> dict:
+    """conf and partition of the site in use (or Slurm's); Slurm's topology.conf as the fabric when
+    discovery found no cabling (the loader imports its switches and node links)."""
+    if base is None:
+        return {}
+    keys = ("conf", "partition", "topology_conf") if topology else ("conf", "partition")
+    return {k: v for k, v in base.slurm.items() if k in keys and v}
+
+
+def _render_summary(console, data: dict) -> None:
+    from rich.markup import escape
+
+    s = data["summary"]
+    where = f" -> {data['file']}" if data.get("file") else ""
+    console.print(f"[green]discovered[/green] {s['nodes']} nodes in {s['classes']} classes, {s['switches']} "
+                  f"switches, {s['links']} links ({', '.join(s['sources'])}; {s['elapsed_s']:.1f} s){where}")
+    for c in data["classes"]:
+        nic_text = ", ".join(n["name"] for n in c["nics"]) or "none"
+        console.print(f"  class {c['name']}: {c['nodes']} (GPUs {c['gpus'].get('count', 0)}, NICs {nic_text})"
+                      + (f", {len(c['deviations'])} deviations" if c["deviations"] else ""))
+    for node, why in data["failed"].items():
+        console.print(f"  [magenta]no facts[/] {node}: {escape(why)}")
+    for note in data["notes"][:20]:
+        console.print(f"  [cyan]note[/] {escape(note)}")
+
+
+def _render_diff(console, d: dict) -> None:
+    from rich.markup import escape
+
+    if not d["changes"]:
+        console.print(f"[green]no changes[/green] against {d['against']}")
+        return
+    console.print(f"[yellow]{d['changes']} changes[/yellow] against {escape(d['against'])}")
+    for n in d["new_nodes"]:
+        console.print(f"  + node {n} (in no node class)")
+    for m in d["missing_nodes"]:
+        console.print(f"  - node {m['node']}: {escape(m['why'])}")
+    for c in d["nics"] + d["gpus"]:
+        subject = f"{c['node']}:{c['nic']}" if "nic" in c else f"{c['node']} GPUs"
+        if c["what"] == "missing":
+            console.print(f"  - NIC {subject} is missing")
+        else:
+            console.print(f"  ~ {subject} {c['what']} {c['expected']} -> {c['value']}")
+    for lid in d["missing_links"]:
+        console.print(f"  - link {lid} (not seen: down or removed)")
+    for lid in d["new_links"]:
+        console.print(f"  + link {lid}")
+    for m in d["moved"]:
+        console.print(f"  ~ cable of {m['nic']} moved: {m['from']} -> {m['to']}")

@@ -1,0 +1,38 @@
+"""Reading back the one JSON document a payload printed, also when srun's `--label` mode has cut its
+long line into pieces (seen in the lab: a check document of a few KiB arrived as several lines)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fleetctl.checks.builder import parse_payload_output
+from fleetctl.errors import DataError
+from fleetctl.fanout.payload import json_output, last_json_document
+from fleetctl.fanout.result import ERROR, OK, HostResult
+
+DOC = {"schema": "x/1", "results": [{"message": "a" * 50, "evidence": {"k": [1, 2.5, None]}}] * 40}
+
+
+def pieces(text: str, size: int) -> str:
+    return "\n".join(text[i:i + size] for i in range(0, len(text), size)) + "\n"
+
+
+@pytest.mark.parametrize("size", [7, 100, 1024, 10**6])
+def test_a_document_cut_into_lines_is_joined_again(size):
+    text = "a warning a tool printed\n" + pieces(json.dumps(DOC), size)
+    assert last_json_document(text) == DOC
+    assert parse_payload_output(text) == DOC
+    r = HostResult("n1", OK, 0, text)
+    assert json_output(r) == DOC
+
+
+def test_no_document_is_an_error_not_a_guess():
+    for text in ("", "plain text\n", '{"a": 1\n', pieces(json.dumps(DOC), 50)[:-30]):
+        with pytest.raises(ValueError):
+            last_json_document(text)
+    r = HostResult("n1", OK, 0, "not json at all\n")
+    assert json_output(r) is None and r.status == ERROR and "not JSON" in r.error
+    with pytest.raises(DataError, match="did not print a result document"):
+        parse_payload_output("oops\n")
