@@ -32,33 +32,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nccl_plugin" / "tests"))
 import fleetnet  # noqa: E402
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))] if s else float("nan")
-
-
-def read_trace(path: Path) -> list[tuple[int, int, int, int]]:
-    rows = []
-    for line in path.read_text().splitlines():
-        idx, size, post, done = (int(x) for x in line.split())
-        rows.append((idx, size, post, done))
-    return rows
-
-
-def resume_ms(trace: list[tuple[int, int, int, int]], t_down_ns: int, t_up_ns: int) -> float:
-    """The longest time without a completed send between the fault and the link's return (the
-    stall the fault caused: detection plus replay; a healthy stream completes a message every
-    fraction of a millisecond). The fault command itself takes a few ms to act, hence no earlier
-    anchor than the command's start."""
-    dones = sorted(done for _, _, _, done in trace if t_down_ns <= done <= t_up_ns)
-    if not dones:
-        return (t_up_ns - t_down_ns) / 1e6
-    points = [t_down_ns, *dones]
-    return max(b - a for a, b in zip(points, points[1:])) / 1e6
+from fleetctl.failover.harness import pct, read_trace, resume_ms  # noqa: E402
 
 
 def count_events(tb: fleetnet.Testbed, side: str, event: str) -> int:
