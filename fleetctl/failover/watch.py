@@ -34,6 +34,7 @@ class LinkHistory:
     downs: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # monotonic times
     carrier_changes: int | None = None
     operstate: str = ""
+    admin_up: bool | None = None  # netdevs: IFF_UP (an interface set down on purpose is no problem)
 
     def prune(self, now: float, window: float) -> None:
         while self.downs and now - self.downs[0] > window:
@@ -139,7 +140,7 @@ class Watch:
                 out.append({"ts": round(time.time(), 3), "event": "link_gone", "link": st.name, "kind": "netdev"})
                 continue
             rec = self._change(st.name, "netdev", st.up, initial, operstate=st.operstate,
-                               carrier_changes=st.carrier_changes)
+                               carrier_changes=st.carrier_changes, admin_up=st.admin_up)
             if rec:
                 out.append(rec)
         return out
@@ -186,10 +187,11 @@ class Watch:
                 "damaged": {p: "" for p in sorted(self.damaged_seen)}}
 
     def problems(self) -> list[str]:
-        """Why `watch --once` exits 1: links down or flapping."""
+        """Why `watch --once` exits 1: links down or flapping. A netdev set down by an administrator
+        counts only when it was named with --nic; one that is up without carrier always counts."""
         out = []
         for hist in self.links.values():
-            if hist.up is False:
+            if hist.up is False and (hist.admin_up is not False or self.only is not None):
                 out.append(f"{hist.name} is down")
             elif len(hist.downs) >= self.flap_count:
                 out.append(f"{hist.name} is flapping ({len(hist.downs)} downs)")
