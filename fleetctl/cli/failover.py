@@ -223,7 +223,7 @@ def drill(app: Application, node_a: str, node_b: str, size: int, trials: int, fa
         runner, faults = _lab_backends(lab_dir, workdir)
         where = "lab"
     else:
-        from fleetctl.failover.realcluster import SrunFaults, SrunRunner, check_guard
+        from fleetctl.failover.realcluster import IpLinkFaults, SrunRunner, check_guard
         from fleetctl.slurm import backend_for_site
 
         backend = backend_for_site(site, timeout=15.0)
@@ -231,7 +231,7 @@ def drill(app: Application, node_a: str, node_b: str, size: int, trials: int, fa
         if not workdir:
             raise UsageError("--workdir: a real cluster needs a directory both nodes and this host share")
         runner = SrunRunner(reservation.name, new_workdir(workdir), getattr(backend, "slurm_conf", ""))
-        faults = SrunFaults(runner)
+        faults = IpLinkFaults(runner)
         where = f"reservation {reservation.name}"
     app.info(f"drill {node_a} -> {node_b} over {','.join(nic_list)} ({where}), files in {runner.workdir}")
     report = Drill(runner, faults, node_a, node_b, nic_list, size=size, trials=trials, fault=fault,

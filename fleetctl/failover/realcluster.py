@@ -65,11 +65,11 @@ class SrunRunner:
             raise FailoverError(f"srun on {node}: {' '.join(argv)}: {done.stderr.strip()[-300:]}")
 
 
-class SrunFaults:
-    """`ip link set dev NIC down|up` on the node, through srun in the reservation; flapping is a
-    thread doing the same every half period until `up`."""
+class IpLinkFaults:
+    """`ip link set dev NIC down|up` on the node through the runner's `run(node, argv)` (srun in the
+    reservation); flapping is a thread doing the same every half period until `up`."""
 
-    def __init__(self, runner: SrunRunner):
+    def __init__(self, runner):
         self.runner = runner
         self._flap: dict[tuple[str, str], tuple[threading.Event, threading.Thread]] = {}
 
