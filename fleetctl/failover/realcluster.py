@@ -8,6 +8,7 @@ filesystem both nodes and this host share (handle, trace, progress and event fil
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,8 @@ from pathlib import Path
 from fleetctl.failover import FailoverError
 
 _NIC = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+_ROUTE_WORD = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
+MAX_ROUTES = 256
 
 
 def check_guard(backend, node_a: str, node_b: str, i_know: bool):
@@ -55,7 +58,7 @@ class SrunRunner:
         return subprocess.Popen([*self._srun(node), *argv], env=self._env(env), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def run(self, node: str, argv: list[str], timeout: float = 60) -> None:
+    def run(self, node: str, argv: list[str], timeout: float = 60) -> str:
         try:
             done = subprocess.run([*self._srun(node), *argv], env=self._env(), capture_output=True, text=True,
                                   timeout=timeout)
@@ -63,14 +66,21 @@ class SrunRunner:
             raise FailoverError(f"srun on {node}: {exc}") from None
         if done.returncode != 0:
             raise FailoverError(f"srun on {node}: {' '.join(argv)}: {done.stderr.strip()[-300:]}")
+        return done.stdout
 
 
 class IpLinkFaults:
     """`ip link set dev NIC down|up` on the node through the runner's `run(node, argv)` (srun in the
-    reservation); flapping is a thread doing the same every half period until `up`."""
+    reservation); flapping is a thread doing the same every half period until `up`.
+
+    Setting a link down makes the kernel delete the routes through it, and nothing puts static ones
+    back on a node without a network manager: the routes of the NIC (every table) are read before the
+    first `down` and whatever is missing after `up` is put back, so the drill leaves the node as it
+    found it."""
 
     def __init__(self, runner):
         self.runner = runner
+        self._routes: dict[tuple[str, str], list[dict]] = {}
         self._flap: dict[tuple[str, str], tuple[threading.Event, threading.Thread]] = {}
 
     def _set(self, node: str, nic: str, state: str) -> None:
@@ -78,7 +88,33 @@ class IpLinkFaults:
             raise FailoverError(f"NIC name {nic!r}: not an interface name")
         self.runner.run(node, ["ip", "link", "set", "dev", nic, state])
 
+    def _save_routes(self, node: str, nic: str) -> None:
+        if (node, nic) in self._routes:
+            return
+        try:
+            routes = json.loads(self.runner.run(node, ["ip", "-j", "route", "show", "table", "all", "dev", nic]) or "[]")
+        except ValueError:
+            routes = []
+        self._routes[(node, nic)] = [r for r in routes[:MAX_ROUTES] if isinstance(r, dict)
+                                     and r.get("protocol") != "kernel" and r.get("type", "unicast") == "unicast"
+                                     and r.get("table") != "local"]
+
+    def _restore_routes(self, node: str, nic: str) -> None:
+        for r in self._routes.pop((node, nic), []):
+            argv = ["ip", "route", "replace", str(r.get("dst", "default")), "dev", nic]
+            for key, word in (("gateway", "via"), ("table", "table"), ("metric", "metric"), ("prefsrc", "src")):
+                if r.get(key) not in (None, ""):
+                    argv += [word, str(r[key])]
+            if "onlink" in r.get("flags", []):
+                argv.append("onlink")
+            if all(_ROUTE_WORD.match(a) for a in argv):
+                try:
+                    self.runner.run(node, argv)
+                except FailoverError:
+                    pass  # reported by the drill as a path that did not fail back
+
     def down(self, node: str, nic: str) -> None:
+        self._save_routes(node, nic)
         self._set(node, nic, "down")
 
     def up(self, node: str, nic: str) -> None:
@@ -87,8 +123,10 @@ class IpLinkFaults:
             flapping[0].set()
             flapping[1].join(timeout=120)  # its last toggle must not land after this `up`
         self._set(node, nic, "up")
+        self._restore_routes(node, nic)
 
     def flap(self, node: str, nic: str, period_s: float) -> None:
+        self._save_routes(node, nic)
         stop = threading.Event()
 
         def loop():

@@ -49,7 +49,7 @@ def check_report(data: dict, kinds: list[str]) -> None:
 def test_drill_in_the_lab_down_and_flap(lab, built, capsys):
     a, b = lab.nodes[0], lab.nodes[-1]
     rc, data = drill_json(capsys, a, b, "--fault", "both", "--hold", "1", "--flap-for", "2.5")
-    assert rc == 0, data
+    assert rc == 0, json.dumps({k: data[k] for k in ("problems", "trials", "integrity", "sender", "receiver", "events")})
     check_report(data, ["down", "flap"])
     assert [t["nic"] for t in data["trials"]] == ["eth0", "eth1"]
     assert faults.listing() == []  # every fault cleared
@@ -76,7 +76,7 @@ def test_drill_on_a_real_cluster_needs_i_know_and_a_maintenance_reservation(lab,
         for node in (a, b):  # whatever happened, the NICs are up again
             for nic in ("eth0", "eth1"):
                 lab.run_in(node, ["ip", "link", "set", "dev", nic, "up"], check=False)
-    assert rc == 0, data
+    assert rc == 0, json.dumps({k: data[k] for k in ("problems", "trials", "integrity", "sender", "receiver", "events")})
     check_report(data, ["down"])
 
 

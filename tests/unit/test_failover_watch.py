@@ -118,16 +118,23 @@ class NetnsRunner:
         return self.tb.popen(node, argv, {**os.environ, **env})
 
     def run(self, node, argv, timeout=60):
-        subprocess.run(["ip", "netns", "exec", self.tb.ns[node], *argv], check=True, capture_output=True,
-                       timeout=timeout)
+        return subprocess.run(["ip", "netns", "exec", self.tb.ns[node], *argv], check=True, capture_output=True,
+                              text=True, timeout=timeout).stdout
 
 
 def test_drill_on_a_veth_testbed_down_and_flap():
     fleetnet.build()
     with fleetnet.Testbed(f"fd{os.getpid() % 10000}") as tb:
         runner = NetnsRunner(tb)
+        # a static route through each NIC: the kernel drops it with the link, the drill puts it back
+        for k in range(2):
+            ip("-n", tb.ns["a"], "route", "add", f"10.{90 + k}.0.0/24", "via", tb.addr["b"][k], "dev", f"eth{k}",
+               "table", str(100 + k))
         report = Drill(runner, IpLinkFaults(runner), "a", "b", ["eth0", "eth1"], trials=1, fault="both",
                        hold_s=1.0, flap_s=2.5, phase_s=0.7, holddown_ms=300).run()
+        for k in range(2):
+            routes = runner.run("a", ["ip", "route", "show", "table", str(100 + k)])
+            assert f"10.{90 + k}.0.0/24 via {tb.addr['b'][k]} dev eth{k}" in routes
     data = report.to_dict()
     assert report.problems == [], data
     assert [(t.fault, t.nic) for t in report.trials] == [("down", "eth0"), ("flap", "eth1")]
