@@ -234,8 +234,14 @@ def drill(app: Application, node_a: str, node_b: str, size: int, trials: int, fa
         faults = IpLinkFaults(runner)
         where = f"reservation {reservation.name}"
     app.info(f"drill {node_a} -> {node_b} over {','.join(nic_list)} ({where}), files in {runner.workdir}")
-    report = Drill(runner, faults, node_a, node_b, nic_list, size=size, trials=trials, fault=fault,
-                   hold_s=hold, flap_s=flap_for).run()
+    try:
+        report = Drill(runner, faults, node_a, node_b, nic_list, size=size, trials=trials, fault=fault,
+                       hold_s=hold, flap_s=flap_for).run()
+    finally:
+        if not workdir:  # a temporary directory of ours (the lab); a given --workdir keeps the run's files
+            import shutil
+
+            shutil.rmtree(runner.workdir, ignore_errors=True)
     data = report.to_dict()
 
     def render(console):
