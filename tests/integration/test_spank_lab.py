@@ -176,7 +176,7 @@ def test_env_file_from_failover_plan_replaces_the_plugin_variables(lab, plugstac
     env_file.write_text("# fleetctl failover plan\nNCCL_NET_FORCE_MERGE=mlx5_0,mlx5_1\n"
                         "NCCL_IB_RESILIENCY_PORT_FAILOVER=1\nNCCL_IB_RESILIENCY_PORT_RECOVERY=1\n")
     env_file.chmod(0o644)
-    plugstack("required", env_file=str(env_file))
+    plugstack("required", env_file=str(env_file), required="yes")
     env = task_env(srun(lab, "env", env={"NCCL_NET_PLUGIN": "/home/user/evil.so", "NCCL_NET": "evil"}))
     assert env["NCCL_NET_FORCE_MERGE"] == "mlx5_0,mlx5_1"
     assert env["NCCL_IB_RESILIENCY_PORT_FAILOVER"] == "1" and env["NCCL_IB_RESILIENCY_PORT_RECOVERY"] == "1"
