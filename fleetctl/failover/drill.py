@@ -22,6 +22,7 @@ maintenance reservation on a real cluster). Times are on one clock when `runner.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import tempfile
 import time
@@ -192,12 +193,17 @@ class Drill:
                 before = self._count(self.a, "failback", path)
                 trial.t_fault_ns = time.monotonic_ns()
                 trial.t_wall_offset_ns = time.time_ns() - trial.t_fault_ns
-                if kind == "down":
-                    self.faults.down(self.a, nic)
-                    time.sleep(self.hold_s)
-                else:
-                    self.faults.flap(self.a, nic, self.flap_period_s)
-                    time.sleep(self.flap_s)
+                try:
+                    if kind == "down":
+                        self.faults.down(self.a, nic)
+                        time.sleep(self.hold_s)
+                    else:
+                        self.faults.flap(self.a, nic, self.flap_period_s)
+                        time.sleep(self.flap_s)
+                except BaseException:  # a failed fault or Ctrl-C: never leave the NIC down
+                    with contextlib.suppress(Exception):
+                        self.faults.up(self.a, nic)
+                    raise
                 trial.t_restore_ns = time.monotonic_ns()
                 self.faults.up(self.a, nic)
                 if not _wait(lambda: self._count(self.a, "failback", path) > before, self.failback_timeout_s, 0.05):
