@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,22 @@ def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
+def oper(ns: str, dev: str) -> str:
+    out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", dev], capture_output=True, text=True).stdout
+    try:
+        return json.loads(out)[0].get("operstate", "")
+    except (ValueError, IndexError):
+        return ""
+
+
+def wait_oper(ns: str, dev: str, state: str, timeout: float = 5.0) -> None:
+    """The kernel's linkwatch publishes carrier changes up to a second late: wait for the state."""
+    end = time.monotonic() + timeout
+    while oper(ns, dev) != state:
+        assert time.monotonic() < end, f"{dev} in {ns} not {state} after {timeout} s"
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def veth_ns():
     """Namespace <ns> holding veth `w0` whose peer `w0p` sits in namespace <ns>p (so the watched
@@ -40,6 +57,7 @@ def veth_ns():
         ip("link", "add", "w0", "netns", ns, "type", "veth", "peer", "name", "w0p", "netns", ns + "p")
         ip("-n", ns, "link", "set", "w0", "up")
         ip("-n", ns + "p", "link", "set", "w0p", "up")
+        wait_oper(ns, "w0", "UP")
         yield ns
     finally:
         for name in (ns, ns + "p"):
@@ -54,7 +72,7 @@ def fleetctl_in(ns: str, *args: str, **kw) -> subprocess.Popen:
 def test_watch_sees_link_down_up_flaps_and_plugin_counters(veth_ns, tmp_path):
     fleetnet.build()
     counters_dir, prom = tmp_path / "counters", tmp_path / "failover.prom"
-    watch = fleetctl_in(veth_ns, "--format", "json", "failover", "watch", "--interval", "0.2", "--duration", "6",
+    watch = fleetctl_in(veth_ns, "--format", "json", "failover", "watch", "--interval", "0.2", "--duration", "30",
                         "--nic", "w0", "--counters-dir", str(counters_dir), "--prometheus", str(prom))
     first = watch.stdout.readline()  # the watch has started (its state at start): now change things
     assert first, watch.stderr.read()[-2000:]
@@ -65,13 +83,17 @@ def test_watch_sees_link_down_up_flaps_and_plugin_counters(veth_ns, tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(3):
         ip("-n", veth_ns + "p", "link", "set", "w0p", "down")
-        time.sleep(0.4)
+        wait_oper(veth_ns, "w0", "DOWN")
+        time.sleep(0.3)  # a few of the watch's intervals: the state is seen by events and by re-dumps
         ip("-n", veth_ns + "p", "link", "set", "w0p", "up")
-        time.sleep(0.6)
+        wait_oper(veth_ns, "w0", "UP")
+        time.sleep(0.3)
     out, err = harness.communicate(timeout=60)
     assert harness.returncode == 0, err[-2000:]
+    time.sleep(0.6)  # the watch reads the final counters files
+    watch.send_signal(signal.SIGINT)  # stop it now, not at --duration
     stdout, stderr = watch.communicate(timeout=60)
-    assert watch.returncode == 0, stderr[-2000:]
+    assert watch.returncode == 130, stderr[-2000:]  # interrupted: EXIT_INTERRUPTED
     records = [json.loads(line) for line in [first, *stdout.splitlines()]]
     links = [r for r in records if r.get("link") == "w0"]
     assert links[0]["event"] == "link_state" and links[0]["up"] is True
@@ -94,7 +116,7 @@ def test_watch_sees_link_down_up_flaps_and_plugin_counters(veth_ns, tmp_path):
 
 def test_watch_once_exits_1_on_a_link_without_carrier(veth_ns, tmp_path):
     ip("-n", veth_ns + "p", "link", "set", "w0p", "down")
-    time.sleep(0.3)
+    wait_oper(veth_ns, "w0", "DOWN")
     proc = fleetctl_in(veth_ns, "--format", "json", "failover", "watch", "--once", "--counters-dir", str(tmp_path))
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1, stderr
