@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -281,8 +282,6 @@ def _drill_nics(site, node_a: str, node_b: str, nics: str | None) -> list[str]:
         out = names(cls_a)
         if out != names(cls_b):
             raise UsageError(f"{node_a} and {node_b} have different Ethernet NICs in the site file; give --nics")
-    import re
-
     bad = [n for n in out if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", n)]
     if bad or not 2 <= len(out) <= 8:
         raise UsageError(f"--nics {','.join(out)}: 2 to 8 interface names")
