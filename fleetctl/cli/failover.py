@@ -120,11 +120,10 @@ def watch(app: Application, once: bool, interval: float, duration: float, nics: 
     counters_dir = counters_dir or os.environ.get("FLEET_NET_COUNTERS_DIR") or "/run/fleetctl/failover"
     w = Watch(links=set(nics) or None, counters_dir=counters_dir, interval=interval, flap_window=flap_window,
               flap_count=flap_count)
+    from fleetctl.failover import FailoverError
+
     try:
         records = w.start()
-    except OSError as exc:
-        raise UsageError(f"watch: cannot read link state: {exc.strerror or exc}") from None
-    try:
         if once:
             return _watch_once(app, w, prom)
         _print_records(app, records)
@@ -135,6 +134,8 @@ def watch(app: Application, once: bool, interval: float, duration: float, nics: 
             if prom and prom != "-":
                 _write_prom(prom, w)
         return EXIT_OK
+    except OSError as exc:  # rtnetlink refused or silent (TimeoutError): nothing to watch with
+        raise FailoverError(f"watch: cannot read link state: {exc.strerror or exc}") from None
     finally:
         w.close()
 
