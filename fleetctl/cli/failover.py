@@ -134,6 +134,8 @@ def watch(app: Application, once: bool, interval: float, duration: float, nics: 
             if prom and prom != "-":
                 _write_prom(prom, w)
         return EXIT_OK
+    except BrokenPipeError:
+        raise  # `watch | head`: the one exit point ends quietly
     except OSError as exc:  # rtnetlink refused or silent (TimeoutError): nothing to watch with
         raise FailoverError(f"watch: cannot read link state: {exc.strerror or exc}") from None
     finally:
