@@ -9,6 +9,8 @@ takes one randomly chosen link down (for at least 0.5 s) on a randomly chosen si
 netlink; the receiver's NIC: reported by the receiver on the surviving path), waits for the transfer
 to resume, brings the link back and waits for the fail-back before the next trial.
 
+1,000 trials (`--trials 1000`) take about 35 minutes on a loaded 2-core machine; progress goes to stderr.
+
 Resume time of a trial: the longest time without any completed (acknowledged) send between the start of
 the fault command and the link's return, i.e. the stall the fault caused: detection plus replay. (A
 healthy stream completes a message every fraction of a millisecond.) Goal: p99 <= 500 ms, 0 corrupt, 0 duplicated, 0 lost (the issue asks for 1,000 trials).
@@ -32,33 +34,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nccl_plugin" / "tests"))
 import fleetnet  # noqa: E402
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))] if s else float("nan")
-
-
-def read_trace(path: Path) -> list[tuple[int, int, int, int]]:
-    rows = []
-    for line in path.read_text().splitlines():
-        idx, size, post, done = (int(x) for x in line.split())
-        rows.append((idx, size, post, done))
-    return rows
-
-
-def resume_ms(trace: list[tuple[int, int, int, int]], t_down_ns: int, t_up_ns: int) -> float:
-    """The longest time without a completed send between the fault and the link's return (the
-    stall the fault caused: detection plus replay; a healthy stream completes a message every
-    fraction of a millisecond). The fault command itself takes a few ms to act, hence no earlier
-    anchor than the command's start."""
-    dones = sorted(done for _, _, _, done in trace if t_down_ns <= done <= t_up_ns)
-    if not dones:
-        return (t_up_ns - t_down_ns) / 1e6
-    points = [t_down_ns, *dones]
-    return max(b - a for a, b in zip(points, points[1:])) / 1e6
+from fleetctl.failover.harness import pct, read_trace, resume_ms  # noqa: E402
 
 
 def count_events(tb: fleetnet.Testbed, side: str, event: str) -> int:
@@ -102,6 +81,9 @@ def failover_trials(tb: fleetnet.Testbed, trials: int, holddown_ms: int, max_siz
             faults.append({"trial": i, "side": side, "link": link, "t_down_ns": int(t_down * 1e9),
                            "t_up_ns": int(t_up * 1e9), "valid": previous_back, "failback_seen": back})
             previous_back = back
+            if (i + 1) % 100 == 0:  # a 1,000-trial run takes about half an hour on a loaded machine
+                print(f"failover_resume: {i + 1}/{trials} trials{' (black hole)' if blackhole else ''}",
+                      file=sys.stderr, flush=True)
     finally:
         stop.touch()
         (rc_r, res_r, err_r), (rc_s, res_s, err_s) = fleetnet.finish([recv, send], timeout=60)

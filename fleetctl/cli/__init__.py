@@ -24,6 +24,8 @@ commands.register("audit", "fleetctl.cli.audit:audit",
 commands.register("config", "fleetctl.cli.config:config", help="Validate and show the site configuration.")
 commands.register("exec", "fleetctl.cli.exec:exec_command",
                   help="Run a command on nodes (ssh, srun or local), outputs folded.")
+commands.register("failover", "fleetctl.cli.failover:failover",
+                  help="NIC failover for NCCL jobs: plan, watch and drill.")
 commands.register("hook", "fleetctl.cli.hook:hook",
                   help="Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer.")
 commands.register("inventory", "fleetctl.cli.inventory:inventory",

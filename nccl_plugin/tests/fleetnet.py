@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fleetctl.failover.harness import finish, progress_bytes, results  # noqa: F401 (re-exported)
+
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 LIB = PLUGIN_DIR / "build" / "libnccl-net-fleet.so"
 HARNESS = PLUGIN_DIR / "build" / "fleet_harness"
@@ -20,10 +22,6 @@ HARNESS = PLUGIN_DIR / "build" / "fleet_harness"
 
 def build() -> None:
     subprocess.run(["make", "-s", "-C", str(PLUGIN_DIR)], check=True, capture_output=True, text=True)
-
-
-def results(stdout: str) -> list[dict]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def can_make_netns() -> bool:
@@ -153,22 +151,3 @@ class Testbed:
             sargs += ["--trace", str(files["trace"])]
         send = self.popen("a", sargs, env_a)
         return recv, send, files
-
-
-def progress_bytes(path: Path) -> int:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def finish(procs: list[subprocess.Popen], timeout: float = 60) -> list[tuple[int, list[dict], str]]:
-    out = []
-    for p in procs:
-        try:
-            so, se = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            so, se = p.communicate()
-        out.append((p.returncode, results(so), se))
-    return out

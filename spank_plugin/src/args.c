@@ -58,6 +58,13 @@ static int parse_one(const char *arg)
             return -1;
         }
         strcpy(fleet_config.plugin_dir, value);   /* length checked above */
+    } else if (klen == 8 && strncmp(arg, "env_file", klen) == 0) {
+        if (!fleet_path_valid(value)) {
+            slurm_error("spank_fleetctl: config: env_file=%s: %s", value,
+                        "not an absolute path of at most 1023 characters");
+            return -1;
+        }
+        strcpy(fleet_config.env_file, value);   /* length checked above */
     } else if (klen == 6 && strncmp(arg, "ifaces", klen) == 0) {
         if (!ifaces_valid(value)) {
             slurm_error("spank_fleetctl: config: ifaces=%s: %s", value,
@@ -80,7 +87,7 @@ static int parse_one(const char *arg)
         return yes_no("required", value, &fleet_config.required);
     } else {
         slurm_error("spank_fleetctl: config: %.*s: %s", (int)klen, arg,
-                    "unknown key (plugin_dir, ifaces, default, allow_off, required)");
+                    "unknown key (plugin_dir, ifaces, env_file, default, allow_off, required)");
         return -1;
     }
     return 0;

@@ -15,6 +15,7 @@ enum fleet_failover { FLEET_FAILOVER_UNSET = 0, FLEET_FAILOVER_AUTO, FLEET_FAILO
 struct fleet_config {
     char plugin_dir[FLEET_PATH_MAX];
     char ifaces[FLEET_IFACES_MAX];      /* "" when the admin set none */
+    char env_file[FLEET_PATH_MAX];      /* "" when none: `fleetctl failover plan --write-env` output */
     enum fleet_failover default_failover;
     int allow_off;
     int required;

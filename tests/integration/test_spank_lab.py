@@ -167,3 +167,26 @@ def test_sbatch_job_gets_the_plugin_and_prolog_the_choice(lab, plugstack, prolog
     env = dict(line.partition("=")[::2] for line in out.read_text().splitlines() if "=" in line)
     assert env["NCCL_NET_PLUGIN"] == ADMIN_LIB and env["NCCL_NET"] == "fleet"
     assert prolog_env(prolog_capture, job) == {"SPANK_FLEET_FAILOVER": "auto", "SPANK_FLEET_LENS": "1"}
+
+
+def test_env_file_from_failover_plan_replaces_the_plugin_variables(lab, plugstack, tmp_path):
+    """The IB route: `fleetctl failover plan --write-env` output named by env_file=; the tasks get
+    exactly its variables, and a user's own NCCL_NET_PLUGIN/NCCL_NET are removed."""
+    env_file = tmp_path / "failover.env"
+    env_file.write_text("# fleetctl failover plan\nNCCL_NET_FORCE_MERGE=mlx5_0,mlx5_1\n"
+                        "NCCL_IB_RESILIENCY_PORT_FAILOVER=1\nNCCL_IB_RESILIENCY_PORT_RECOVERY=1\n")
+    env_file.chmod(0o644)
+    plugstack("required", env_file=str(env_file), required="yes")
+    env = task_env(srun(lab, "env", env={"NCCL_NET_PLUGIN": "/home/user/evil.so", "NCCL_NET": "evil"}))
+    assert env["NCCL_NET_FORCE_MERGE"] == "mlx5_0,mlx5_1"
+    assert env["NCCL_IB_RESILIENCY_PORT_FAILOVER"] == "1" and env["NCCL_IB_RESILIENCY_PORT_RECOVERY"] == "1"
+    assert "NCCL_NET_PLUGIN" not in env and "NCCL_NET" not in env
+    # --fleet-failover=off: nothing from the file
+    env = task_env(srun(lab, "--fleet-failover=off", "env"))
+    assert "NCCL_IB_RESILIENCY_PORT_FAILOVER" not in env
+    # a file anybody may write is refused, and with required=yes the job with it
+    env_file.chmod(0o666)
+    proc = srun(lab, "env")
+    # slurmstepd refuses to start the task (srun of Slurm 22.05 may still exit 0 after a failed launch)
+    assert "NCCL_" not in proc.stdout and "launch failed" in proc.stderr, proc
+    assert any("env_file=" in line and "writable by nobody else" in line for line in fleet_lines(proc.stderr))
