@@ -37,7 +37,10 @@ CHOICES = {"system": None, "trixie": "trixie", "sid": "sid", "24.11": "trixie"}
 DAEMONS = ("slurmctld", "slurmd", "slurmstepd")
 CLIENTS = ("scontrol", "sinfo", "squeue", "srun", "sbatch", "scancel", "sacct", "salloc", "sattach",
            "sstat", "sprio", "sdiag", "sshare", "strigger")
-PACKAGES = ("slurmd", "slurmctld", "slurm-client")
+PACKAGES = ("slurmd", "slurmctld", "slurm-client", "libslurm-dev")
+# libslurm-dev: the root's slurm/*.h, against which the lab's SPANK plugin is built for that Slurm.
+HEADERS_PACKAGE = "libslurm-dev"
+SPANK_HEADER = "usr/include/slurm/spank.h"
 STAMP = ".fleetctl-root-complete"
 DEFAULT_ROOTS = "/var/cache/fleetctl/roots"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -89,17 +92,45 @@ def ensure_root(suite: str, progress=lambda _m: None) -> tuple[Path, float | Non
     """The complete root of `suite`, built first when absent or incomplete. Returns (root, seconds the
     build took, None when the cached root was reused)."""
     root = root_dir(suite)
-    if is_complete(root):
+    if is_complete(root) and has_headers(root):
         return root, None
     roots_dir().mkdir(parents=True, exist_ok=True)
     fd = os.open(roots_dir() / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # two builders of one suite: the second reuses the first's root
-        if is_complete(root):
-            return root, None
-        return root, _build(suite, root, progress)
+        if not is_complete(root):
+            return root, _build(suite, root, progress)
+        if not has_headers(root):
+            _add_headers(suite, root, progress)
+        return root, None
     finally:
         os.close(fd)
+
+
+def has_headers(root: Path) -> bool:
+    return (root / SPANK_HEADER).is_file()
+
+
+def _add_headers(suite: str, root: Path, progress) -> None:
+    """A root cached before its Slurm headers were part of it: install just that package (a second or
+    two; a full rebuild takes about 40 s). Pinned to the root's Slurm version, from the package lists
+    debootstrap left in the root (no `apt-get update`), so nothing else in the root changes. Without
+    them the lab still runs, only without the SPANK plugin: a warning, not an error."""
+    try:
+        version = system.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W", "-f=${Version}",
+                              "slurmd"], "the root's slurmd package version").stdout.strip()
+        if not re.fullmatch(r"[A-Za-z0-9.+~:-]{1,64}", version):
+            raise LabError(f"the root's slurmd package version: unusable: {version[:64]!r}")
+        progress(f"adding {HEADERS_PACKAGE} {version} to the Debian {suite} root {root} (once)")
+        system.run(["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive",
+                    "LC_ALL=C", "chroot", str(root), "apt-get", "install", "-y", "-q",
+                    "--no-install-recommends", "-o", "Dpkg::Use-Pty=0", f"{HEADERS_PACKAGE}={version}"],
+                   f"apt-get install {HEADERS_PACKAGE} in the {suite} root", timeout=BUILD_TIMEOUT)
+        if not has_headers(root):
+            raise LabError(f"{HEADERS_PACKAGE} installed, yet no {SPANK_HEADER}")
+    except LabError as exc:
+        progress(f"warning: the Debian {suite} root {root}: {exc.message}; no SPANK plugin for its "
+                 f"Slurm (remove the root to have it rebuilt)")
 
 
 def _build(suite: str, root: Path, progress) -> float:
