@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fleetctl.errors import LabError
-from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, slurmroot, state, system
+from fleetctl.lab import (fabric, gpusim, paths, services, sitefile, slurmconf, slurmroot, spankbuild, state,
+                          system)
 from fleetctl.lab.topology import BRIDGE, LabParams, build_plan
 
 STEPS = ("preflight", "slurmroot", "namespaces", "links", "addresses", "hostnames", "munge", "slurm",
@@ -134,12 +135,16 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
             return
         bindir, root, mount_ns = context.get("bindir"), context.get("root"), st.get("mount_ns")
         version = slurmconf.slurm_version(bindir)
+        # spank_fleetctl.so built for the lab's Slurm (scripts/install builds both), loaded when present.
+        spank = spankbuild.plugin_for(root) if root else slurmconf.SPANK_PLUGIN
         conf = slurmconf.write_conf(lab, plan, socket.gethostname().split(".")[0],
                                     context["munge_socket"], version, bindir=bindir,
-                                    plugin_dir=slurmroot.plugin_dir(root) if root else None)
+                                    plugin_dir=slurmroot.plugin_dir(root) if root else None,
+                                    spank_plugin=spank)
         st["slurm"] = {"conf": str(conf), "version": f"{version[0]}.{version[1]:02d}",
                        "partition": slurmconf.PARTITION, "from": params.slurm_from,
-                       "root": str(root) if root else None, "bindir": str(bindir) if bindir else None}
+                       "root": str(root) if root else None, "bindir": str(bindir) if bindir else None,
+                       "spank_plugin": str(spank) if spank.is_file() else None}
         _track(st, [services.start_slurmctld(lab, conf, bindir, mount_ns)])
         records = services.start_slurmds(lab, conf, plan, st["uts"], bindir, mount_ns)
         _track(st, records)

@@ -66,19 +66,21 @@ SPANK_PLUGIN = REPO / "spank_plugin" / "build" / "spank_fleetctl.so"
 NCCL_PLUGIN_DIR = REPO / "nccl_plugin" / "build"
 
 
-def plugstack_line(control: str = "optional", **args: str) -> str:
-    """The lab's line for spank_fleetctl.so (built against this machine's Slurm by scripts/install),
-    with the repo's NCCL plugin build as the admin's plugin_dir; extra plugstack arguments as given."""
+def plugstack_line(control: str = "optional", plugin: Path = SPANK_PLUGIN, **args: str) -> str:
+    """The lab's line for spank_fleetctl.so (`plugin`: the build for the lab's Slurm; this machine's,
+    built by scripts/install, by default), with the repo's NCCL plugin build as the admin's plugin_dir;
+    extra plugstack arguments as given."""
     words = [f"plugin_dir={NCCL_PLUGIN_DIR}"] + [f"{k}={v}" for k, v in args.items()]
-    return f"{control} {SPANK_PLUGIN} {' '.join(words)}\n"
+    return f"{control} {plugin} {' '.join(words)}\n"
 
 
-def write_plugstack(lab: Path) -> Path:
-    """The lab's own plugstack.conf for this machine's Slurm: spank_fleetctl.so when it is built.
-    srun and slurmstepd read it at every start, so tests may rewrite it without a restart."""
-    text = "# fleetctl lab: SPANK plugins of this machine's Slurm\n"
-    if SPANK_PLUGIN.is_file():
-        text += plugstack_line()
+def write_plugstack(lab: Path, plugin: Path | None = SPANK_PLUGIN) -> Path:
+    """The lab's own plugstack.conf: spank_fleetctl.so when its build for the lab's Slurm exists (a
+    plugin built for another Slurm release would be refused). srun and slurmstepd read it at every
+    start, so tests may rewrite it without a restart."""
+    text = "# fleetctl lab: SPANK plugins of the lab's Slurm\n"
+    if plugin is not None and plugin.is_file():
+        text += plugstack_line(plugin=plugin)
     path = lab / "plugstack.conf"
     path.write_text(text)
     return path
@@ -86,9 +88,10 @@ def write_plugstack(lab: Path) -> Path:
 
 def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
                version: tuple[int, int], *, bindir: Path | None = None,
-               plugin_dir: Path | None = None) -> Path:
+               plugin_dir: Path | None = None, spank_plugin: Path | None = SPANK_PLUGIN) -> Path:
     """slurm.conf (and cgroup.conf from 24.05). `bindir`/`plugin_dir`: a Debian root's Slurm, whose
-    plugins are not at the compiled-in path (that is this machine's Slurm's)."""
+    plugins are not at the compiled-in path (that is this machine's Slurm's). `spank_plugin`: the
+    build of spank_fleetctl.so for the lab's Slurm (loaded when it exists)."""
     hooks = write_hooks(lab)
     slurm = lab / "slurm"
     (slurm / "state").mkdir(parents=True, exist_ok=True)
@@ -132,12 +135,8 @@ def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
         "InactiveLimit=0",
     ]
     if plugin_dir:
-        # The root's own plugins; and no plugstack of this machine's (SPANK plugins built for its
-        # Slurm would be refused by another version): an empty one of the lab's.
-        (lab / "plugstack.conf").write_text("# fleetctl lab: no SPANK plugins for a Debian root's Slurm\n")
-        lines += [f"PluginDir={plugin_dir}", f"PlugStackConfig={lab / 'plugstack.conf'}"]
-    else:
-        lines.append(f"PlugStackConfig={write_plugstack(lab)}")
+        lines.append(f"PluginDir={plugin_dir}")  # the root's own plugins
+    lines.append(f"PlugStackConfig={write_plugstack(lab, spank_plugin)}")
     for host in plan.hosts:
         lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
                      f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")

@@ -331,7 +331,8 @@ def enter(mount_ns: str | None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m fleetctl.lab.slurmroot SUITE...`: build the roots that are absent (scripts/install)."""
+    """`python -m fleetctl.lab.slurmroot SUITE...`: build the roots that are absent, add what a cached
+    root lacks, and build spank_fleetctl.so for each root's Slurm (scripts/install)."""
     for choice in argv or ["trixie"]:
         suite = suite_of(choice)
         if suite is None:
@@ -344,6 +345,14 @@ def main(argv: list[str]) -> int:
         state = f"built in {took:.0f} s" if took is not None else "cached"
         version = (root / STAMP).read_text().split("slurm=")[-1].strip()
         print(f"install: Debian {suite} root (Slurm {version}) {state}: {root}")
+        # spank_fleetctl.so for that Slurm (the lab's plugstack loads it); a failure costs only the
+        # SPANK tests on that Slurm, which say why.
+        from fleetctl.lab import spankbuild
+
+        try:
+            print(f"install: spank_fleetctl.so for Slurm {version}: {spankbuild.build(root)}")
+        except LabError as exc:
+            print(f"install: warning: spank_fleetctl.so for Slurm {version}: {exc.message}", file=sys.stderr)
     return 0
 
 

@@ -66,12 +66,14 @@ def build(root: Path) -> Path:
 def _check_headers(include: Path, version: str) -> None:
     """The compiler must find the root's slurm_version.h, not this machine's /usr/include/slurm (the
     version symbol, and so whether Slurm loads the plugin at all, comes from it)."""
-    probe = '#include <slurm/slurm_version.h>\nSLURM_VERSION_STRING\n'
+    probe = "#include <slurm/slurm_version.h>\nSLURM_VERSION_NUMBER\n"
     out = _run(["gcc", "-E", "-P", f"-I{include}", "-x", "c", "-"], "gcc -E", input=probe)
-    found = out.strip().splitlines()[-1:] or [""]
-    if found[0].strip('" ') != version:
-        raise LabError(f"spank plugin: {include}/slurm: headers of Slurm {found[0][:40]}, the root's Slurm "
-                       f"is {version}")
+    found = (out.strip().splitlines() or [""])[-1].strip()
+    major, minor, micro = (int(n) for n in version.split("."))
+    if not re.fullmatch(r"0x[0-9a-fA-F]{1,8}", found) \
+            or int(found, 16) != (major << 16) + (minor << 8) + micro:
+        raise LabError(f"spank plugin: {include}/slurm: SLURM_VERSION_NUMBER is {found[:40]!r}, the "
+                       f"root's Slurm is {version}")
 
 
 def _run(cmd: list[str], step: str, input: str | None = None) -> str:

@@ -30,7 +30,8 @@ def test_a_root_is_built_when_absent_or_unstamped_and_reused_when_complete(tmp_p
     built = []
 
     def fake_build(suite, root, progress):
-        root.mkdir()
+        (root / "usr/include/slurm").mkdir(parents=True)
+        (root / slurmroot.SPANK_HEADER).write_text("")
         (root / slurmroot.STAMP).write_text("suite=trixie\n")
         built.append(suite)
         return 1.0
@@ -42,6 +43,49 @@ def test_a_root_is_built_when_absent_or_unstamped_and_reused_when_complete(tmp_p
     assert not slurmroot.is_complete(tmp_path / "trixie")
     shutil.rmtree(tmp_path / "trixie")
     assert slurmroot.ensure_root("trixie")[1] == 1.0 and built == ["trixie", "trixie"]
+
+
+def test_a_cached_root_without_headers_gets_the_package_pinned_not_a_rebuild(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETCTL_ROOTS_DIR", str(tmp_path))
+    root = tmp_path / "trixie"
+    root.mkdir()
+    (root / slurmroot.STAMP).write_text("suite=trixie\nslurm=24.11.5\n")
+    monkeypatch.setattr(slurmroot, "_build", lambda *a: pytest.fail("rebuilt a complete root"))
+    calls, said = [], []
+
+    def fake_run(cmd, step, **kwargs):
+        calls.append(cmd)
+        if cmd[0] == "dpkg-query":
+            return subprocess.CompletedProcess(cmd, 0, "24.11.5-4+deb13u1", "")
+        (root / "usr/include/slurm").mkdir(parents=True)
+        (root / slurmroot.SPANK_HEADER).write_text("")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(slurmroot.system, "run", fake_run)
+    assert slurmroot.ensure_root("trixie", said.append) == (root, None)
+    assert calls[0][:2] == ["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}"]
+    install = calls[1]
+    assert install[install.index("chroot"):install.index("chroot") + 2] == ["chroot", str(root)]
+    assert install[-1] == "libslurm-dev=24.11.5-4+deb13u1" and "update" not in install
+    assert slurmroot.ensure_root("trixie") == (root, None) and len(calls) == 2  # now complete
+    assert said and "adding libslurm-dev" in said[0]
+
+
+def test_a_failed_headers_install_warns_and_keeps_the_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETCTL_ROOTS_DIR", str(tmp_path))
+    root = tmp_path / "trixie"
+    root.mkdir()
+    (root / slurmroot.STAMP).write_text("suite=trixie\nslurm=24.11.5\n")
+
+    def fake_run(cmd, step, **kwargs):
+        if cmd[0] == "dpkg-query":
+            return subprocess.CompletedProcess(cmd, 0, "24.11.5-4+deb13u1", "")
+        raise LabError(f"{step}: `apt-get` failed: E: 404  Not Found")
+
+    monkeypatch.setattr(slurmroot.system, "run", fake_run)
+    said = []
+    assert slurmroot.ensure_root("trixie", said.append) == (root, None)
+    assert "404" in said[-1] and "no SPANK plugin" in said[-1] and root.is_dir()
 
 
 def test_choices():
