@@ -47,8 +47,8 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Deselect (not skip) what the session lab cannot run: the 16-host mesh tests in a smaller lab
-    (scripts/test runs them in their own pytest run), and the SPANK plugin tests on a Debian root's
-    Slurm (the plugin is built against this machine's Slurm headers)."""
+    (scripts/test runs them in their own pytest run), and tests marked `system_slurm` on a Debian
+    root's Slurm."""
     big_lab = int(os.environ.get("FLEETCTL_TEST_LAB_HOSTS", "4")) >= 16
     system_slurm = _slurm_from() == "system"
     keep = [item for item in items

@@ -1,8 +1,9 @@
 """spank_fleetctl.so loaded by the lab's real Slurm (srun, sbatch, slurmstepd, Prolog): the options,
 the admin's plugstack arguments, the tasks' environment and the Prolog's SPANK_FLEET_*.
 
-Built against this machine's Slurm (22.05), so these run only on the lab's system Slurm: a Debian
-root's Slurm refuses a plugin of another release and the lab gives it no plugstack entry.
+On every Slurm the lab runs (marker `slurm`): on this machine's (22.05) the plugin built against
+/usr/include/slurm, on a Debian root's (24.11, 26.05) the one built against that root's headers
+(fleetctl.lab.spankbuild); a plugin of another release would be refused.
 """
 
 from __future__ import annotations
@@ -12,29 +13,35 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.lab import slurmconf
+from fleetctl.lab import slurmconf, spankbuild
 
 from labutil import sbatch, wait_for
 
-# system_slurm: the plugin is built against this machine's Slurm headers; conftest deselects these tests
-# when the session lab runs a Debian root's Slurm (building against the root's headers: not yet).
-pytestmark = [pytest.mark.lab, pytest.mark.slurm, pytest.mark.system_slurm]
+pytestmark = [pytest.mark.lab, pytest.mark.slurm]
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_LIB = str(slurmconf.NCCL_PLUGIN_DIR / "libnccl-net-fleet.so")
+
+
+def _plugin_for_the_lab(lab) -> Path:
+    """Build (make: only what changed) the plugin for the lab's Slurm and return it."""
+    root = lab.state["slurm"].get("root")
+    if root:
+        return spankbuild.build(Path(root))
+    subprocess.run(["make", "-s", "-C", str(REPO / "spank_plugin")], check=True, timeout=300)
+    return slurmconf.SPANK_PLUGIN
 
 
 @pytest.fixture
 def plugstack(lab):
     """Write the lab's plugstack.conf with the given plugstack arguments (srun and slurmstepd read
     it at every start); restore the lab's own afterwards."""
-    assert "PATH" not in lab.env, "the lab runs a Debian root's Slurm (conftest deselects these tests)"
-    subprocess.run(["make", "-s", "-C", str(REPO / "spank_plugin")], check=True, timeout=300)
+    plugin = _plugin_for_the_lab(lab)
     path = Path(lab.lab_dir) / "plugstack.conf"
     saved = path.read_text() if path.exists() else None
 
     def configure(control: str = "optional", **args: str) -> None:
-        path.write_text(slurmconf.plugstack_line(control, **args))
+        path.write_text(slurmconf.plugstack_line(control, plugin, **args))
 
     configure()
     yield configure
