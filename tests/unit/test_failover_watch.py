@@ -72,7 +72,7 @@ def fleetctl_in(ns: str, *args: str, **kw) -> subprocess.Popen:
 def test_watch_sees_link_down_up_flaps_and_plugin_counters(veth_ns, tmp_path):
     fleetnet.build()
     counters_dir, prom = tmp_path / "counters", tmp_path / "failover.prom"
-    watch = fleetctl_in(veth_ns, "--format", "json", "failover", "watch", "--interval", "0.2", "--duration", "30",
+    watch = fleetctl_in(veth_ns, "--format", "json", "failover", "watch", "--interval", "0.2", "--duration", "600",
                         "--nic", "w0", "--counters-dir", str(counters_dir), "--prometheus", str(prom))
     first = watch.stdout.readline()  # the watch has started (its state at start): now change things
     assert first, watch.stderr.read()[-2000:]
