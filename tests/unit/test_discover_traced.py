@@ -138,3 +138,27 @@ def test_the_labs_fabric_from_its_hop_lists_equals_its_site_file_up_to_names():
     # which in the lab's addressing are its own names; the structure must match regardless.
     assert got == want
     assert {s: i["tier"] for s, i in spec.switches.items()} == {r.id: r.tier for r in plan.routers}
+
+
+def test_the_trace_plan_is_bounded_and_never_traces_a_nodes_own_nics():
+    from fleetctl.discover.trace_run import MAX_DESTS, SPORTS, plan
+
+    nics = {f"n{i}:eth{k}": (f"10.{i}.{k}.2", 30, f"eth{k}") for i in range(40) for k in range(2)}
+    config, flows = plan(nics)
+    per_src: dict[str, set] = {}
+    for src, dst in flows.values():
+        assert src.split(":")[0] != dst.split(":")[0]
+        per_src.setdefault(src, set()).add(dst)
+    assert len(per_src) == 80 and all(len(d) == MAX_DESTS for d in per_src.values())
+    assert len({d.split(":")[0] for d in per_src["n0:eth0"]}) > 8  # spread over the fleet, not one rack
+    rows = config["nodes"]["n3"]
+    assert len(rows) == 2 * MAX_DESTS * SPORTS and {r[6] for r in rows} == {"eth0", "eth1"}
+    assert len({(r[1], r[2], r[3]) for r in rows}) == len(rows)  # one 5-tuple per flow
+
+
+def test_hostile_tracer_output_is_dropped_per_flow():
+    from fleetctl.discover.trace_run import _hops
+
+    assert _hops(["10.0.0.1", None]) == ["10.0.0.1", None]
+    assert _hops(["10.0.0.1", "../etc"]) is None and _hops("10.0.0.1") is None
+    assert _hops(["10.0.0.1"] * 50) is None and _hops([7]) == [None]
