@@ -131,19 +131,35 @@ def test_traced_fabric_equals_the_labs_up_to_names_and_localizes_a_fault(lab, no
     assert got == {lid: (str(l.a.element_id), str(l.b.element_id), l.a.address, l.b.address)
                    for lid, l in truth.links.items()}
     assert "inferred from traced paths" in out.read_text()
-    # The same fault as on the lab's file, blamed on the same cable and direction up to the names.
+    # The same fault as on the lab's file. Traces give no switch loopbacks, so the mesh has no loop
+    # probes: in a 2-leaf fabric leaf2->spine1 and spine1->leaf1 lie on the same NIC paths and only
+    # the pair is found. With the loopbacks an operator adds (docs/discover.md), exactly the link.
     back = {v: k for k, v in ren.items()}
+    lid = next(l for l, link in mine.links.items() if {link.a.device, link.b.device} == {back["leaf2"], back["spine1"]})
+    twin = next(l for l, link in mine.links.items() if {link.a.device, link.b.device} == {back["leaf1"], back["spine1"]})
+    fault = {"type": "link", "id": lid, "direction": f"{back['leaf2']}->{back['spine1']}"}
+    if lab.params.leaves == 2:
+        rc, found = _mesh_findings(capsys, out)
+        assert rc == 2 and found and all(f in (fault, {"type": "link", "id": twin, "direction":
+                                                      f"{back['spine1']}->{back['leaf1']}"}) for f in found), found
+    text = out.read_text()
+    for sid in mine.switches:
+        text = text.replace(f'id = "{sid}"\ntier', f'id = "{sid}"\naddress = "{truth.switches[ren[sid]].address}"\ntier')
+    out.write_text(text)
+    rc, found = _mesh_findings(capsys, out)
+    assert rc == 2 and found == [fault], found
+
+
+def _mesh_findings(capsys, site) -> tuple[int, list]:
     faults.add("leaf2->spine1", "loss", "2")
     try:
         capsys.readouterr()
-        rc = cli_run(["--site", str(out), "--format", "json", "audit", "--mesh-only", "--duration", "3",
+        rc = cli_run(["--site", str(site), "--format", "json", "audit", "--mesh-only", "--duration", "3",
                       "--rate", "50"])
         findings = json.loads(capsys.readouterr().out)["findings"]
     finally:
         faults.clear()
-    lid = next(l for l, link in mine.links.items() if {link.a.device, link.b.device} == {back["leaf2"], back["spine1"]})
-    assert rc == 2 and [f["element"] for f in findings] == [
-        {"type": "link", "id": lid, "direction": f"{back['leaf2']}->{back['spine1']}"}], findings
+    return rc, [f["element"] for f in findings]
 
 
 def test_diff_names_a_cable_down_and_an_mtu_change(lab, no_site, capsys):
