@@ -3,7 +3,8 @@ every node at once, from each fabric NIC towards other nodes' NIC addresses with
 ports (ECMP spreads them over the paths), then traced.infer on the hop lists.
 
 Each NIC traces towards at most MAX_DESTS NICs of other nodes, spread over the node list (rack
-layouts put neighbours on one leaf), so the work per NIC is bounded whatever the fleet size. The
+layouts put neighbours on one leaf), and MAX_FLOWS bounds the whole plan, so the work per NIC and
+the payload stay bounded whatever the fleet size. The
 tracer's output comes from the nodes: it is checked and bounded here.
 """
 
@@ -19,6 +20,7 @@ from fleetctl.mesh import trace_agent
 from fleetctl.mesh.discovery import TRACE_DPORT
 
 MAX_DESTS = 16  # destination NICs per source NIC
+MAX_FLOWS = 50_000  # in all: ~60 bytes each in every node's payload
 SPORTS = 8  # source ports per (source, destination): 2-4 ECMP next hops per tier with margin
 SPORT_BASE = 62000  # above Linux's ephemeral range, apart from the mesh's 61000-61100
 MAX_SWITCH_HOPS = 7  # TTLs tried: a 3-tier Clos has 5 switches on its longest path
@@ -42,20 +44,31 @@ def fabric_nics(facts: dict[str, NodeFacts]) -> dict[str, tuple[str, int, str]]:
 
 
 def plan(nics: dict[str, tuple[str, int, str]], max_dests: int = MAX_DESTS, sports: int = SPORTS):
-    """(tracer configuration, flow key -> (source NIC, destination NIC))."""
+    """(tracer configuration, flow key -> (source NIC, destination NIC)). Every node's payload
+    carries the whole configuration (as the mesh's does): at most MAX_FLOWS flows in all, fewer
+    destinations per NIC on a large fleet (each cable is still crossed by many flows)."""
     order = list(nics)
+    n = len(order)
+    sports = max(1, min(sports, MAX_FLOWS // max(1, n)))
+    dests = max(1, min(max_dests, MAX_FLOWS // max(1, n * sports)))
     nodes: dict[str, list] = {}
     flows: dict[str, tuple[str, str]] = {}
     for i, src in enumerate(order):
-        others = [order[(i + k) % len(order)] for k in range(1, len(order))]
-        others = [d for d in others if d.split(":", 1)[0] != src.split(":", 1)[0]]
-        step = max(1, len(others) // max_dests)
-        for dst in others[::step][:max_dests]:
+        node = src.split(":", 1)[0]
+        step = max(1, (n - 1) // dests)
+        picked: list[str] = []
+        for k in range(dests):  # every `step`-th NIC after this one, or the next one of another node
+            for extra in range(n - 1):
+                dst = order[(i + 1 + k * step + extra) % n]
+                if dst.split(":", 1)[0] != node and dst not in picked:
+                    picked.append(dst)
+                    break
+        for dst in picked:
             for j in range(sports):
                 key = f"t{len(flows)}"
                 flows[key] = (src, dst)
                 addr, _p, dev = nics[src]
-                nodes.setdefault(src.split(":", 1)[0], []).append(
+                nodes.setdefault(node, []).append(
                     [key, addr, SPORT_BASE + j, nics[dst][0], TRACE_DPORT, MAX_SWITCH_HOPS, dev])
     config = {"nodes": nodes, "timeout": TIMEOUT_S, "retries": RETRIES, "limit": LIMIT_S}
     return config, flows

@@ -291,8 +291,8 @@ def _ip_key(address: str):
 def merge(spec: FabricSpec, traced: TracedFabric) -> None:
     """Add a traced fabric to one read from LLDP: LLDP's host cables (with their ports) stay, the
     traces fill in their switch-end addresses and add the switches and switch cables LLDP lacks."""
-    have = {l.a.split(":", 1)[0] if ":" in l.a and l.a.split(":", 1)[0] in spec.switches else l.a: l
-            for l in spec.links if l.devices()[1] in spec.switches and l.devices()[0] not in spec.switches}
+    have = {l.a: l for l in spec.links  # host cables (LLDP writes them host end first)
+            if l.devices()[1] in spec.switches and l.devices()[0] not in spec.switches}
     pairs = {frozenset(l.devices()) for l in spec.links
              if l.devices()[0] in spec.switches and l.devices()[1] in spec.switches}
     for sid, info in traced.spec.switches.items():

@@ -162,3 +162,13 @@ def test_hostile_tracer_output_is_dropped_per_flow():
     assert _hops(["10.0.0.1", None]) == ["10.0.0.1", None]
     assert _hops(["10.0.0.1", "../etc"]) is None and _hops("10.0.0.1") is None
     assert _hops(["10.0.0.1"] * 50) is None and _hops([7]) == [None]
+
+
+def test_a_large_fleet_gets_fewer_destinations_per_nic_within_the_flow_budget():
+    from fleetctl.discover.trace_run import MAX_FLOWS, plan
+
+    nics = {f"n{i}:mlx5_{k}": (f"10.{i // 250}.{i % 250}.{k * 4 + 2}", 31, f"eth{k}")
+            for i in range(1000) for k in range(8)}
+    config, flows = plan(nics)
+    assert 0 < len(flows) <= MAX_FLOWS
+    assert {src for src, _d in flows.values()} == set(nics)  # every NIC still finds its first hop
