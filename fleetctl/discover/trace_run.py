@@ -80,7 +80,8 @@ def run_traces(transport, facts: dict[str, NodeFacts]) -> tuple[dict, list[Trace
     config, flows = plan(nics)
     if not flows:
         return nics, [], {}, ["no two nodes with addressed fabric NICs: nothing to trace"]
-    script = with_config(bundle("fleetctl.mesh", ("trace_agent",), "path tracer payload"), config)
+    package, _, name = trace_agent.__name__.rpartition(".")
+    script = with_config(bundle(package, (name,), "path tracer payload"), config)
     traces, failed, errors = [], {}, []
     for r in run_python(transport, sorted(config["nodes"]), script, timeout=LIMIT_S + 30):
         doc = json_output(r)

@@ -50,8 +50,10 @@ def test_ecmp_over_two_spines_gives_two_leaves_two_spines_four_cables():
 
 def test_unanswered_hops_drop_only_what_they_hide():
     # spine 2 never answers towards node2; the last hop of one trace is missing too.
-    traces = [Trace("node1:eth0", "node2:eth0", UP_S1), Trace("node1:eth0", "node2:eth0", ["10.0.1.1", None, "10.1.0.13"]),
-              Trace("node2:eth0", "node1:eth0", DOWN_S1), Trace("node2:eth0", "node1:eth0", ["10.0.2.1", "10.1.0.14", None])]
+    traces = [Trace("node1:eth0", "node2:eth0", UP_S1),
+              Trace("node1:eth0", "node2:eth0", ["10.0.1.1", None, "10.1.0.13"]),
+              Trace("node2:eth0", "node1:eth0", DOWN_S1),
+              Trace("node2:eth0", "node1:eth0", ["10.0.2.1", "10.1.0.14", None])]
     t = infer(NICS, traces)
     # The hidden hops cost spine 2's cable to leaf A, nothing else; a trailing `*` is not taken as
     # the end of its path (the pair's switch count comes from its other flows).
@@ -64,7 +66,8 @@ def test_unanswered_hops_drop_only_what_they_hide():
 
 def test_a_switch_answering_from_different_addresses_is_one_switch():
     # leaf A answers node1 sometimes from its loopback 10.9.9.1 instead of the ingress port.
-    traces = [Trace("node1:eth0", "node2:eth0", UP_S1), Trace("node1:eth0", "node2:eth0", ["10.9.9.1", "10.1.0.6", "10.1.0.13"]),
+    traces = [Trace("node1:eth0", "node2:eth0", UP_S1),
+              Trace("node1:eth0", "node2:eth0", ["10.9.9.1", "10.1.0.6", "10.1.0.13"]),
               Trace("node2:eth0", "node1:eth0", DOWN_S1), Trace("node2:eth0", "node1:eth0", DOWN_S2)]
     t = infer(NICS, traces)
     assert len(t.spec.switches) == 4
