@@ -137,6 +137,8 @@ def _add_traces(transport, d: Discovery) -> None:
     for node, why in failed.items():
         d.notes.append(f"{node}: path tracing failed: {why}")
     d.notes += [f"path tracer: {e}" for e in errors[:5]]
+    if not traces:
+        return
     if not any(any(t.hops) for t in traces):
         d.notes.append("traced paths: no hop answered (ICMP time-exceeded filtered or rate-limited?)")
         return

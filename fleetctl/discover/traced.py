@@ -180,7 +180,8 @@ def infer(nics: dict[str, tuple[str, int]], traces: list[Trace], *, names: dict[
         sid = ids[grp]
         named = "named by LLDP" if sid in set(names.values()) else "name generated"
         spec.switches[sid] = {"tier": tiers[grp], "model": "", "address": "",
-                              "comment": f"inferred from traced paths ({named}); answered from "
+                              "comment": f"inferred from traced paths ({named}; loopback unknown: the mesh's "
+                                         "switch probes need `address`); answered from "
                                          + ", ".join(addrs[:6]) + (" ..." if len(addrs) > 6 else "")}
         out.groups[sid] = addrs
     for nic, (grp, addr) in host_end.items():
