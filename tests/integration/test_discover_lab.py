@@ -109,6 +109,20 @@ def _renaming(mine, truth) -> dict[str, str]:
     return ren
 
 
+def _same_fabric(mine, truth) -> dict[str, str]:
+    """Tiers, cables, link ids and cable addresses equal up to switch names; the renaming."""
+    ren = _renaming(mine, truth)
+    assert {ren[s]: w.tier for s, w in mine.switches.items()} == {s: w.tier for s, w in truth.switches.items()}
+
+    def renamed(end) -> str:
+        return ren[end.device] if end.kind == "switch" else str(end.element_id)
+    got = {"--".join(ren.get(part, part) for part in lid.split("--")):
+           (renamed(l.a), renamed(l.b), l.a.address, l.b.address) for lid, l in mine.links.items()}
+    assert got == {lid: (str(l.a.element_id), str(l.b.element_id), l.a.address, l.b.address)
+                   for lid, l in truth.links.items()}
+    return ren
+
+
 def test_traced_fabric_equals_the_labs_up_to_names_and_localizes_a_fault(lab, no_site, capsys, tmp_path):
     """`--source trace`: LLDP ignored (lldpd still runs), the fabric from the mesh tracer's hop lists."""
     out = tmp_path / "traced.toml"
@@ -121,16 +135,21 @@ def test_traced_fabric_equals_the_labs_up_to_names_and_localizes_a_fault(lab, no
     (cls,), (want,) = mine.node_classes, truth.node_classes
     assert str(cls.nodes) == str(want.nodes)
     assert [(n.name, n.kind, n.mtu) for n in cls.nics] == [(n.name, n.kind, n.mtu) for n in want.nics]
-    ren = _renaming(mine, truth)
-    assert {ren[s]: w.tier for s, w in mine.switches.items()} == {s: w.tier for s, w in truth.switches.items()}
-
-    def renamed(end) -> str:
-        return ren[end.device] if end.kind == "switch" else str(end.element_id)
-    got = {"--".join(ren.get(part, part) for part in lid.split("--")):
-           (renamed(l.a), renamed(l.b), l.a.address, l.b.address) for lid, l in mine.links.items()}
-    assert got == {lid: (str(l.a.element_id), str(l.b.element_id), l.a.address, l.b.address)
-                   for lid, l in truth.links.items()}
+    ren = _same_fabric(mine, truth)
     assert "inferred from traced paths" in out.read_text()
+    # auto: the hosts' LLDP gives the host cables and leaf names, no switch cable (switches not
+    # asked): the routed fabric's switch cables come from traces.
+    auto = tmp_path / "auto.toml"
+
+    def auto_discovery():  # lldpd sends every second: right after `lab up` a neighbour may be missing
+        rc = cli_run(["--format", "json", "site", "discover", ",".join(_nodes()), "-t", "local", "--netns",
+                      "fl-{node}", "--out", str(auto), "--force"])
+        data = json.loads(capsys.readouterr().out)
+        return (rc, data) if data["summary"]["links"] == len(truth.links) else None
+    rc, data = wait_for(auto_discovery, timeout=20, step=1)
+    assert rc == 0 and data["summary"]["sources"] == ["nodes", "lldp", "trace"], data["summary"]
+    leaves = {s for s, w in truth.switches.items() if w.tier == 1}
+    assert {s: t for s, t in _same_fabric(load_site(auto), truth).items() if t in leaves} == {s: s for s in leaves}
     # The same fault as on the lab's file. Traces give no switch loopbacks, so the mesh has no loop
     # probes: in a 2-leaf fabric leaf2->spine1 and spine1->leaf1 lie on the same NIC paths and only
     # the pair is found. With the loopbacks an operator adds (docs/discover.md), exactly the link.
