@@ -103,8 +103,12 @@ def _switch_hops(traces: list[Trace]) -> list[tuple[Trace, list]]:
         if answered:
             key = frozenset((t.src, t.dst))
             length[key] = max(length.get(key, 0), answered[-1] + 1)
-    return [(t, t.hops[:length[frozenset((t.src, t.dst))]]) for t in traces
-            if frozenset((t.src, t.dst)) in length]
+    out = []
+    for t in traces:
+        n = length.get(frozenset((t.src, t.dst)), 0)
+        if n:
+            out.append((t, (list(t.hops) + [None] * n)[:n]))  # a short list (hostile output) padded
+    return out
 
 
 def infer(nics: dict[str, tuple[str, int]], traces: list[Trace], *, names: dict[str, str] | None = None,

@@ -175,3 +175,10 @@ def test_a_large_fleet_gets_fewer_destinations_per_nic_within_the_flow_budget():
     config, flows = plan(nics)
     assert 0 < len(flows) <= MAX_FLOWS
     assert {src for src, _d in flows.values()} == set(nics)  # every NIC still finds its first hop
+
+
+def test_short_and_empty_hop_lists_cost_nothing_else():
+    traces = [Trace("node1:eth0", "node2:eth0", UP_S1), Trace("node1:eth0", "node2:eth0", []),
+              Trace("node1:eth0", "node2:eth0", ["10.0.1.1"]), Trace("node2:eth0", "node1:eth0", DOWN_S1)]
+    t = infer(NICS, traces)
+    assert len(t.spec.switches) == 3 and len(t.spec.links) == 4
