@@ -155,7 +155,8 @@ def test_traced_fabric_equals_the_labs_up_to_names_and_localizes_a_fault(lab, no
     # the pair is found. With the loopbacks an operator adds (docs/discover.md), exactly the link.
     back = {v: k for k, v in ren.items()}
     lid = next(l for l, link in mine.links.items() if {link.a.device, link.b.device} == {back["leaf2"], back["spine1"]})
-    twin = next(l for l, link in mine.links.items() if {link.a.device, link.b.device} == {back["leaf1"], back["spine1"]})
+    twin = next(l for l, link in mine.links.items()
+                if {link.a.device, link.b.device} == {back["leaf1"], back["spine1"]})
     fault = {"type": "link", "id": lid, "direction": f"{back['leaf2']}->{back['spine1']}"}
     if lab.params.leaves == 2:
         rc, found = _mesh_findings(capsys, out)
@@ -163,7 +164,8 @@ def test_traced_fabric_equals_the_labs_up_to_names_and_localizes_a_fault(lab, no
                                                       f"{back['spine1']}->{back['leaf1']}"}) for f in found), found
     text = out.read_text()
     for sid in mine.switches:
-        text = text.replace(f'id = "{sid}"\ntier', f'id = "{sid}"\naddress = "{truth.switches[ren[sid]].address}"\ntier')
+        loopback = truth.switches[ren[sid]].address
+        text = text.replace(f'id = "{sid}"\ntier', f'id = "{sid}"\naddress = "{loopback}"\ntier')
     out.write_text(text)
     rc, found = _mesh_findings(capsys, out)
     assert rc == 2 and found == [fault], found

@@ -19,8 +19,8 @@ def test_lab_env_exports_the_check_paths_of_its_site_file(tmp_path, monkeypatch)
     with pytest.raises(LabError):
         lifecycle.env()
     (tmp_path / "state.json").write_text(json.dumps({"status": "up"}))
-    doc = sitefile.site_document(build_plan(LabParams(gpus_per_host=2, ssh=False)), tmp_path, slurm_conf="/x/slurm.conf",
-                                 ssh={}, cpus=2)
+    plan = build_plan(LabParams(gpus_per_host=2, ssh=False))
+    doc = sitefile.site_document(plan, tmp_path, slurm_conf="/x/slurm.conf", ssh={}, cpus=2)
     (tmp_path / "site.toml").write_text(sitefile.to_toml(doc))
     env = lifecycle.env()
     assert {k: env[v] for k, v in CHECK_ENV.items()} == doc["checks"]
