@@ -13,6 +13,8 @@ from fleetctl.discover.classes import ClassSpec, build_classes
 from fleetctl.discover.fabric import FabricSpec, assign_ids, assign_tiers, from_ibnetdiscover, from_lldp
 from fleetctl.discover.facts import NodeFacts, choose_fabric_nics, parse_facts
 from fleetctl.discover.ibnet import IbFabric
+from fleetctl.discover.trace_run import fabric_nics, run_traces
+from fleetctl.discover.traced import infer, merge
 from fleetctl.errors import DataError, TransportError
 from fleetctl.fanout.payload import json_output, run_python, with_node_fill
 
@@ -74,10 +76,19 @@ def collect_facts(transport, nodes: list[str], args: dict, *, switch: bool = Fal
     return facts, failed
 
 
+SOURCES = ("auto", "lldp", "trace")
+
+
 def discover(transport, nodes: list[str], *, switches: list[str] = (), switch_transport=None,
              include_nics: tuple[str, ...] = (), exclude_nics: tuple[str, ...] = (), lldp_socket: str = "",
              simulated_gpus: str = "", budget_s: float = 20.0, ib: IbFabric | None = None,
-             node_names: dict[str, str] | None = None, on_result: Callable | None = None) -> Discovery:
+             node_names: dict[str, str] | None = None, on_result: Callable | None = None,
+             source: str = "auto", trace: bool = False) -> Discovery:
+    """source: `lldp` reads LLDP only; `trace` ignores LLDP and traces the routed fabric; `auto`
+    reads LLDP and traces when it gives no switch-to-switch cable on a routed fabric (or always
+    with `trace`)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown fabric source {source!r}")
     started = time.monotonic()
     out = Discovery()
     args = {"budget_s": budget_s, "lldp_socket": lldp_socket, "simulated_gpus": simulated_gpus}
@@ -86,20 +97,55 @@ def discover(transport, nodes: list[str], *, switches: list[str] = (), switch_tr
         detail = "; ".join(f"{n}: {why}" for n, why in list(out.failed.items())[:3])
         raise TransportError(f"no node answered the discovery ({detail or 'no nodes'})")
     for f in out.facts.values():
+        if source == "trace":
+            f.lldp = []  # ignored: the fabric comes from the traces alone
         choose_fabric_nics(f, include_nics, exclude_nics)
-    if switches:
+    if switches and source != "trace":
         out.switch_facts, failed = collect_facts(switch_transport or transport, list(switches), args,
                                                  switch=True)
         out.failed.update(failed)
     out.classes = build_classes(out.facts)
-    from_lldp(out.facts, out.switch_facts, out.fabric)
+    if source != "trace":
+        from_lldp(out.facts, out.switch_facts, out.fabric)
     if ib is not None:
         from_ibnetdiscover(ib, out.facts, out.fabric, node_names)
+    if source == "trace" or (source == "auto" and ib is None and (trace or _trace_helps(out))):
+        _add_traces(transport, out)
     if not out.fabric.links:
-        out.notes.append("no LLDP neighbours and no InfiniBand subnet: the file has no fabric; give "
-                         "--ibnetdiscover FILE, run lldpd on hosts (and switches), or use Slurm's "
-                         "topology.conf (slurm.topology_conf)")
+        out.notes.append("no LLDP neighbours, no InfiniBand subnet and no traced path: the file has no "
+                         "fabric; give --ibnetdiscover FILE, run lldpd on hosts (and switches), trace a "
+                         "routed fabric (--source trace), or use Slurm's topology.conf (slurm.topology_conf)")
     assign_tiers(out.fabric)
     assign_ids(out.fabric)
     out.elapsed_s = time.monotonic() - started
     return out
+
+
+def _trace_helps(d: Discovery) -> bool:
+    """LLDP gave no switch-to-switch cable, and the fabric is routed to the hosts: most addressed
+    fabric NICs sit in a point-to-point subnet (/30, /31) with their switch."""
+    spec = d.fabric
+    if any(a in spec.switches and b in spec.switches for a, b in (l.devices() for l in spec.links)):
+        return False
+    prefixes = [p for _a, p, _d in fabric_nics(d.facts).values()]
+    return len({n for n in d.facts if d.facts[n].fabric_nics}) >= 2 and \
+        sum(p >= 30 for p in prefixes) * 2 > len(prefixes)
+
+
+def _add_traces(transport, d: Discovery) -> None:
+    nics, traces, failed, errors = run_traces(transport, d.facts)
+    for node, why in failed.items():
+        d.notes.append(f"{node}: path tracing failed: {why}")
+    d.notes += [f"path tracer: {e}" for e in errors[:5]]
+    if not traces:
+        return
+    if not any(any(t.hops) for t in traces):
+        d.notes.append("traced paths: no hop answered (ICMP time-exceeded filtered or rate-limited?)")
+        return
+    names = {l.a: l.devices()[1] for l in d.fabric.links
+             if l.devices()[1] in d.fabric.switches and ":" in l.a}
+    traced = infer(nics, traces, names=names, taken=set(d.facts) | set(d.fabric.switches))
+    merge(d.fabric, traced)
+    d.notes.append(f"fabric from TTL-traced paths: {len(traces)} flows from "
+                   f"{len({t.src.split(':', 1)[0] for t in traces})} nodes; switches and cables inferred "
+                   "from the addresses that answered (see each switch's comment)")

@@ -77,7 +77,8 @@ def render(*, cluster: str, classes: list[ClassSpec], fabric: FabricSpec, access
     for sid, info in sorted(fabric.switches.items(), key=lambda kv: (kv[1]["tier"], _natural(kv[0]))):
         _table(lines, "[[fabric.switches]]", {"id": sid, "tier": info["tier"], "model": info.get("model", ""),
                                               "address": info.get("address", "")},
-               [f"{tiers.get(info['tier'], '')} (tier from the cabling)"])
+               [f"{tiers.get(info['tier'], '')} (tier from the cabling)"]
+               + ([info["comment"]] if info.get("comment") else []))
     for link in sorted(fabric.links, key=lambda l: _natural(l.id)):
         _table(lines, "[[fabric.links]]", {"id": link.id, "a": link.a, "b": link.b, "a_address": link.a_address,
                                            "b_address": link.b_address,

@@ -315,6 +315,7 @@ def env() -> dict[str, str]:
     if not st or st.get("status") != "up":
         raise LabError("no lab is up", hint="run `fleetctl lab up`")
     out = {"FLEETCTL_SITE": str(paths.site_file())}
+    out.update(_check_env())
     if st.get("lldp"):
         out["FLEETCTL_LLDP_SOCKET"] = st["lldp"]["socket"]  # each element's lldpd control socket
     if st.get("slurm"):
@@ -323,3 +324,19 @@ def env() -> dict[str, str]:
             # A Debian root's Slurm: its client commands (wrappers) before this machine's.
             out["PATH"] = st["slurm"]["bindir"] + ":" + os.environ.get("PATH", os.defpath)
     return out
+
+
+def _check_env() -> dict[str, str]:
+    """The lab site file's check data paths (kernel log, simulated GPUs, state file) as the
+    FLEETCTL_CHECKS_* variables that a run without a site file (Slurm only) reads instead: with
+    FLEETCTL_SITE unset, `fleetctl audit` then checks the lab's data as the site file would. With a
+    site file they are not read."""
+    import tomllib
+
+    from fleetctl.inventory.from_slurm import CHECK_ENV
+
+    try:
+        checks = tomllib.loads(paths.site_file().read_text()).get("checks") or {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise LabError(f"lab site file {paths.site_file()}: {exc}") from None
+    return {var: str(checks[key]) for key, var in CHECK_ENV.items() if checks.get(key)}

@@ -67,3 +67,12 @@ def test_audit_local_without_any_site_file(capsys):
     report = json.loads(capsys.readouterr().out)
     assert [n["node"] for n in report["nodes"]] == ["solo"]
     assert "node solo is in no node class" in report["notes"][0]
+
+
+def test_discover_source_trace_on_one_node_says_there_is_nothing_to_trace(capsys):
+    assert run(["--format", "json", "site", "discover", "here", "-t", "local", "--nics", "*",
+                "--source", "trace"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["links"] == 0
+    assert any("nothing to trace" in n for n in data["notes"]), data["notes"]
+    assert run(["site", "discover", "here", "-t", "local", "--source", "ospf"]) == 3  # usage error

@@ -36,6 +36,10 @@ def _globs(value: str | None) -> tuple[str, ...]:
               help="ibnetdiscover output of the InfiniBand subnet.")
 @click.option("--node-name-map", type=click.Path(dir_okay=False, exists=True), metavar="FILE",
               help="GUID -> name map for --ibnetdiscover (ibnetdiscover's --node-name-map format).")
+@click.option("--source", type=click.Choice(["auto", "lldp", "trace"]), default="auto", show_default=True,
+              help="Fabric source: lldp; trace (TTL-traced paths of a routed fabric, LLDP ignored); auto: "
+                   "LLDP, and traces when LLDP gives no switch-to-switch cable on a routed fabric.")
+@click.option("--trace", is_flag=True, help="With --source auto: trace the paths even when LLDP gives cabling.")
 @click.option("--nics", metavar="GLOBS", help="Fabric NICs: exactly these (comma-separated globs).")
 @click.option("--exclude-nics", metavar="GLOBS", help="Never these NICs (comma-separated globs).")
 @click.option("--name", "cluster_name", metavar="NAME", help="Cluster name (default: Slurm's ClusterName).")
@@ -43,9 +47,10 @@ def _globs(value: str | None) -> tuple[str, ...]:
               help="Time budget of the collection on each node.")
 @pass_app
 def discover(app: Application, nodeset, out, force, against, transport, netns, switches, lldp_socket,
-             ibnet, node_name_map, nics, exclude_nics, cluster_name, budget) -> int:
+             ibnet, node_name_map, source, trace, nics, exclude_nics, cluster_name, budget) -> int:
     """Collect GPUs, NICs, CPUs, memory and LLDP neighbours from every node (srun, ssh or local),
-    group nodes into classes by hardware, read the fabric (LLDP, an ibnetdiscover file) and write a
+    group nodes into classes by hardware, read the fabric (LLDP, an ibnetdiscover file, TTL-traced
+    paths of a routed fabric) and write a
     commented site file that `fleetctl config check` accepts.
 
     Without NODESET: the nodes of the site file in use, else every node Slurm knows.
@@ -85,7 +90,7 @@ def discover(app: Application, nodeset, out, force, against, transport, netns, s
         result = run_discovery(t, nodes, switches=list(parse_nodeset(switches)) if switches else [],
                                include_nics=_globs(nics), exclude_nics=_globs(exclude_nics),
                                lldp_socket=lldp_socket or "", budget_s=budget, ib=ib, node_names=names,
-                               simulated_gpus=checks.get("simulated_gpus", ""))
+                               simulated_gpus=checks.get("simulated_gpus", ""), source=source, trace=trace)
     if against:
         from fleetctl.config import load_site
 
