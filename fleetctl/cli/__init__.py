@@ -30,6 +30,8 @@ commands.register("inventory", "fleetctl.cli.inventory:inventory",
                   help="Nodes, NICs, GPUs, switches and links, with Slurm state.")
 commands.register("lab", "fleetctl.cli.lab:lab",
                   help="An emulated GPU cluster on this machine, with fault injection.")
+commands.register("lens", "fleetctl.cli.lens:lens",
+                  help="Continuous fabric monitoring: events per element, with the jobs they touch.")
 commands.register("snapshot", "fleetctl.cli.snapshot:snapshot",
                   help="Coordinated, verified snapshots of training jobs.")
 

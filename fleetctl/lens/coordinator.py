@@ -135,6 +135,7 @@ class Coordinator:
         o = self.opts
         self.plan = Plan(self.site, nodes, self.transport, o, self.log)
         self.log(f"plan: {json.dumps(self.plan.summary())}")
+        self.outputs.set_plan(self.plan)
         self.analyzer = WindowAnalyzer(self.plan.topo, self.plan.paths, self.plan.flows, o.solver)
         self.baselines = PathBaselines(len(self.plan.paths))
         self.clock = ClockTracker(self.analyzer.hosts, self.analyzer.nic_host,
