@@ -259,10 +259,12 @@ class Coordinator:
         probes, health = self.ingest.close(int(a * 1e9), int(b * 1e9))
         blind = {h for h in self.plan.hosts
                  if not self.supervisor.covered(h, a - 0.3, b + o.echo_timeout_s)}
+        began = time.monotonic()
         self.clock.add(probes)
-        self.clock.maybe_refit(b)
-        res = self.analyzer.analyze(probes, a, b, health, blind, self.clock.model,
-                                    self.clock.epoch_ns, self.baselines.current())
+        self.clock.maybe_refit(b, background=True)
+        model, epoch = self.clock.fit
+        res = self.analyzer.analyze(probes, a, b, health, blind, model, epoch,
+                                    self.baselines.current())
         if res.path_delay is not None and res.path_healthy is not None:
             self.baselines.update(res.path_delay, res.path_healthy)
         for st in self.supervisor.state.values():
@@ -277,7 +279,8 @@ class Coordinator:
             self.counters["events_written"] += 1
             self.log(f"event {rec['kind']}: {rec['id']} {rec['element']['type']} "
                      f"{rec['element'].get('direction') or rec['element']['id']} {rec['metric']} "
-                     f"({rec['severity']}, jobs {[j['job_id'] for j in rec.get('jobs', [])]})")
+                     f"({rec['severity']}, jobs {[j['job_id'] for j in rec.get('jobs', [])]}, window end "
+                     f"{iso(b)}, closed {time.time() - b:.2f} s after it)")
         self.counters["windows"] += 1
         self.last_window = {"t_start": a, "t_end": b, "probes": res.probes,
                             "set_aside": res.set_aside, "overloaded": res.overloaded,
@@ -287,6 +290,11 @@ class Coordinator:
                             self.tracker.open_events())
         self._save(b)
         self._elements = res.elements
+        spent = time.monotonic() - began
+        self.counters["analysis_s_max"] = round(max(self.counters.get("analysis_s_max", 0),
+                                                    spent), 3)
+        if spent > 0.5 * o.window_s:
+            self.log(f"window {iso(b)}: analysis took {spent:.2f} s ({res.probes} probes)")
         self._write_status(time.time())
 
     def _window_doc(self, res) -> dict:
