@@ -308,15 +308,16 @@ def _render_events(console, events: list[dict]) -> None:
         console.print("no events")
         return
     t = Table(show_edge=False)
-    for col in ("id", "state", "element", "metric", "severity", "first seen", "last seen", "jobs"):
+    t.add_column("element", no_wrap=True)
+    for col in ("state", "metric", "severity", "first seen", "jobs", "id"):
         t.add_column(col)
     for e in events:
         el = e["element"]
-        t.add_row(e["id"], e["state"], escape(f"{el['type']} {el.get('direction') or el['id']}"),
+        t.add_row(escape(f"{el['type']} {el.get('direction') or el['id']}"), e["state"],
                   e["metric"] + (f" x{e['flap']['count']}" if e.get("flap") else ""),
-                  f"[{SEV_STYLE.get(e['severity'], '')}]{e['severity']}[/]", e["first_seen"],
-                  e["last_seen"], escape(", ".join(j["job_id"] for j in e.get("jobs") or [])
-                                         or "-"))
+                  f"[{SEV_STYLE.get(e['severity'], '')}]{e['severity']}[/]",
+                  e["first_seen"][:19].replace("T", " "),
+                  escape(", ".join(j["job_id"] for j in e.get("jobs") or []) or "-"), e["id"])
     console.print(t)
 
 

@@ -26,8 +26,8 @@ class LensOptions:
     sports: int = 8
     port: int = 61200  # away from the audit's 61100 so both can run at once
     sport_base: int = 61300
-    health_window_s: float = 0.5
-    echo_timeout_s: float = 0.3
+    health_window_s: float = 0.25
+    echo_timeout_s: float = 0.2
     solver: str = "nnls"
     agent_hours: float = 24.0  # an agent's run length; it is restarted (planned) after it
     replan_s: float = 30.0  # how often node states are checked for a re-plan
@@ -73,7 +73,7 @@ class LensOptions:
     def lag_s(self) -> float:
         """How long after a window's end its records are all in: echo timeout, then the
         responder's next batch, plus transport slack."""
-        return self.echo_timeout_s + self.health_window_s + 0.4
+        return self.echo_timeout_s + self.health_window_s + 0.3
 
     def path(self, name: str) -> Path:
         return Path(self.state_dir).expanduser() / name
