@@ -38,6 +38,7 @@ from fleetctl.lens.window import WindowAnalyzer
 from fleetctl.mesh import agent as agent_module
 from fleetctl.mesh import discovery, trace_agent
 from fleetctl.mesh.collect import lab_clock
+from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.plan import plan_probes
 from fleetctl.meshrun.probe_run import fan_out, payload
 from fleetctl.model.fabric import Topology
@@ -74,6 +75,10 @@ class Plan:
         for w in warnings:
             log(w)
         self.disc = discovery.resolve(topo, site, fplan, traces)
+        # loops to the neighbouring switches tell apart link directions that NIC pairs always
+        # cross together (with two leaves: leaf1->spine1 and spine1->leaf2)
+        self.disc, loops = plan_loops(topo, site, self.disc, usable, len(fplan.flows),
+                                      opts.port + 2)
         self.flows = self.disc.flows
         self.paths = self.disc.paths
         _truth, clocks = lab_clock(site)
@@ -89,7 +94,8 @@ class Plan:
             "linger": opts.echo_timeout_s, "echo_timeout_s": opts.echo_timeout_s,
             "health_window_s": opts.health_window_s, "output": "stream", "nodes": node_cfg,
             "pairs": [[p * len(sports), a, b, nics[topo.nics[b]].address]
-                      for p, (a, b) in enumerate(self.plan.pairs)]}
+                      for p, (a, b) in enumerate(self.plan.pairs)],
+            "loops": loops, "loop_port": opts.port + 2}
         self.t0 = time.time()
         self.nic_of_link = {}
         for lid, (a, b) in topo.links.items():
@@ -108,7 +114,8 @@ class Plan:
         return {"pairs": len(self.plan.pairs), "design": self.plan.design,
                 "rate_per_pair": self.rate, "max_host_pps": round(self.plan.max_host_pps, 1),
                 "flows": int(len(self.flows)), "paths": len(self.paths),
-                "paths_traced": int(self.paths.traced.sum()), "hosts": self.hosts}
+                "paths_traced": int(self.paths.traced.sum()), "hosts": self.hosts,
+                "loops": int((self.flows["dst_nic"] < 0).sum())}
 
 
 class Coordinator:

@@ -20,6 +20,7 @@ from fleetctl.analysis.rollup import Rollup
 from fleetctl.analysis.signals import Thresholds, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
 from fleetctl.analysis.windows import build_windows
+from fleetctl.mesh.loops import add_loop_stats
 from fleetctl.model.fabric import PathTable, Topology, WindowStats, group_quantiles
 
 SEVERITY = {"critical": "critical", "major": "warning", "minor": "info"}
@@ -68,23 +69,25 @@ class WindowAnalyzer:
                 blind: set[str], clock=None, clock_epoch_ns: int = 0,
                 baseline: np.ndarray | None = None) -> WindowResult:
         out = WindowResult(t_start, t_end, blind=sorted(blind))
-        probes = probes[probes["dst_nic"] >= 0]
         marks = overload_marks(health, self.hosts)
         out.overloaded = sorted(h for h, m in marks.items() if m.overloaded)
         if probes.size == 0:
             return out
         keep = probes_kept(probes, self.nic_host, self.hosts, marks)
         if blind:
-            bad_h = np.array([h in blind for h in self.hosts])
-            keep &= ~(bad_h[self.nic_host[probes["src_nic"]]]
-                      | bad_h[self.nic_host[probes["dst_nic"]]])
+            bad_h = np.array([h in blind for h in self.hosts] + [False])  # last: a loop's end
+            dst = probes["dst_nic"]
+            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
+            keep &= ~(bad_h[self.nic_host[probes["src_nic"]]] | bad_h[dst_h])
         out.probes, out.set_aside = int(probes.size), int((~keep).sum())
         probes = probes[keep]
-        if probes.size == 0:
+        pair = probes["dst_nic"] >= 0
+        if not pair.any():
             return out
-        w = build_windows(probes, self.flows, len(self.paths), len(self.topo.nics),
+        w = build_windows(probes[pair], self.flows, len(self.paths), len(self.topo.nics),
                           self.nic_host, (t_end - t_start) + 3600.0,
                           clock_epoch_ns if clock is not None else 0, clock)
+        add_loop_stats(w, probes[~pair], self.flows, self.topo, self.paths)
         sent, lost, delay = w.path_sent[0], w.path_lost[0], w.path_p50_us[0]
         out.path_delay = delay
         base = baseline if baseline is not None else np.full(len(self.paths), np.nan)
