@@ -71,8 +71,13 @@ class EventTracker:
         out: list[dict] = []
         for key, f in bad.items():
             st = self.loc.setdefault(key, {"bad": 0, "good": 0, "episodes": [], "event": None})
-            if st["bad"] == 0:
-                st["episodes"] = (st["episodes"] + [t_start])[-MAX_EPISODES:]
+            starts = [float(x) for x in f.pop("down_starts", None) or []
+                      if t_start - 1.0 <= float(x) <= t_end + 1.0]
+            if st["bad"] == 0 and not starts:
+                starts = [t_start]
+            for x in sorted(starts):  # bad starts, within the window too (fast flaps)
+                if not st["episodes"] or x > st["episodes"][-1] + 0.3:
+                    st["episodes"] = (st["episodes"] + [x])[-MAX_EPISODES:]
             st["bad"] += 1
             st["good"] = 0
             st["last"] = f

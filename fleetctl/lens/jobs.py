@@ -37,33 +37,35 @@ class JobMap:
                       "partition": j.partition, "_set": set(j.nodes)}
                      for j in jobs if getattr(j, "state", "RUNNING") == "RUNNING" and j.nodes]
 
-    def _elements(self, el: dict) -> list[int]:
-        t, i = el.get("type"), el.get("id")
-        topo = self.topo
-        out = []
-        for e, x in enumerate(topo.elements):
-            if t == "link" and x.type == "link" and x.id == i:
-                d = el.get("direction", "both")
-                if d in ("", "both", None) or x.direction == d:
-                    out.append(e)
-            elif t == "nic" and ((x.type == "nic" and x.id == i) or
-                                 (x.type == "link" and i in topo.links.get(x.id, ()))):
-                out.append(e)
-            elif t == "switch" and ((x.type == "switch" and x.id == i) or
-                                    (x.type == "link" and i in topo.links.get(x.id, ()))):
-                out.append(e)
-            elif t == "host" and x.type in ("nic", "host") and \
-                    (x.id == i or x.id.split(":")[0] == i):
-                out.append(e)
-        return out
-
     def affected(self, el: dict) -> list[dict]:
         if el.get("type") in ("clock", "host"):
             host = el.get("id", "").split(":")[0]
             hit = [j for j in self.jobs if host in j["_set"]]
         else:
             pairs = set()
-            for e in self._elements(el):
+            for e in element_columns(self.topo, el):
                 pairs |= self.pairs_of.get(e, set())
             hit = [j for j in self.jobs if any(a in j["_set"] and b in j["_set"] for a, b in pairs)]
         return [{k: v for k, v in j.items() if k != "_set"} for j in hit[:MAX_JOBS]]
+
+
+def element_columns(topo: Topology, el: dict) -> list[int]:
+    """The fabric elements (columns of the path incidence) an event element stands for: a link
+    direction (or both), a NIC with its cable, a switch with its links, a host's NICs."""
+    t, i = el.get("type"), el.get("id")
+    out = []
+    for e, x in enumerate(topo.elements):
+        if t == "link" and x.type == "link" and x.id == i:
+            d = el.get("direction", "both")
+            if d in ("", "both", None) or x.direction == d:
+                out.append(e)
+        elif t == "nic" and ((x.type == "nic" and x.id == i) or
+                             (x.type == "link" and i in topo.links.get(x.id, ()))):
+            out.append(e)
+        elif t == "switch" and ((x.type == "switch" and x.id == i) or
+                                (x.type == "link" and i in topo.links.get(x.id, ()))):
+            out.append(e)
+        elif t == "host" and x.type in ("nic", "host") and \
+                (x.id == i or x.id.split(":")[0] == i):
+            out.append(e)
+    return out

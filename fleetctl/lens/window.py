@@ -20,10 +20,12 @@ from fleetctl.analysis.rollup import Rollup
 from fleetctl.analysis.signals import Thresholds, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
 from fleetctl.analysis.windows import build_windows
+from fleetctl.lens.jobs import element_columns
 from fleetctl.mesh.loops import add_loop_stats
 from fleetctl.model.fabric import PathTable, Topology, WindowStats, group_quantiles
 
 SEVERITY = {"critical": "critical", "major": "warning", "minor": "info"}
+FLAP_BIN_S = 0.1  # time resolution of down/up transitions within a window
 
 
 @dataclass
@@ -62,6 +64,7 @@ class WindowAnalyzer:
         self.link_cols = np.flatnonzero(is_link)
         self.links_only = inc[:, self.link_cols].tocsr()
         self.rollup = Rollup(topo, inc, self.th)
+        self.inc_orig = paths.matrix(topo.n_elements).tocsc()
         self.report_cols = [e for e, el in enumerate(topo.elements)
                             if el.type in ("link", "switch", "nic")]
 
@@ -97,7 +100,47 @@ class WindowAnalyzer:
         bad_rows = sig.lossy | sig.delayed
         out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.group]
         out.elements = self._element_rows(sig, m_delay)
+        for f in out.findings:
+            if f["metric"] in ("loss", "down"):
+                starts = self._down_starts(f["element"], probes[pair])
+                if starts:
+                    f["down_starts"] = starts
         return out
+
+    def _down_starts(self, element: dict, probes: np.ndarray) -> list[float]:
+        """Moments (s) within the window when probes over the element went from getting through
+        to (nearly) all lost, at FLAP_BIN_S resolution: a link flapping faster than the window
+        is bad in every window, and only these show its rhythm."""
+        cols = element_columns(self.topo, element)
+        if not cols or probes.size == 0:
+            return []
+        through = np.asarray(self.inc_orig[:, cols].sum(axis=1)).ravel() > 0
+        fi = probes["flow"].astype(np.int64)
+        fwd, rev = self.flows["fwd_path"][fi], self.flows["rev_path"][fi]
+        on_fwd = (fwd >= 0) & through[np.maximum(fwd, 0)]
+        on_rev = (rev >= 0) & through[np.maximum(rev, 0)] & (probes["lost"] != 1)
+        lost = probes["lost"]
+        use = on_fwd | on_rev
+        if use.sum() < 20:
+            return []
+        fail = (on_fwd & np.isin(lost, (1, 3))) | (on_rev & np.isin(lost, (2, 3)))
+        t = probes["t_send"][use].astype(np.float64) * 1e-9
+        fail = fail[use]
+        t0 = float(t.min())
+        b = ((t - t0) // FLAP_BIN_S).astype(np.int64)
+        n = np.bincount(b)
+        k = np.bincount(b, weights=fail)
+        starts, state = [], None
+        for i in range(len(n)):
+            if n[i] < 5:
+                continue
+            rate = k[i] / n[i]
+            now = "down" if rate >= 0.8 else "up" if rate <= 0.2 else None
+            if now == "down" and state == "up":
+                starts.append(round(t0 + i * FLAP_BIN_S, 3))
+            if now is not None:
+                state = now
+        return starts[:50]
 
     def _merge(self, sent, lost, delay, base):
         n, g = self.n_merged, self.group

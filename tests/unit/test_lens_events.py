@@ -124,3 +124,18 @@ def test_jobs_are_attached():
         {"job_id": "12", "user": "alice", "nodes": "node[1-2]", "partition": "debug"}])
     recs = feed(tr, "B")
     assert recs[0]["jobs"][0]["job_id"] == "12"
+
+
+def test_a_flap_faster_than_the_window_is_seen_within_windows():
+    """Down 1 s, up 1 s, windows of 1 s out of phase: every window is bad; the down starts the
+    window analysis found inside them show the rhythm."""
+    tr = EventTracker(EventRules(k_open=2, m_close=3, flap_count=3, flap_window_s=30))
+    recs = []
+    for i in range(8):
+        f = finding(NIC, "loss")
+        if i % 2 == 0:
+            f["down_starts"] = [1000.0 + i + 0.4]
+        recs += tr.window(1000.0 + i, 1001.0 + i, [f], now=1001.0 + i)
+    assert [r["kind"] for r in recs] == ["open", "update"]
+    assert recs[-1]["metric"] == "flapping" and recs[-1]["flap"]["period_s"] == 2.0
+    assert "down_starts" not in recs[-1]["evidence"]

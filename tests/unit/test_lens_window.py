@@ -177,3 +177,22 @@ def test_baselines_learn_from_healthy_windows_only():
     assert c.current()[0] == pytest.approx(10.04)
     c.load_state({"value": [1.0], "count": [9]})  # another plan: ignored
     assert c.current()[0] == pytest.approx(10.04)
+
+
+def test_down_starts_inside_a_window(fabric):
+    """A NIC cable down for the second half of a window: the window's finding carries the moment
+    its probes started to be lost (flap detection needs it)."""
+    topo, _ = fabric
+    syn = run(fabric, duration=2.0)
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    a, b, probes = next(windows(syn))
+    probes = probes.copy()
+    nic = topo.nics.index("node2:eth0")
+    mid = int((a + 0.5) * 1e9)
+    hit = ((probes["src_nic"] == nic) | (probes["dst_nic"] == nic)) & (probes["t_send"] >= mid)
+    probes["lost"][hit] = 1
+    for f in ("t_remote_rx", "t_remote_tx", "t_recv"):
+        probes[f][hit] = 0
+    res = an.analyze(probes, a, b, {}, set())
+    f = next(f for f in res.findings if "node2:eth0" in f["element"]["id"])
+    assert len(f["down_starts"]) == 1 and abs(f["down_starts"][0] - (a + 0.5)) <= 0.11
