@@ -127,7 +127,7 @@ def _serve(app, site, nodes, transport_name, opts) -> int:
         from fleetctl.slurm import backend_for_site
 
         slurm = backend_for_site(site)
-    outputs = Outputs(opts, log)
+    outputs = Outputs(opts, log, site=site)
     try:
         with get_transport(transport_name, site=site) as t:
             log(f"starting on {len(nodes)} nodes over {t.name}, window {opts.window_s:g} s, "

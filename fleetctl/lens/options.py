@@ -39,7 +39,7 @@ class LensOptions:
     webhook_url: str = ""
     segment_s: float = 3600.0
     segment_retention: int = 24
-    segments: bool = True
+    segments: bool = False  # opt-in: every probe record, ~60 bytes each, is kept
     extra: dict = field(default_factory=dict)
 
     @classmethod

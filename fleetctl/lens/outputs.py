@@ -46,7 +46,8 @@ class Outputs:
             self._guard("metrics", lambda: (self.metrics.observe_window(doc),
                                             self.metrics.set_open_events(open_events)))
         if self.segments is not None:
-            self._guard("segments", lambda: self.segments.append(probes, health, meta))
+            self._guard("segments", lambda: self.segments.append(
+                probes, health, {"t_end": meta.get("t_end")}))
 
     def set_plan(self, plan) -> None:
         """A new plan (first start or re-plan): segments follow its topology and paths."""
@@ -58,9 +59,13 @@ class Outputs:
             return  # not merged yet (h12out)
         if self.segments is not None:
             self._guard("segments", self.segments.close)
+        params = {"window_s": self.opts.window_s, "solver": self.opts.solver,
+                  "rate": plan.rate, "plan": plan.plan.to_dict(), "source": "lens"}
         self._guard("segments", lambda: setattr(self, "segments", seg.SegmentWriter(
-            self.opts.path("segments"), plan, segment_s=self.opts.segment_s,
-            retention=self.opts.segment_retention)))
+            self.opts.path("segments"), topo=plan.topo, paths=plan.paths, flows=plan.flows,
+            cluster=self.site.name if self.site is not None else "", parameters=params,
+            segment_s=self.opts.segment_s, retention=self.opts.segment_retention,
+            switch_results=plan.disc.switch_results)))
 
     def _guard(self, what: str, fn) -> None:
         try:

@@ -169,7 +169,8 @@ def _agent_pid(node: str) -> int:
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmd[:2] == [b"python3", b"-"] and f"FLEETCTL_NODE={node}".encode() in env and \
+        if len(cmd) >= 2 and Path(cmd[0].decode(errors="replace")).name.startswith("python3") \
+                and cmd[1] == b"-" and f"FLEETCTL_NODE={node}".encode() in env and \
                 any(e.startswith(b"FLEETCTL_RUN=") for e in env):
             return int(proc.name)
     raise AssertionError(f"no lens agent found for {node}")
