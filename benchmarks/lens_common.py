@@ -12,9 +12,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+SITE = {}  # "path": a site file to use instead of the lab's (lens settings changed)
+
+
+def lens_site(lab, **lens_keys) -> None:
+    """Use a copy of the lab's site file with these [lens] keys added."""
+    text = Path(lab.site_file).read_text()
+    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in lens_keys.items())
+    path = Path(lab.site_file).with_name("site-lens-bench.toml")
+    path.write_text(text.replace("[lens]\n", "[lens]\n" + extra, 1))
+    SITE["path"] = str(path)
+
+
 def fleetctl(lab, *args, timeout=120) -> subprocess.CompletedProcess:
     env = lab.command_env()
-    env["FLEETCTL_SITE"] = str(lab.site_file)
+    env["FLEETCTL_SITE"] = SITE.get("path") or str(lab.site_file)
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run([sys.executable, "-m", "fleetctl", *args], env=env, capture_output=True,
                           text=True, timeout=timeout)

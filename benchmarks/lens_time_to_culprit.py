@@ -23,7 +23,7 @@ import random
 import statistics
 import time
 
-from lens_common import fleetctl, records, start_lens, status
+from lens_common import fleetctl, lens_site, records, start_lens, status
 
 from fleetctl.lab import faults
 from fleetctl.lab.session import LabSession
@@ -57,12 +57,15 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--transport", default="local", choices=("local", "ssh"))
+    ap.add_argument("--k-open", type=int, default=None, help="lens.k_open (default: the site's, 2)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     params = LabParams(hosts=8, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
                        clock_skew=True, slurm=False, ssh=args.transport == "ssh")
     rows, cpu, pps = [], [], []
     with LabSession(params) as lab:
+        if args.k_open:
+            lens_site(lab, k_open=args.k_open)
         state = start_lens(lab, args.rate)
         time.sleep(15)  # baselines and clock fits
         warm = len(records(state))
@@ -114,6 +117,7 @@ def main() -> int:
     by_kind = {k: pct([r["time_to_culprit_s"] for r in rows if r["kind"] == k
                        and r["time_to_culprit_s"] is not None], 0.5) for k in KINDS}
     out = {"hosts": params.hosts, "nics_per_host": 2, "rate_per_pair": args.rate,
+           "k_open": args.k_open or 2,
            "transport": args.transport, "injections": len(rows), "detected": len(ttc),
            "time_to_culprit_s": {"p50": pct(ttc, 0.5), "p95": pct(ttc, 0.95),
                                  "max": max(ttc) if ttc else None, "p50_by_kind": by_kind},

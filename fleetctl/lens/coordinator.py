@@ -289,6 +289,9 @@ class Coordinator:
                      f"({rec['severity']}, jobs {[j['job_id'] for j in rec.get('jobs', [])]}, window end "
                      f"{iso(b)}, closed {time.time() - b:.2f} s after it)")
         self.counters["windows"] += 1
+        if res.findings:
+            self.counters["windows_with_findings"] = \
+                self.counters.get("windows_with_findings", 0) + 1
         self.last_window = {"t_start": a, "t_end": b, "probes": res.probes,
                             "set_aside": res.set_aside, "overloaded": res.overloaded,
                             "blind": res.blind, "findings": len(res.findings),

@@ -50,7 +50,8 @@ class Lens:
         wait_for(lambda: self.status().get("counters", {}).get("windows", 0) >= 3, 60, 0.5)
 
     def status(self) -> dict:
-        return json.loads(fleetctl(self.lab, "--format", "json", "lens", "status").stdout)
+        return json.loads(fleetctl(self.lab, "--format", "json", "lens", "status",
+                                   check=False).stdout)
 
     def events(self) -> list[dict]:
         return json.loads(fleetctl(self.lab, "--format", "json", "lens", "events").stdout)["events"]
