@@ -102,6 +102,8 @@ def test_segments_roll_and_read_back(tmp_path, fabric, capsys):
         assert rc == 2 and data["run_id"] == f.stem
         assert data["findings"][0]["element"]["id"] == "leaf1--spine2"
         assert data["summary"]["integrity"]["hosts_with_health"] == len(syn.hosts)
+    assert cli_run(["audit", "analyze", str(files[0]), "--no-color"]) == 2  # the human view
+    assert "leaf1--spine2 (leaf1->spine2)" in capsys.readouterr().out
 
 
 def test_roll_on_demand_layout_change_and_empty(tmp_path, fabric):
