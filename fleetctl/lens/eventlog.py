@@ -222,9 +222,10 @@ class _Lock:
         try:
             flags = os.O_RDWR | os.O_CREAT if self.exclusive else os.O_RDONLY
             self.fd = _open_regular(self.path, flags, 0o644)
-        except OSError as exc:
+        except (OSError, DataError) as exc:
             if self.exclusive:
-                raise DataError(f"{self.path}: cannot open lock file: {exc.strerror}") from None
+                why = exc.strerror if isinstance(exc, OSError) else "not a regular file"
+                raise DataError(f"{self.path}: cannot open lock file: {why}") from None
             return self
         fcntl.flock(self.fd, fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH)
         return self

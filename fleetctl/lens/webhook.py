@@ -185,6 +185,8 @@ class WebhookOutbox:
         if not isinstance(event, dict) or len(body) > MAX_LINE:
             raise DataError(f"webhook: event is not a JSON object of at most {MAX_LINE} bytes")
         with self._cond:
+            if self._closing:
+                raise DataError(f"{self.spool}: webhook outbox is closed")
             seq = self.last_seq + 1
             try:
                 self._append_spool(b'{"seq":%d,"event":%s}\n' % (seq, body))

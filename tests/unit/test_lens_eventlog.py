@@ -10,6 +10,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleetctl.errors import DataError
 from fleetctl.lens.eventlog import (MAX_LINE, EventLog, follow, log_files, new_event_id,
@@ -177,3 +179,21 @@ def _wait(cond, timeout: float = 10.0) -> None:
     while not cond():
         assert time.monotonic() < end, "timed out"
         time.sleep(0.02)
+
+
+def test_a_planted_symlink_is_never_written_through(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "events.jsonl").symlink_to(victim)
+    with pytest.raises(DataError, match="cannot append"):
+        EventLog(tmp_path / "events.jsonl").append(record())
+    assert victim.read_text() == "precious\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300) | st.text(max_size=200).map(str.encode), max_size=20))
+def test_any_bytes_read_without_a_traceback(tmp_path_factory, chunks):
+    path = tmp_path_factory.mktemp("fuzz") / "e.jsonl"
+    path.write_bytes(b"\n".join(chunks))
+    view = read_log(path)
+    assert view.records + view.skipped <= len(chunks) + 1

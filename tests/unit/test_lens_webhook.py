@@ -186,3 +186,10 @@ def test_refusals(tmp_path):
     with pytest.raises(DataError):
         box.submit(["not", "an", "object"])
     box.close()
+
+
+def test_submit_after_close_is_refused(tmp_path):
+    box = outbox("http://127.0.0.1:9/x", tmp_path / "s", start=False)
+    box.close()
+    with pytest.raises(DataError, match="closed"):
+        box.submit({"n": 1})
