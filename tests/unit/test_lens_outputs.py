@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import socket
 import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from fleetctl.config.site import parse_site
+from fleetctl.lab.sitefile import site_document, to_toml
+from fleetctl.lab.topology import LabParams, build_plan
 from fleetctl.lens.eventlog import read_events
 from fleetctl.lens.options import LensOptions
 from fleetctl.lens.outputs import Outputs
+from fleetctl.mesh.pairs import select_pairs
+from fleetctl.meshrun.analyze import reanalyze
+from fleetctl.model.fabric import Topology
 from tests.cli.test_lens_cli import record
+from tests.unit.test_lens_window import run, windows
 
 
 def free_port() -> int:
@@ -60,3 +69,28 @@ def test_window_figures_on_metrics(tmp_path):
         assert 'severity="critical"' in text
     finally:
         out.close()
+
+
+def test_segments_are_run_files_audit_analyze_reads(tmp_path):
+    """Opt-in segments (lens.segments): the windows' records end up in a run file that
+    `audit analyze` reads like any probe run."""
+    lab = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                               clock_skew=False, slurm=False, ssh=False))
+    site = parse_site(to_toml(site_document(lab, Path("/nonexistent-lab"), slurm_conf="",
+                                            ssh={}, cpus=2)))
+    topo = Topology.from_site(site)
+    pairs = [(topo.nics[a], topo.nics[b]) for a, b in select_pairs(topo).pairs]
+    syn = run((topo, pairs), duration=3.0)
+    plan = SimpleNamespace(topo=topo, paths=syn.paths, flows=syn.flows, rate=40.0,
+                           plan=SimpleNamespace(to_dict=lambda: {"design": "full-mesh"}),
+                           disc=SimpleNamespace(switch_results={}))
+    opts = LensOptions(state_dir=str(tmp_path), segments=True)
+    out = Outputs(opts, log=lambda m: (_ for _ in ()).throw(AssertionError(m)), site=site)
+    out.set_plan(plan)
+    for a, b, probes in windows(syn):
+        out.window({"t_end": b}, probes, {}, {"t_end": b}, [])
+    out.close()
+    files = sorted((tmp_path / "segments").glob("lens-*.h5"))
+    assert len(files) == 1
+    data = reanalyze(files[0])
+    assert data["summary"]["probes"] == syn.probes.size and data["findings"] == []
