@@ -102,18 +102,25 @@ class WindowAnalyzer:
         out.elements = self._element_rows(sig, m_delay)
         for f in out.findings:
             if f["metric"] in ("loss", "down"):
-                starts = self._down_starts(f["element"], probes[pair])
+                starts, ends_down = self._down_starts(f["element"], probes[pair])
                 if starts:
                     f["down_starts"] = starts
+                    if ends_down and f["metric"] == "loss":
+                        # it went down inside this window and stayed down: down now, not a
+                        # partial loss (the next window would say so a second later)
+                        f["metric"] = "down"
+                        f["severity"] = "critical"
+                        f["evidence"]["down_since"] = starts[-1]
         return out
 
-    def _down_starts(self, element: dict, probes: np.ndarray) -> list[float]:
+    def _down_starts(self, element: dict, probes: np.ndarray) -> tuple[list[float], bool]:
         """Moments (s) within the window when probes over the element went from getting through
         to (nearly) all lost, at FLAP_BIN_S resolution: a link flapping faster than the window
-        is bad in every window, and only these show its rhythm."""
+        is bad in every window, and only these show its rhythm. Also: whether it was still down
+        at the window's end."""
         cols = element_columns(self.topo, element)
         if not cols or probes.size == 0:
-            return []
+            return [], False
         through = np.asarray(self.inc_orig[:, cols].sum(axis=1)).ravel() > 0
         fi = probes["flow"].astype(np.int64)
         fwd, rev = self.flows["fwd_path"][fi], self.flows["rev_path"][fi]
@@ -122,7 +129,7 @@ class WindowAnalyzer:
         lost = probes["lost"]
         use = on_fwd | on_rev
         if use.sum() < 20:
-            return []
+            return [], False
         fail = (on_fwd & np.isin(lost, (1, 3))) | (on_rev & np.isin(lost, (2, 3)))
         t = probes["t_send"][use].astype(np.float64) * 1e-9
         fail = fail[use]
@@ -140,7 +147,7 @@ class WindowAnalyzer:
                 starts.append(round(t0 + i * FLAP_BIN_S, 3))
             if now is not None:
                 state = now
-        return starts[:50]
+        return starts[-50:], state == "down"
 
     def _merge(self, sent, lost, delay, base):
         n, g = self.n_merged, self.group

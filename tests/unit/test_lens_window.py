@@ -196,3 +196,4 @@ def test_down_starts_inside_a_window(fabric):
     res = an.analyze(probes, a, b, {}, set())
     f = next(f for f in res.findings if "node2:eth0" in f["element"]["id"])
     assert len(f["down_starts"]) == 1 and abs(f["down_starts"][0] - (a + 0.5)) <= 0.11
+    assert f["metric"] == "down"  # and still down at the window's end
