@@ -48,6 +48,9 @@ def main() -> int:
     out = {"minutes": args.minutes, "rate_per_pair": args.rate, "hosts": params.hosts,
            "events": len(events), "event_elements": [e["element"]["id"] for e in events][:20],
            "windows": st.get("counters", {}).get("windows"),
+           # windows in which triangulation named anything: with k_open 1 each would be an event
+           "windows_with_findings": st.get("counters", {}).get("windows_with_findings", 0),
+           "analysis_s_max": st.get("counters", {}).get("analysis_s_max"),
            "rss_kib": {"first": samples[0][1], "last": samples[-1][1],
                        "max": max(s[1] for s in samples),
                        "slope_kib_per_hour_second_half": round(slope, 1) if slope else None},
