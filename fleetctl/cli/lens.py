@@ -150,7 +150,8 @@ def status_cmd(app: Application, state_dir) -> int:
     opts, directory = _state_dir(app, state_dir)
     pid = running_pid(directory / "lens.pid")
     try:
-        doc = json.loads((directory / "status.json").read_text()[:64 << 20])
+        with open(directory / "status.json", "rb") as fh:  # bounded: a file is input too
+            doc = json.loads(fh.read(16 << 20))
         if not isinstance(doc, dict):
             raise ValueError("not an object")
     except FileNotFoundError:

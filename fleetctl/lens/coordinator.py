@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import queue
 import secrets
 import threading
@@ -364,7 +365,7 @@ class Coordinator:
             return
         elements = sorted(getattr(self, "_elements", []),
                           key=lambda r: (-(r.get("loss_pct") or 0), r["id"]))[:STATUS_ELEMENTS]
-        doc = {"schema": "fleetctl.lens.status/1", "pid": __import__("os").getpid(),
+        doc = {"schema": "fleetctl.lens.status/1", "pid": os.getpid(),
                "running": not stopping, "started": iso(self.started), "updated": iso(now),
                "cluster": self.site.name, "window_s": self.opts.window_s,
                "plan": self.plan.summary() if hasattr(self, "plan") else None,
