@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import time
 
 from lens_common import fleetctl, lens_site, records, start_lens, status

@@ -41,9 +41,9 @@ class AgentState:
         self.cpu_pct = 0.0
 
     def to_dict(self) -> dict:
+        age = round(time.time() - self.last_batch, 2) if self.last_batch else None
         return {"host": self.node, "alive": self.alive, "starts": self.starts,
-                "restarts": self.restarts, "last_batch_age_s": round(time.time() - self.last_batch,
-                                                                     2) if self.last_batch else None,
+                "restarts": self.restarts, "last_batch_age_s": age,
                 "batches": self.batches, "last_error": self.last_error,
                 "overloaded": self.overloaded, "pps": round(self.pps, 1),
                 "cpu_pct": round(self.cpu_pct, 2), "gaps": list(self.gaps)[-5:]}

@@ -285,10 +285,11 @@ class Coordinator:
         for rec in records:
             self.outputs.event(rec)
             self.counters["events_written"] += 1
+            jobs = [j["job_id"] for j in rec.get("jobs", [])]
             self.log(f"event {rec['kind']}: {rec['id']} {rec['element']['type']} "
                      f"{rec['element'].get('direction') or rec['element']['id']} {rec['metric']} "
-                     f"({rec['severity']}, jobs {[j['job_id'] for j in rec.get('jobs', [])]}, window end "
-                     f"{iso(b)}, closed {time.time() - b:.2f} s after it)")
+                     f"({rec['severity']}, jobs {jobs}, window end {iso(b)}, closed "
+                     f"{time.time() - b:.2f} s after it)")
         self.counters["windows"] += 1
         if res.findings:
             self.counters["windows_with_findings"] = \
