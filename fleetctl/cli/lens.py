@@ -6,8 +6,9 @@
     lens stop
 
 The work is in fleetctl.lens; this module parses, starts and renders. Exit codes
-(docs/exit-codes.md): status 0 healthy, 1 warnings (an agent down or overloaded, a warning event open), 2 a critical
-event open, 3 no coordinator running; events 0; stop 0 stopped, 1 none was running.
+(docs/exit-codes.md): status 0 healthy, 1 warnings (an agent down or overloaded, a warning event
+open), 2 a critical event open, 3 no coordinator running; events 0; stop 0 stopped, 1 none was
+running.
 """
 
 from __future__ import annotations
