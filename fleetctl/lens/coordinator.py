@@ -151,7 +151,9 @@ class Coordinator:
         self.ingest = Ingest(self.plan.flows)
         self.ingest.set_fields(list(agent_module.HEALTH_FIELDS))
         self.jobs = JobMap(self.plan.topo, self.plan.paths)
-        rules = EventRules(o.k_open, o.k_open_down, o.m_close, o.flap_count, o.flap_window_s)
+        rules = EventRules(k_open=o.k_open, k_open_down=o.k_open_down, k_open_gray=o.k_open_gray,
+                           m_close=o.m_close, flap_count=o.flap_count,
+                           flap_window_s=o.flap_window_s)
         if self.tracker is None:
             self.tracker = EventTracker(rules, self.plan.nic_of_link, self.jobs.affected)
         else:  # a re-plan keeps the events

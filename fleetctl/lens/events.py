@@ -2,8 +2,10 @@
 
 Each analysis window gives a verdict per location: bad (a finding: element, metric, severity,
 confidence, evidence) or, by its absence, good. Per location:
-- hysteresis: an event opens after `k_open` bad windows in a row (`k_open_down` for a `down`
-  finding: a path set that lost every probe is no noise) and closes after `m_close` good ones;
+- hysteresis: an event opens after `k_open` bad windows in a row for loss (a finding there has
+  passed a binomial test against the background at 1e-6), `k_open_down` for a `down` one (a path
+  set that lost every probe), `k_open_gray` for excess delay and clock (judged against learnt
+  baselines, noisier); it closes after `m_close` good ones;
 - flapping: a location that went from good to bad `flap_count` times within `flap_window_s` is
   one event with metric `flapping`, its count and period (mean time between bad starts), whether
   or not any bad run was long enough to open an event; it closes only after the location stayed
@@ -34,8 +36,9 @@ def iso(t: float) -> str:
 
 @dataclass(frozen=True)
 class EventRules:
-    k_open: int = 2
+    k_open: int = 1
     k_open_down: int = 1
+    k_open_gray: int = 2  # delay and clock: judged against learnt baselines, noisier than loss
     m_close: int = 3
     flap_count: int = 3
     flap_window_s: float = 30.0
@@ -110,7 +113,8 @@ class EventTracker:
         ev = st["event"]
         flap = self._flap(st, t_end)
         if ev is None:
-            need = r.k_open_down if f["metric"] == "down" else r.k_open
+            need = r.k_open_down if f["metric"] == "down" else \
+                r.k_open_gray if f["metric"] in ("delay", "clock") else r.k_open
             if flap is None and st["bad"] < need:
                 return []
             metric = "flapping" if flap else f["metric"]

@@ -15,8 +15,9 @@ DEFAULT_STATE_DIR = "/var/lib/fleetctl/lens"
 class LensOptions:
     state_dir: str = DEFAULT_STATE_DIR
     window_s: float = 1.0
-    k_open: int = 2
+    k_open: int = 1
     k_open_down: int = 1
+    k_open_gray: int = 2
     m_close: int = 3
     flap_count: int = 3
     flap_window_s: float = 30.0
@@ -47,7 +48,8 @@ class LensOptions:
         lens = dict(site.data.get("lens") or {})
         mesh = site.mesh
         o = cls()
-        for key in ("state_dir", "window_s", "k_open", "k_open_down", "m_close", "flap_count",
+        for key in ("state_dir", "window_s", "k_open", "k_open_down", "k_open_gray", "m_close",
+                    "flap_count",
                     "flap_window_s", "rate", "metrics_port", "metrics_address", "webhook_url",
                     "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
                     "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments"):
@@ -65,7 +67,7 @@ class LensOptions:
             raise UsageError(f"lens window {self.window_s:g} s: between 0.2 and 60 seconds")
         if self.rate is not None and not 0.1 <= self.rate <= 1000:
             raise UsageError(f"--rate {self.rate:g}: between 0.1 and 1000 probes/s per pair")
-        for name in ("k_open", "k_open_down", "m_close", "flap_count"):
+        for name in ("k_open", "k_open_down", "k_open_gray", "m_close", "flap_count"):
             if not 1 <= int(getattr(self, name)) <= 1000:
                 raise UsageError(f"lens.{name} {getattr(self, name)}: between 1 and 1000")
 

@@ -139,3 +139,11 @@ def test_a_flap_faster_than_the_window_is_seen_within_windows():
     assert [r["kind"] for r in recs] == ["open", "update"]
     assert recs[-1]["metric"] == "flapping" and recs[-1]["flap"]["period_s"] == 2.0
     assert "down_starts" not in recs[-1]["evidence"]
+
+
+def test_defaults_open_loss_at_once_and_gray_delay_after_two():
+    tr = EventTracker()
+    assert [r["kind"] for r in feed(tr, "B", metric="loss")] == ["open"]
+    gray = {"type": "link", "id": "leaf2--spine1", "direction": "spine1->leaf2"}
+    assert feed(tr, "B", el=gray, metric="delay", t0=1001.0) == []
+    assert [r["kind"] for r in feed(tr, "B", el=gray, metric="delay", t0=1002.0)] == ["open"]
