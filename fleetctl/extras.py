@@ -15,6 +15,7 @@ from fleetctl.errors import UsageError
 EXTRAS: dict[str, tuple[str, ...]] = {
     "ssh": ("paramiko",),  # the ssh transport
     "mesh": ("numpy", "scipy", "h5py"),  # NIC-mesh probing, triangulation, HDF5 run files
+    "lens": ("prometheus_client",),  # fleetctl lens: the metrics endpoint
 }
 
 

@@ -43,16 +43,20 @@ def pytest_configure(config):
                             "root's)")
     config.addinivalue_line("markers", "mesh16: needs the 16-host lab (scripts/test runs them with "
                             "FLEETCTL_TEST_LAB_HOSTS=16 FLEETCTL_TEST_LAB_LEAVES=4 -m mesh16)")
+    config.addinivalue_line("markers", "lens: needs the 8-host lab (scripts/test runs them with "
+                            "FLEETCTL_TEST_LAB_HOSTS=8 -m lens)")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselect (not skip) what the session lab cannot run: the 16-host mesh tests in a smaller lab
-    (scripts/test runs them in their own pytest run), and tests marked `system_slurm` on a Debian
-    root's Slurm."""
-    big_lab = int(os.environ.get("FLEETCTL_TEST_LAB_HOSTS", "4")) >= 16
+    """Deselect (not skip) what the session lab cannot run: the 16-host mesh tests and the 8-host
+    lens tests in a smaller lab (scripts/test runs them in their own pytest runs), and tests marked
+    `system_slurm` on a Debian root's Slurm."""
+    hosts = int(os.environ.get("FLEETCTL_TEST_LAB_HOSTS", "4"))
+    big_lab = hosts >= 16
     system_slurm = _slurm_from() == "system"
     keep = [item for item in items
             if (big_lab or item.get_closest_marker("mesh16") is None)
+            and (hosts >= 8 or item.get_closest_marker("lens") is None)
             and (system_slurm or item.get_closest_marker("system_slurm") is None)]
     if len(keep) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])

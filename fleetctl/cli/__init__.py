@@ -32,6 +32,8 @@ commands.register("inventory", "fleetctl.cli.inventory:inventory",
                   help="Nodes, NICs, GPUs, switches and links, with Slurm state.")
 commands.register("lab", "fleetctl.cli.lab:lab",
                   help="An emulated GPU cluster on this machine, with fault injection.")
+commands.register("lens", "fleetctl.cli.lens:lens",
+                  help="Continuous fabric monitoring: events per element, with the jobs they touch.")
 commands.register("site", "fleetctl.cli.site:site",
                   help="Discover nodes, classes, NICs and cabling; write or diff a site file.")
 commands.register("snapshot", "fleetctl.cli.snapshot:snapshot",

@@ -49,6 +49,7 @@ def site_document(plan: Plan, lab: Path, *, slurm_conf: str, ssh: dict, cpus: in
                        "rate_gbps": NIC_RATE_GBPS} for link in plan.links.values()],
         },
         "checks": checks,
+        "lens": {"state_dir": str(lab / "lens")},
         "lab": {"state_dir": str(lab), "clock_skew": p.clock_skew},
     }
     return doc

@@ -148,6 +148,9 @@ class Agent:
         self.port = int(config["port"])
         self.sports = [int(p) for p in config["sports"]]
         self.rate = float(config["rate"])
+        # first sequence number of every flow: a restarted agent (lens) continues above what its
+        # peers' anti-replay windows have seen instead of being taken for a replay
+        self.seq_base = min(1 << 31, max(0, int(config.get("seq_base", 0))))
         self.duration = float(config["duration"])
         self.linger = float(config.get("linger", 1.0))
         self.start_at = float(config.get("start_at") or time.time())
@@ -463,13 +466,14 @@ class Agent:
         r_flow, r_seq, r_slot, r_t1, r_state = self.r_flow, self.r_seq, self.r_slot, self.r_t1, \
             self.r_state
         limit = None if self.stream else self.capacity
+        seq_base = self.seq_base
         sent = 0
         for i in range(i, i + count):
             flows, src, dst, dest, socks = targets[i % nt]
             k = i // nt
             nf = len(flows)
             j = k % nf
-            flow, seq = flows[j], k // nf
+            flow, seq = flows[j], seq_base + k // nf
             if limit is not None and rec.n >= limit:
                 c["records_dropped"] += 1
                 continue

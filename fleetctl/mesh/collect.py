@@ -165,6 +165,17 @@ def probe_records(docs: dict[str, dict], flows: np.ndarray, nic_node: list[str],
         return np.zeros(0, dtype=PROBE_DTYPE)
     cat = {k: np.concatenate([p[k] for p in parts]) for k in _TYPES}
     seen = np.concatenate(received) if received else np.zeros(0, dtype=np.uint64)
+    out = join_records(cat, seen, flows)
+    if failed:
+        bad_nics = np.array([n in failed for n in nic_node] + [False])
+        drop = bad_nics[out["src_nic"]] | bad_nics[out["dst_nic"]]
+        out = out[~drop]
+    return out[np.argsort(out["t_send"], kind="stable")]
+
+
+def join_records(cat: dict[str, np.ndarray], seen: np.ndarray, flows: np.ndarray) -> np.ndarray:
+    """Senders' records (fields as decoded) and responders' log keys (flow << 32 | seq) as
+    PROBE_DTYPE rows, unsorted; lens joins each window's records this way."""
     flow = cat["flow"].astype(np.int64)
     if flow.size and (flow.max() >= len(flows)):
         raise DataError(f"probe agent reported flow {int(flow.max())}, the run has {len(flows)}")
@@ -185,11 +196,7 @@ def probe_records(docs: dict[str, dict], flows: np.ndarray, nic_node: list[str],
     lost = np.where((state == agent.UNANSWERED) & back, 2, 1)
     lost = np.where(out["dst_nic"] < 0, 3, lost)  # a loop: no responder, direction unknown
     out["lost"] = np.where(ok, 0, lost)
-    if failed:
-        bad_nics = np.array([n in failed for n in nic_node] + [False])
-        drop = bad_nics[out["src_nic"]] | bad_nics[out["dst_nic"]]
-        out = out[~drop]
-    return out[np.argsort(out["t_send"], kind="stable")]
+    return out
 
 
 def lab_clock(site: Cluster) -> tuple[dict | None, dict[str, dict]]:

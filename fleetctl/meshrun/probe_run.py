@@ -189,6 +189,11 @@ def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
     return ProbeResult(run, result, time.monotonic() - get_started, health)
 
 
+# lens (a long-running coordinator) plans, traces and ships agents the same way
+payload = _payload
+fan_out = _fan_out
+
+
 def mesh_audit(site, nodes: list[str], transport, opts: MeshOptions, out: str | Path | None = None,
                progress=lambda _m: None) -> dict:
     """`audit --mesh`: one probe run, written to `out` when given; the JSON object of to_dict()."""

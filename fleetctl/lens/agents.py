@@ -1,0 +1,174 @@
+"""Probe agents kept alive on every node: started over the site's transport as streams (one
+long-running `python3 -` per node, the agent and its configuration on stdin), their FLS1 output
+decoded line by line, and restarted when they die or go silent.
+
+Each node has a thread: start the agent, feed every decoded batch to `on_batch(node, batch)`,
+and when the stream ends (killed, crashed, connection lost) note the gap and start it again after
+a back-off (1 s doubling to 30 s, reset after a minute of good service). An agent that sends no
+batch for `silent_s` is taken for hung and killed. Coverage intervals (from the agent's first
+probe to its last batch) tell the analysis which hosts were blind in a window.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from fleetctl.errors import DataError, FleetctlError
+from fleetctl.fanout.stream import open_stream
+from fleetctl.mesh.collect import StreamDecoder
+
+MAX_INTERVALS = 16
+MAX_GAPS = 32
+
+
+class AgentState:
+    def __init__(self, node: str):
+        self.node = node
+        self.alive = False
+        self.starts = 0
+        self.restarts = 0
+        self.started_at = 0.0  # first probe time of the current incarnation (wall, s)
+        self.last_batch = 0.0
+        self.batches = 0
+        self.last_error = ""
+        self.intervals: deque[list[float]] = deque(maxlen=MAX_INTERVALS)  # [from, to] covered
+        self.gaps: deque[dict] = deque(maxlen=MAX_GAPS)
+        self.down_since: float | None = None
+        self.overloaded = False
+        self.pps = 0.0
+        self.cpu_pct = 0.0
+
+    def to_dict(self) -> dict:
+        age = round(time.time() - self.last_batch, 2) if self.last_batch else None
+        return {"host": self.node, "alive": self.alive, "starts": self.starts,
+                "restarts": self.restarts, "last_batch_age_s": age,
+                "batches": self.batches, "last_error": self.last_error,
+                "overloaded": self.overloaded, "pps": round(self.pps, 1),
+                "cpu_pct": round(self.cpu_pct, 2), "gaps": list(self.gaps)[-5:]}
+
+
+class AgentSupervisor:
+    def __init__(self, transport, nodes: list[str], script_for, on_batch, log=lambda _m: None,
+                 silent_s: float = 5.0, start_delay: float = 0.5):
+        self.transport = transport
+        self.nodes = list(nodes)
+        self.script_for = script_for  # (node, start_at) -> script text
+        self.on_batch = on_batch
+        self.log = log
+        self.silent_s = silent_s
+        self.start_delay = start_delay
+        self.state = {n: AgentState(n) for n in self.nodes}
+        self.streams: dict[str, object] = {}
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for node in self.nodes:
+            t = threading.Thread(target=self._keep, args=(node,), name=f"lens-agent-{node}",
+                                 daemon=True)
+            t.start()
+            self.threads.append(t)
+        threading.Thread(target=self._watchdog, name="lens-watchdog", daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            streams = list(self.streams.values())
+        for s in streams:
+            s.stop()
+        for t in self.threads:
+            t.join(timeout=10)
+
+    def covered(self, node: str, a: float, b: float) -> bool:
+        """Whether the node's agent ran (answering) through [a, b], wall seconds."""
+        st = self.state.get(node)
+        if st is None:
+            return False
+        with self.lock:
+            return any(lo <= a and hi >= b for lo, hi in st.intervals)
+
+    # ------------------------------------------------------------------ per node
+    def _keep(self, node: str) -> None:
+        st = self.state[node]
+        backoff = 1.0
+        while not self.stopping.is_set():
+            began = time.time()
+            self._run_once(node, st)
+            if self.stopping.is_set():
+                break
+            now = time.time()
+            if st.down_since is None:
+                st.down_since = now
+            backoff = 1.0 if now - began > 60 else min(30.0, backoff * 2 if st.starts > 1 else 1)
+            self.log(f"agent on {node} ended ({st.last_error or 'no reason given'}); "
+                     f"restarting in {backoff:g} s")
+            self.stopping.wait(backoff)
+
+    def _run_once(self, node: str, st: AgentState) -> None:
+        start_at = time.time() + self.start_delay
+        try:
+            stream = open_stream(self.transport, node, ["python3", "-"],
+                                 self.script_for(node, start_at))
+        except FleetctlError as exc:
+            st.last_error = exc.message[:300]
+            return
+        with self.lock:
+            self.streams[node] = stream
+            st.starts += 1
+            st.restarts = st.starts - 1
+            st.alive = True
+            st.started_at = start_at
+            st.last_batch = time.time()
+            st.intervals.append([start_at + 0.1, start_at + 0.1])
+        if st.down_since is not None:
+            gap = {"from": round(st.down_since, 3), "to": round(start_at, 3),
+                   "seconds": round(start_at - st.down_since, 2)}
+            st.gaps.append(gap)
+            self.log(f"agent on {node} restarted after a gap of {gap['seconds']:g} s")
+            st.down_since = None
+        dec = StreamDecoder(node)
+        try:
+            for line in stream.lines():
+                try:
+                    objs = dec.feed(line)
+                except DataError as exc:
+                    st.last_error = exc.message[:300]
+                    break
+                for obj in objs:
+                    if obj.get("kind") == "end":
+                        st.last_error = "agent finished its run"
+                        continue
+                    now = time.time()
+                    with self.lock:
+                        st.last_batch = now
+                        st.batches += 1
+                        st.intervals[-1][1] = now - 0.05
+                    self.on_batch(node, obj)
+                if self.stopping.is_set():
+                    break
+        finally:
+            stream.stop()
+            code = stream.exit_code()
+            tail = stream.stderr_tail()
+            if not st.last_error or st.last_error == "agent finished its run":
+                st.last_error = (tail[-1] if tail else f"exit {code}")[:300]
+            with self.lock:
+                st.alive = False
+                self.streams.pop(node, None)
+                # a dying agent stops answering before its stream ends: trust the last batch
+                # minus one health window only
+                st.intervals[-1][1] = min(st.intervals[-1][1], st.last_batch - 1.0)
+
+    def _watchdog(self) -> None:
+        while not self.stopping.wait(1.0):
+            now = time.time()
+            for node, st in self.state.items():
+                if st.alive and now - st.last_batch > self.silent_s:
+                    with self.lock:
+                        s = self.streams.get(node)
+                    if s is not None:
+                        st.last_error = f"no batch for {now - st.last_batch:.1f} s (hung?)"
+                        s.stop()

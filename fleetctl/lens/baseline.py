@@ -1,0 +1,46 @@
+"""Per-path delay baselines learnt on the fly, for gray failures (excess one-way delay).
+
+A path's baseline is a slow exponential average of its window delays, fed only by windows in
+which the path was judged healthy, and only after `warmup` such windows does it count (until
+then its excess is unknown, so no delay verdict). Learning only from healthy windows keeps a
+slowly growing fault from becoming the new normal; a low quantile would need a history per path,
+the average needs one float. The fast-down / slow-up rule: a window below the baseline pulls it
+down at once by `alpha_down`, one above pulls it up by `alpha`, so queuing bursts barely move it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class PathBaselines:
+    def __init__(self, n_paths: int, alpha: float = 0.02, alpha_down: float = 0.2,
+                 warmup: int = 5):
+        self.value = np.full(n_paths, np.nan)
+        self.count = np.zeros(n_paths, dtype=np.int64)
+        self.alpha, self.alpha_down, self.warmup = alpha, alpha_down, warmup
+
+    def current(self) -> np.ndarray:
+        """The baseline per path, NaN where not learnt yet."""
+        return np.where(self.count >= self.warmup, self.value, np.nan)
+
+    def update(self, delay: np.ndarray, healthy: np.ndarray) -> None:
+        """Feed one window: `delay` per path (NaN: none), `healthy` per path (bool)."""
+        use = healthy & np.isfinite(delay)
+        fresh = use & ~np.isfinite(self.value)
+        self.value[fresh] = delay[fresh]
+        old = use & ~fresh
+        a = np.where(delay < self.value, self.alpha_down, self.alpha)
+        self.value[old] = self.value[old] + a[old] * (delay[old] - self.value[old])
+        self.count[use] += 1
+
+    def to_state(self) -> dict:
+        return {"value": [None if not np.isfinite(v) else round(float(v), 3) for v in self.value],
+                "count": [int(c) for c in self.count]}
+
+    def load_state(self, state: dict) -> None:
+        value, count = state.get("value") or [], state.get("count") or []
+        if len(value) != len(self.value) or len(count) != len(self.count):
+            return  # another path table (a re-plan): learn again
+        self.value = np.array([np.nan if v is None else float(v) for v in value])
+        self.count = np.array([max(0, int(c)) for c in count], dtype=np.int64)

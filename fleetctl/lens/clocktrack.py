@@ -1,0 +1,147 @@
+"""Clock offsets and drifts per host, tracked over time (software clock sync, Huygens-style).
+
+Every `refit_s` the tracker fits the clock network (analysis.clock via analysis.windows.host_clock)
+over the last `horizon_s` of NIC-pair probes, relative to the first host of each connected
+component. Between fits the last model serves the windows' one-way delays. Each fit is compared
+with the previous one's prediction: a host whose offset moved by more than `jump_us` has jumped;
+one whose drift is beyond `max_drift_ppm` is out of bounds. Both become `clock` findings on the
+host's clock (element type `clock`), which the event machine turns into events.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import numpy as np
+
+from fleetctl.analysis.windows import host_clock
+from fleetctl.errors import DataError
+
+MAX_PROBES = 40_000  # per fit: the horizon's probes, evenly thinned beyond this (the fit keeps
+# the minimum-delay bound per time bin: thinning costs little accuracy, and the fit stays < 1 s)
+HISTORY = 120  # fits remembered per host (status, drift over time)
+
+
+class ClockTracker:
+    def __init__(self, hosts: list[str], nic_host: np.ndarray, refit_s: float = 5.0,
+                 horizon_s: float = 20.0, jump_us: float = 500.0, max_drift_ppm: float = 200.0,
+                 hold_s: float = 5.0):
+        self.hosts, self.nic_host = hosts, nic_host
+        self.refit_s, self.horizon_s = refit_s, horizon_s
+        self.jump_us, self.max_drift_ppm, self.hold_s = jump_us, max_drift_ppm, hold_s
+        self.chunks: deque[np.ndarray] = deque()
+        self.fit: tuple = (None, 0)  # (ClockModel, its epoch in ns)
+        self.last_fit = -1e18
+        self.history: dict[str, deque] = {h: deque(maxlen=HISTORY) for h in hosts}
+        self.jumps: dict[str, tuple[float, float]] = {}  # host -> (until t, jump us)
+        self._busy = False
+        self.window_share = 1.0 / max(1.0, horizon_s)  # of MAX_PROBES per second of probes
+
+    def add(self, probes: np.ndarray) -> None:
+        """A window's answered NIC-pair probes (thinned to what a fit uses)."""
+        ok = probes[(probes["dst_nic"] >= 0) & (probes["lost"] == 0)]
+        per_window = max(1, int(MAX_PROBES * self.window_share))
+        if ok.size > per_window:
+            ok = ok[:: int(np.ceil(ok.size / per_window))]
+        if ok.size:
+            self.chunks.append(ok)
+        cut = ok["t_send"].max(initial=0) - int(self.horizon_s * 1e9) if ok.size else 0
+        while self.chunks and self.chunks[0]["t_send"].max(initial=0) < cut:
+            self.chunks.popleft()
+
+    def maybe_refit(self, t_end: float, background: bool = False) -> bool:
+        """Fit again when `refit_s` has passed; with `background`, in a thread (the windows go
+        on with the previous model meanwhile)."""
+        if t_end - self.last_fit < self.refit_s or self._busy:
+            return False
+        if background:
+            self._busy = True
+            self.last_fit = t_end
+            chunks = list(self.chunks)
+
+            def work():
+                try:
+                    self._refit(t_end, chunks)
+                finally:
+                    self._busy = False
+
+            threading.Thread(target=work, name="lens-clock", daemon=True).start()
+            return True
+        return self._refit(t_end, list(self.chunks))
+
+    def _refit(self, t_end: float, chunks: list) -> bool:
+        cut = int((t_end - self.horizon_s) * 1e9)
+        chunks = [c for c in chunks if c["t_send"].max(initial=0) >= cut]
+        if not chunks:
+            return False
+        probes = np.concatenate(chunks)
+        if probes.size > MAX_PROBES:
+            probes = probes[:: int(np.ceil(probes.size / MAX_PROBES))]
+        epoch = int(probes["t_send"].min())
+        try:
+            model = host_clock(probes, self.nic_host, self.hosts, epoch)
+        except (DataError, ValueError, np.linalg.LinAlgError):
+            return False
+        self._compare(model, epoch, t_end)
+        self.fit = (model, epoch)  # one assignment: readers never see a mixed pair
+        self.last_fit = t_end
+        return True
+
+    @property
+    def model(self):
+        return self.fit[0]
+
+    @property
+    def epoch_ns(self) -> int:
+        return self.fit[1]
+
+    def offset_at(self, model, epoch_ns: int, h: int, t: float) -> float:
+        """Seconds host h is ahead of its component's reference at wall time t."""
+        return float(model.offset[h] + model.drift[h] * (t - epoch_ns * 1e-9))
+
+    def _compare(self, model, epoch: int, t: float) -> None:
+        for h, host in enumerate(self.hosts):
+            if not np.isfinite(model.offset[h]):
+                continue
+            off = self.offset_at(model, epoch, h, t)
+            drift_ppm = float(model.drift[h]) * 1e6
+            self.history[host].append((round(t, 3), round(off * 1e6, 3), round(drift_ppm, 3)))
+            prev, prev_epoch = self.fit
+            if prev is not None and np.isfinite(prev.offset[h]) and \
+                    prev.component[h] == model.component[h]:
+                predicted = self.offset_at(prev, prev_epoch, h, t)
+                jump = (off - predicted) * 1e6
+                if abs(jump) > self.jump_us:
+                    self.jumps[host] = (t + self.hold_s, round(jump, 1))
+
+    def findings(self, t_end: float) -> list[dict]:
+        out = []
+        for host, hist in self.history.items():
+            if not hist:
+                continue
+            _t, off_us, drift_ppm = hist[-1]
+            why = []
+            jump = self.jumps.get(host)
+            if jump and jump[0] >= t_end:
+                why.append(f"clock jumped by {jump[1]:g} us")
+            elif jump:
+                del self.jumps[host]
+            if abs(drift_ppm) > self.max_drift_ppm:
+                why.append(f"drift {drift_ppm:g} ppm beyond +-{self.max_drift_ppm:g} ppm")
+            if why:
+                out.append({"element": {"type": "clock", "id": host}, "metric": "clock",
+                            "severity": "warning", "confidence": 0.9,
+                            "evidence": {"offset_us": off_us, "drift_ppm": drift_ppm,
+                                         "why": "; ".join(why),
+                                         "jump_us": jump[1] if jump else None}})
+        return out
+
+    def status(self) -> list[dict]:
+        out = []
+        for host, hist in self.history.items():
+            if hist:
+                t, off_us, drift_ppm = hist[-1]
+                out.append({"host": host, "offset_us": off_us, "drift_ppm": drift_ppm,
+                            "fitted_at": t, "fits": len(hist)})
+        return out

@@ -1,0 +1,395 @@
+"""The lens coordinator: plan, trace, keep agents alive, close a window every `window_s`, turn
+findings into events, write the outputs, save state.
+
+    c = Coordinator(site, nodes, transport, LensOptions.from_site(site), outputs)
+    c.run(stop_event)            # until stop_event is set (SIGTERM in `lens run`)
+
+Plan: the audit's planner (mesh.plan) over the chosen nodes' NICs, at `rate` per pair or the
+site's probe budget; flows traced once per plan (mesh.discovery). Windows are aligned to wall
+time; window [a, b) is closed at b + lag (options.lag_s), when every record of it is in. State
+(state.json: last closed window, event machine, baselines) is saved after each window, after the
+window's event records were appended to the log: a coordinator killed at any point resumes without
+analysing a window twice and without a second record of an event (events.adopt).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import secrets
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from fleetctl.atomic import write_atomic
+from fleetctl.errors import DataError, UsageError
+from fleetctl.lens.agents import AgentSupervisor
+from fleetctl.lens.baseline import PathBaselines
+from fleetctl.lens.clocktrack import ClockTracker
+from fleetctl.lens.events import EventRules, EventTracker, iso
+from fleetctl.lens.ingest import Ingest
+from fleetctl.lens.jobs import JobMap
+from fleetctl.lens.options import LensOptions
+from fleetctl.lens.window import WindowAnalyzer
+from fleetctl.mesh import agent as agent_module
+from fleetctl.mesh import discovery, trace_agent
+from fleetctl.mesh.collect import lab_clock
+from fleetctl.mesh.loops import plan_loops
+from fleetctl.mesh.plan import plan_probes
+from fleetctl.meshrun.probe_run import fan_out, payload
+from fleetctl.model.fabric import Topology
+
+STATE_VERSION = 1
+MAX_BEHIND_WINDOWS = 10  # further behind than this: skip ahead (counted) rather than pile up
+STATUS_ELEMENTS = 200
+
+
+class Plan:
+    """One probe plan: NIC pairs, flows, traced paths, the agents' shared configuration."""
+
+    def __init__(self, site, nodes: list[str], transport, opts: LensOptions, log):
+        self.topo = topo = Topology.from_site(site)
+        nics = discovery.nic_table(site, topo)
+        chosen = set(nodes)
+        usable = {n: i for n, i in nics.items() if i.node in chosen and topo.attached(n)}
+        idx = {i.index for i in usable.values()}
+        self.plan = plan_probes(topo, idx, budget_pps=opts.budget_pps, k=opts.coverage_k,
+                                duration=opts.window_s, rate=opts.rate)
+        if not self.plan.pairs:
+            raise UsageError("no NIC pairs to probe: lens needs NICs with addresses in the site "
+                             "file on at least two of the chosen nodes")
+        self.rate = float(self.plan.rate)
+        sports = [opts.sport_base + j for j in range(opts.sports)]
+        fplan = discovery.FlowPlan(self.plan.pairs, sports, opts.port)
+        self.hosts = sorted({topo.nic_host[a] for p in self.plan.pairs for a in p})
+        warnings: list[str] = []
+        log(f"tracing {len(fplan.flows)} flows from {len(self.hosts)} nodes")
+        tcfg = discovery.trace_config(topo, fplan, usable, site)
+        tcfg["limit"] = 60
+        traces = fan_out(transport, self.hosts, trace_agent, tcfg, 90, "path tracing", warnings,
+                         set())
+        for w in warnings:
+            log(w)
+        self.disc = discovery.resolve(topo, site, fplan, traces)
+        # loops to the neighbouring switches tell apart link directions that NIC pairs always
+        # cross together (with two leaves: leaf1->spine1 and spine1->leaf2)
+        self.disc, loops = plan_loops(topo, site, self.disc, usable, len(fplan.flows),
+                                      opts.port + 2)
+        self.flows = self.disc.flows
+        self.paths = self.disc.paths
+        _truth, clocks = lab_clock(site)
+        node_cfg: dict[str, dict] = {}
+        for info in usable.values():
+            entry = node_cfg.setdefault(info.node, {"nics": []})
+            entry["nics"].append([info.index, info.address, info.device])
+            if info.node in clocks:
+                entry["clock"] = clocks[info.node]
+        self.agent_cfg = {
+            "run_id": uuid.uuid4().hex[:16], "key": secrets.token_hex(32), "port": opts.port,
+            "sports": sports, "rate": self.rate, "duration": opts.agent_hours * 3600,
+            "linger": opts.echo_timeout_s, "echo_timeout_s": opts.echo_timeout_s,
+            "health_window_s": opts.health_window_s, "output": "stream", "nodes": node_cfg,
+            "pairs": [[p * len(sports), a, b, nics[topo.nics[b]].address]
+                      for p, (a, b) in enumerate(self.plan.pairs)],
+            "loops": loops, "loop_port": opts.port + 2}
+        self.t0 = time.time()
+        self.nic_of_link = {}
+        for lid, (a, b) in topo.links.items():
+            for end in (a, b):
+                if end in topo.nics:
+                    self.nic_of_link[lid] = end
+        self.fingerprint = f"{len(self.paths)}:{len(self.flows)}:{len(self.plan.pairs)}"
+
+    def script(self, node: str, start_at: float) -> str:
+        # flows of a restarted sender continue above every sequence number its peers saw
+        seq_base = int(max(0.0, start_at - self.t0) * self.rate) + 16
+        cfg = dict(self.agent_cfg, start_at=start_at, seq_base=seq_base)
+        return payload(agent_module, cfg)
+
+    def summary(self) -> dict:
+        return {"pairs": len(self.plan.pairs), "design": self.plan.design,
+                "rate_per_pair": self.rate, "max_host_pps": round(self.plan.max_host_pps, 1),
+                "flows": int(len(self.flows)), "paths": len(self.paths),
+                "paths_traced": int(self.paths.traced.sum()), "hosts": self.hosts,
+                "loops": int((self.flows["dst_nic"] < 0).sum())}
+
+
+class Coordinator:
+    def __init__(self, site, nodes: list[str], transport, opts: LensOptions, outputs,
+                 log=print, slurm=None):
+        opts.validate()
+        self.site, self.nodes, self.transport, self.opts = site, list(nodes), transport, opts
+        self.outputs = outputs  # lens.outputs.Outputs
+        self.log = log
+        self.slurm = slurm  # a SlurmBackend, or None
+        self.queue: queue.Queue = queue.Queue(maxsize=10_000)
+        self.counters = {"windows": 0, "windows_skipped": 0, "events_written": 0,
+                         "batches": 0, "queue_full": 0}
+        self.started = time.time()
+        self.last_status = 0.0
+        self.last_jobs = 0.0
+        self.last_replan_check = time.time()
+        self.last_window: dict = {}
+        self.tracker: EventTracker | None = None
+        self.supervisor: AgentSupervisor | None = None
+
+    # ------------------------------------------------------------------ setup
+    def _build(self, nodes: list[str]) -> None:
+        o = self.opts
+        self.plan = Plan(self.site, nodes, self.transport, o, self.log)
+        self.log(f"plan: {json.dumps(self.plan.summary())}")
+        self.outputs.set_plan(self.plan)
+        self.analyzer = WindowAnalyzer(self.plan.topo, self.plan.paths, self.plan.flows, o.solver)
+        self.baselines = PathBaselines(len(self.plan.paths))
+        self.clock = ClockTracker(self.analyzer.hosts, self.analyzer.nic_host,
+                                  jump_us=o.clock_jump_us, max_drift_ppm=o.clock_max_drift_ppm)
+        self.ingest = Ingest(self.plan.flows)
+        self.ingest.set_fields(list(agent_module.HEALTH_FIELDS))
+        self.jobs = JobMap(self.plan.topo, self.plan.paths)
+        rules = EventRules(k_open=o.k_open, k_open_down=o.k_open_down, k_open_gray=o.k_open_gray,
+                           m_close=o.m_close, flap_count=o.flap_count,
+                           flap_window_s=o.flap_window_s)
+        if self.tracker is None:
+            self.tracker = EventTracker(rules, self.plan.nic_of_link, self.jobs.affected)
+        else:  # a re-plan keeps the events
+            self.tracker.nic_of_link = self.plan.nic_of_link
+            self.tracker.jobs_for = self.jobs.affected
+
+    def _on_batch(self, node: str, batch: dict) -> None:
+        try:
+            self.queue.put_nowait((node, batch, time.time()))
+        except queue.Full:
+            self.counters["queue_full"] += 1
+
+    def _start_agents(self) -> None:
+        self.supervisor = AgentSupervisor(self.transport, self.plan.hosts, self.plan.script,
+                                          self._on_batch, self.log,
+                                          silent_s=max(5.0, 4 * self.opts.health_window_s))
+        self.supervisor.start()
+
+    # ------------------------------------------------------------------ state
+    def _resume(self) -> float | None:
+        """Load state.json (and the event log's open events); the end of the last closed
+        window, or None on a first start."""
+        path = self.opts.path("state.json")
+        last = None
+        try:
+            state = json.loads(path.read_text())
+        except FileNotFoundError:
+            state = None
+        except (OSError, ValueError) as exc:
+            self.log(f"{path}: unreadable ({exc}); starting without it")
+            state = None
+        if isinstance(state, dict) and state.get("version") == STATE_VERSION:
+            self.tracker.load_state(state.get("tracker") or {})
+            if state.get("fingerprint") == self.plan.fingerprint:
+                self.baselines.load_state(state.get("baselines") or {})
+            last = float(state.get("last_window_end") or 0) or None
+            self.counters["windows"] = int(state.get("windows", 0))
+        self.tracker.adopt(self.outputs.open_events())
+        if last:
+            self.log(f"resumed: last closed window ended {iso(last)}, "
+                     f"{len(self.tracker.open_events())} open events")
+        return last
+
+    def _save(self, t_end: float) -> None:
+        state = {"version": STATE_VERSION, "last_window_end": t_end,
+                 "windows": self.counters["windows"], "fingerprint": self.plan.fingerprint,
+                 "tracker": self.tracker.to_state(), "baselines": self.baselines.to_state(),
+                 "saved": time.time()}
+        write_atomic(self.opts.path("state.json"), json.dumps(state, separators=(",", ":")))
+
+    # ------------------------------------------------------------------ loop
+    def run(self, stop: threading.Event) -> None:
+        Path(self.opts.state_dir).expanduser().mkdir(parents=True, exist_ok=True)
+        self._build(self.nodes)
+        last = self._resume()
+        self._refresh_jobs(force=True)
+        self._start_agents()
+        w = self.opts.window_s
+        first = time.time() + 1.0  # agents start 0.5 s from now
+        next_end = math.ceil(first / w) * w + w
+        if last:
+            next_end = max(next_end, last + w)
+        try:
+            while not stop.is_set():
+                self._drain(0.05)
+                now = time.time()
+                if now >= next_end + self.opts.lag_s:
+                    behind = int((now - self.opts.lag_s - next_end) // w)
+                    if behind > MAX_BEHIND_WINDOWS:
+                        self.counters["windows_skipped"] += behind
+                        self.log(f"analysis {behind} windows behind: skipping ahead")
+                        next_end += behind * w
+                        self.ingest.closed_until_ns = int((next_end - w) * 1e9)
+                    self._close(next_end - w, next_end)
+                    next_end += w
+                self._periodic(now)
+        finally:
+            if self.supervisor:
+                self.supervisor.stop()
+            self._write_status(time.time(), stopping=True)
+
+    def _drain(self, wait: float) -> None:
+        try:
+            item = self.queue.get(timeout=wait)
+        except queue.Empty:
+            return
+        while True:
+            node, batch, t = item
+            self.ingest.add(node, batch, t)
+            self.counters["batches"] += 1
+            self._note_health(node, batch)
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def _note_health(self, node: str, batch: dict) -> None:
+        st = self.supervisor.state.get(node) if self.supervisor else None
+        rows = batch.get("health") or []
+        if st is None or not rows:
+            return
+        f = list(agent_module.HEALTH_FIELDS)
+        row = rows[-1]
+        if len(row) != len(f):
+            return
+        d = dict(zip(f, row))
+        dur = max(1e-3, float(d.get("duration_s") or 0))
+        st.pps = (max(0, d.get("sent", 0)) + max(0, d.get("answered", 0))) / dur
+        st.cpu_pct = 100 * max(0.0, float(d.get("cpu_s", 0))) / dur
+
+    def _close(self, a: float, b: float) -> None:
+        o = self.opts
+        probes, health = self.ingest.close(int(a * 1e9), int(b * 1e9))
+        blind = {h for h in self.plan.hosts
+                 if not self.supervisor.covered(h, a - 0.3, b + o.echo_timeout_s)}
+        began = time.monotonic()
+        self.clock.add(probes)
+        self.clock.maybe_refit(b, background=True)
+        model, epoch = self.clock.fit
+        res = self.analyzer.analyze(probes, a, b, health, blind, model, epoch,
+                                    self.baselines.current())
+        if res.path_delay is not None and res.path_healthy is not None:
+            self.baselines.update(res.path_delay, res.path_healthy)
+        for st in self.supervisor.state.values():
+            st.overloaded = st.node in res.overloaded
+        findings = res.findings + self.clock.findings(b)
+        # hosts blind or overloaded: the window says nothing about what their probes cross, so
+        # it neither opens nor closes anything there (a fault outlives an agent restart)
+        silent = set(self.tracker.loc) if (blind or res.overloaded or res.probes == 0) else set()
+        records = self.tracker.window(a, b, findings, silent)
+        for rec in records:
+            self.outputs.event(rec)
+            self.counters["events_written"] += 1
+            jobs = [j["job_id"] for j in rec.get("jobs", [])]
+            self.log(f"event {rec['kind']}: {rec['id']} {rec['element']['type']} "
+                     f"{rec['element'].get('direction') or rec['element']['id']} {rec['metric']} "
+                     f"({rec['severity']}, jobs {jobs}, window end {iso(b)}, closed "
+                     f"{time.time() - b:.2f} s after it)")
+        self.counters["windows"] += 1
+        if res.findings:
+            self.counters["windows_with_findings"] = \
+                self.counters.get("windows_with_findings", 0) + 1
+        self.last_window = {"t_start": a, "t_end": b, "probes": res.probes,
+                            "set_aside": res.set_aside, "overloaded": res.overloaded,
+                            "blind": res.blind, "findings": len(res.findings),
+                            "late_records": self.ingest.late}
+        self.outputs.window(self._window_doc(res), probes, health, self.last_window,
+                            self.tracker.open_events())
+        self._save(b)
+        self._elements = res.elements
+        spent = time.monotonic() - began
+        self.counters["analysis_s_max"] = round(max(self.counters.get("analysis_s_max", 0),
+                                                    spent), 3)
+        if spent > 0.5 * o.window_s:
+            self.log(f"window {iso(b)}: analysis took {spent:.2f} s ({res.probes} probes)")
+        self._write_status(time.time())
+
+    def _window_doc(self, res) -> dict:
+        return {"t_end": res.t_end, "elements": res.elements,
+                "agents": [{"host": s.node, "alive": s.alive, "overloaded": s.overloaded,
+                            "pps": s.pps, "cpu_pct": s.cpu_pct}
+                           for s in self.supervisor.state.values()],
+                "clock": [{"host": c["host"], "offset_us": c["offset_us"],
+                           "drift_ppm": c["drift_ppm"]} for c in self.clock.status()]}
+
+    def _periodic(self, now: float) -> None:
+        if now - self.last_jobs >= self.opts.jobs_refresh_s:
+            self._refresh_jobs()
+        if now - self.last_status >= 2.0:
+            self._write_status(now)
+        if now - self.last_replan_check >= self.opts.replan_s:
+            self.last_replan_check = now
+            self._maybe_replan()
+
+    def _refresh_jobs(self, force: bool = False) -> None:
+        self.last_jobs = time.time()
+        if self.slurm is None:
+            return
+        try:
+            self.jobs.set_jobs(self.slurm.jobs(states=["RUNNING"]))
+        except Exception as exc:  # noqa: BLE001 - Slurm down must not stop the detection
+            if force:
+                self.log(f"cannot list running jobs: {exc}")
+
+    def usable_nodes(self) -> list[str]:
+        """The chosen nodes minus those Slurm has drained or down (probing them would blame the
+        fabric for a node being serviced)."""
+        if self.slurm is None:
+            return self.nodes
+        try:
+            nodes = self.slurm.nodes(self.nodes)
+        except Exception:  # noqa: BLE001 - keep the current plan when Slurm cannot answer
+            return self.plan.hosts
+        out = {n.name for n in nodes if not n.drained and "DOWN" not in n.state_text.upper()}
+        known = {n.name for n in nodes}
+        return [n for n in self.nodes if n in out or n not in known]
+
+    def _maybe_replan(self) -> None:
+        want = sorted(set(self.usable_nodes()))
+        have = sorted(set(self.plan.hosts))
+        if want == have or len(want) < 2:
+            return
+        self.log(f"nodes changed ({len(have)} -> {len(want)}): re-planning")
+        self.supervisor.stop()
+        self._build(want)
+        self._start_agents()
+
+    # ------------------------------------------------------------------ status
+    def _write_status(self, now: float, stopping: bool = False) -> None:
+        self.last_status = now
+        if self.tracker is None:
+            return
+        elements = sorted(getattr(self, "_elements", []),
+                          key=lambda r: (-(r.get("loss_pct") or 0), r["id"]))[:STATUS_ELEMENTS]
+        doc = {"schema": "fleetctl.lens.status/1", "pid": os.getpid(),
+               "running": not stopping, "started": iso(self.started), "updated": iso(now),
+               "cluster": self.site.name, "window_s": self.opts.window_s,
+               "plan": self.plan.summary() if hasattr(self, "plan") else None,
+               "last_window": {**self.last_window,
+                               **({"t_start": iso(self.last_window["t_start"]),
+                                   "t_end": iso(self.last_window["t_end"])}
+                                  if self.last_window else {})},
+               "elements": elements,
+               "agents": [s.to_dict() for s in self.supervisor.state.values()]
+               if self.supervisor else [],
+               "clock": self.clock.status() if hasattr(self, "clock") else [],
+               "open_events": self.tracker.open_events(), "counters": dict(self.counters)}
+        try:
+            write_atomic(self.opts.path("status.json"), json.dumps(doc, default=_default))
+        except DataError as exc:
+            self.log(str(exc))
+
+
+def _default(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    return str(v)

@@ -1,0 +1,231 @@
+"""The event state machine: per fabric location, windows in, event records out.
+
+Each analysis window gives a verdict per location: bad (a finding: element, metric, severity,
+confidence, evidence) or, by its absence, good. Per location:
+- hysteresis: an event opens after `k_open` bad windows in a row for loss (a finding there has
+  passed a binomial test against the background at 1e-6), `k_open_down` for a `down` one (a path
+  set that lost every probe), `k_open_gray` for excess delay and clock (judged against learnt
+  baselines, noisier); it closes after `m_close` good ones;
+- flapping: a location that went from good to bad `flap_count` times within `flap_window_s` is
+  one event with metric `flapping`, its count and period (mean time between bad starts), whether
+  or not any bad run was long enough to open an event; it closes only after the location stayed
+  good for `m_close` windows and three periods;
+- escalation: an open event whose metric or severity changes gets an `update` record (also when
+  the flap count passes 10, 30, 100, ...), never a second event.
+A location is the element, with a NIC's cable folded into the NIC (a cable down is seen as
+the NIC in one window and as one direction of its cable in another: one fault, one event).
+Records follow docs/lens.md ("Event records"); `jobs_for(element)` lists the affected jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+METRIC_RANK = {"delay": 1, "loss": 2, "down": 3, "clock": 1, "flapping": 4}
+SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
+FLAP_MILESTONES = (10, 30, 100, 300, 1000, 3000, 10000)
+MAX_EPISODES = 64  # bad starts remembered per location (the flap window needs a few)
+MAX_EVIDENCE_CHARS = 4000
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@dataclass(frozen=True)
+class EventRules:
+    k_open: int = 1
+    k_open_down: int = 1
+    k_open_gray: int = 2  # delay and clock: judged against learnt baselines, noisier than loss
+    m_close: int = 3
+    flap_count: int = 3
+    flap_window_s: float = 30.0
+
+
+class EventTracker:
+    def __init__(self, rules: EventRules | None = None, nic_of_link: dict[str, str] | None = None,
+                 jobs_for=None):
+        self.rules = rules or EventRules()
+        self.nic_of_link = nic_of_link or {}  # NIC cable link id -> NIC id
+        self.jobs_for = jobs_for or (lambda _el: [])
+        self.loc: dict[str, dict] = {}  # location key -> its state
+        self.seq = 0
+
+    # ------------------------------------------------------------------ keys
+    def location(self, element: dict) -> str:
+        if element["type"] == "link" and element["id"] in self.nic_of_link:
+            return "nic:" + self.nic_of_link[element["id"]]
+        return f"{element['type']}:{element['id']}"
+
+    # ------------------------------------------------------------------ windows
+    def window(self, t_start: float, t_end: float, findings: list[dict],
+               silent: set[str] = frozenset(), now: float | None = None) -> list[dict]:
+        """Feed one window's findings; return the records to append. Locations in `silent`
+        (keys) had no usable probes this window: neither good nor bad, their streaks hold."""
+        now = time.time() if now is None else now
+        bad: dict[str, dict] = {}
+        for f in findings:
+            key = self.location(f["element"])
+            prev = bad.get(key)
+            if prev is None or _rank(f) > _rank(prev):
+                bad[key] = f
+        out: list[dict] = []
+        for key, f in bad.items():
+            st = self.loc.setdefault(key, {"bad": 0, "good": 0, "episodes": [], "event": None})
+            starts = [float(x) for x in f.pop("down_starts", None) or []
+                      if t_start - 1.0 <= float(x) <= t_end + 1.0]
+            if st["bad"] == 0 and not starts:
+                starts = [t_start]
+            for x in sorted(starts):  # bad starts, within the window too (fast flaps)
+                if not st["episodes"] or x > st["episodes"][-1] + 0.3:
+                    st["episodes"] = (st["episodes"] + [x])[-MAX_EPISODES:]
+            st["bad"] += 1
+            st["good"] = 0
+            st["last"] = f
+            st["last_seen"] = t_end
+            st.setdefault("first_seen", t_start)
+            out += self._on_bad(key, st, f, t_start, t_end, now)
+        for key, st in list(self.loc.items()):
+            if key in bad or key in silent:
+                continue
+            st["bad"] = 0
+            st["good"] += 1
+            if st["event"] is not None:
+                out += self._on_good(st, t_end, now)
+            elif not self._recent(st, t_end):
+                del self.loc[key]  # nothing open, nothing recent: forget it (bounded memory)
+        return out
+
+    def _flap(self, st: dict, t_end: float) -> dict | None:
+        r = self.rules
+        eps = [t for t in st["episodes"] if t >= t_end - r.flap_window_s]
+        if len(eps) < r.flap_count:
+            return None
+        period = (eps[-1] - eps[0]) / (len(eps) - 1) if len(eps) > 1 else 0.0
+        total = len(st["episodes"]) if st["event"] is None else \
+            max(len(eps), (st["event"].get("flap") or {}).get("count", 0))
+        return {"count": total, "period_s": round(period, 3)}
+
+    def _on_bad(self, key, st, f, t_start, t_end, now) -> list[dict]:
+        r = self.rules
+        ev = st["event"]
+        flap = self._flap(st, t_end)
+        if ev is None:
+            need = r.k_open_down if f["metric"] == "down" else \
+                r.k_open_gray if f["metric"] in ("delay", "clock") else r.k_open
+            if flap is None and st["bad"] < need:
+                return []
+            metric = "flapping" if flap else f["metric"]
+            first = st["episodes"][-1] if not flap else st["episodes"][-flap["count"]:][0] \
+                if flap["count"] <= len(st["episodes"]) else st["episodes"][0]
+            self.seq = (self.seq + 1) % 10000
+            ev = {"v": 1, "id": f"ev-{datetime.fromtimestamp(now, timezone.utc):%Y%m%dT%H%M%S}-"
+                              f"{self.seq:04d}",
+                  "kind": "open", "state": "open", "element": dict(f["element"]),
+                  "metric": metric, "severity": _sev(f, metric),
+                  "confidence": f.get("confidence", 0.0), "evidence": _evidence(f, t_end),
+                  "first_seen": iso(first), "last_seen": iso(t_end), "flap": flap,
+                  "jobs": self.jobs_for(f["element"])}
+            st["event"] = ev
+            return [self._record(ev, "open", now)]
+        # an open event: escalate or extend
+        ev["last_seen"] = iso(t_end)
+        changed = False
+        metric = "flapping" if flap or ev["metric"] == "flapping" else f["metric"]
+        if METRIC_RANK.get(metric, 0) > METRIC_RANK.get(ev["metric"], 0):
+            ev["metric"], changed = metric, True
+        sev = _sev(f, ev["metric"])
+        if SEV_RANK[sev] > SEV_RANK[ev["severity"]]:
+            ev["severity"], changed = sev, True
+        if _elem_rank(f["element"]) > _elem_rank(ev["element"]):
+            ev["element"], changed = dict(f["element"]), True
+        if flap:
+            old = (ev.get("flap") or {}).get("count", 0)
+            if ev.get("flap") is None or any(old < m <= flap["count"] for m in FLAP_MILESTONES):
+                changed = True
+            ev["flap"] = flap
+        ev["confidence"] = max(ev["confidence"], f.get("confidence", 0.0))
+        if changed:
+            ev["evidence"] = _evidence(f, t_end)
+            ev["jobs"] = self.jobs_for(ev["element"])
+            return [self._record(ev, "update", now)]
+        return []
+
+    def _on_good(self, st, t_end, now) -> list[dict]:
+        ev = st["event"]
+        need = self.rules.m_close
+        if ev["metric"] == "flapping":
+            period = (ev.get("flap") or {}).get("period_s") or 0.0
+            if st["episodes"] and t_end - st["episodes"][-1] < 3 * period:
+                return []
+        if st["good"] < need:
+            return []
+        st["event"] = None
+        ev["state"] = "closed"
+        rec = self._record(ev, "close", now)
+        if not self._recent(st, t_end):
+            self.loc.pop(self.location(ev["element"]), None)
+        return [rec]
+
+    def _recent(self, st: dict, t_end: float) -> bool:
+        return bool(st["episodes"]) and st["episodes"][-1] >= t_end - self.rules.flap_window_s
+
+    def _record(self, ev: dict, kind: str, now: float) -> dict:
+        rec = dict(ev)
+        rec["kind"] = kind
+        rec["time"] = iso(now)
+        return rec
+
+    # ------------------------------------------------------------------ state
+    def open_events(self) -> list[dict]:
+        return [dict(st["event"]) for st in self.loc.values() if st["event"] is not None]
+
+    def to_state(self) -> dict:
+        return {"seq": self.seq, "loc": self.loc}
+
+    def load_state(self, state: dict) -> None:
+        self.seq = int(state.get("seq", 0)) % 10000
+        loc = state.get("loc") or {}
+        self.loc = {str(k): v for k, v in loc.items() if isinstance(v, dict)}
+
+    def adopt(self, records: list[dict]) -> None:
+        """Open events of the event log that the saved state lacks (the coordinator died between
+        writing the log and saving its state): tracked again, so they close, never reopen."""
+        for rec in records:
+            if rec.get("state") != "open":
+                continue
+            key = self.location(rec["element"])
+            st = self.loc.setdefault(key, {"bad": 0, "good": 0, "episodes": [], "event": None})
+            if st["event"] is None or st["event"].get("id") != rec.get("id"):
+                ev = {k: v for k, v in rec.items() if k not in ("kind", "time")}
+                st["event"] = ev
+        ids = [r.get("id", "") for r in records]
+        for i in ids:
+            try:
+                self.seq = max(self.seq, int(str(i).rsplit("-", 1)[-1]))
+            except ValueError:
+                pass
+
+
+def _rank(f: dict) -> tuple:
+    return (METRIC_RANK.get(f["metric"], 0), f.get("confidence", 0.0))
+
+
+def _elem_rank(el: dict) -> int:
+    return {"link": 1, "port": 1, "nic": 2, "host": 3, "switch": 3}.get(el.get("type"), 0)
+
+
+def _sev(f: dict, metric: str) -> str:
+    if metric in ("down", "flapping"):
+        return "critical"
+    return f.get("severity", "warning") if f.get("severity") in SEV_RANK else "warning"
+
+
+def _evidence(f: dict, t_end: float) -> dict:
+    ev = dict(f.get("evidence") or {})
+    ev["window_end"] = iso(t_end)
+    if len(repr(ev)) > MAX_EVIDENCE_CHARS:  # bounded: keep the figures, drop long lists
+        ev = {k: v for k, v in ev.items() if not isinstance(v, (list, dict))}
+    return ev

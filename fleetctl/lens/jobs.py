@@ -1,0 +1,71 @@
+"""Which running Slurm jobs a fabric event touches.
+
+A job is affected when two of its nodes form a host pair whose traced probe paths cross the
+event's element (a link direction or both, a switch, a NIC with its cable, a host); for a host's
+clock, every job on that host. The element -> host pairs map comes from the plan's path table;
+the jobs from the Slurm backend (running jobs with their node lists), refreshed by the caller.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleetctl.model.fabric import PathTable, Topology
+
+MAX_JOBS = 200  # listed per event; the evidence says how many more
+
+
+class JobMap:
+    def __init__(self, topo: Topology, paths: PathTable):
+        self.topo = topo
+        host_of_nic = np.array([topo.nic_host[i] for i in range(len(topo.nics))], dtype=object)
+        src, dst = paths.src_nic, paths.dst_nic
+        self.pairs_of: dict[int, set[tuple[str, str]]] = {}
+        for p in range(len(paths)):
+            if src[p] < 0 or dst[p] < 0:
+                continue
+            pair = tuple(sorted((host_of_nic[src[p]], host_of_nic[dst[p]])))
+            if pair[0] == pair[1]:
+                continue
+            for e in paths.row(p):
+                self.pairs_of.setdefault(int(e), set()).add(pair)
+        self.jobs: list[dict] = []  # running jobs: {"job_id", "user", "nodes", "partition", set}
+
+    def set_jobs(self, jobs) -> None:
+        """Slurm backend SlurmJob objects (running ones)."""
+        self.jobs = [{"job_id": j.job_id, "user": j.user, "nodes": j.nodelist,
+                      "partition": j.partition, "_set": set(j.nodes)}
+                     for j in jobs if getattr(j, "state", "RUNNING") == "RUNNING" and j.nodes]
+
+    def affected(self, el: dict) -> list[dict]:
+        if el.get("type") in ("clock", "host"):
+            host = el.get("id", "").split(":")[0]
+            hit = [j for j in self.jobs if host in j["_set"]]
+        else:
+            pairs = set()
+            for e in element_columns(self.topo, el):
+                pairs |= self.pairs_of.get(e, set())
+            hit = [j for j in self.jobs if any(a in j["_set"] and b in j["_set"] for a, b in pairs)]
+        return [{k: v for k, v in j.items() if k != "_set"} for j in hit[:MAX_JOBS]]
+
+
+def element_columns(topo: Topology, el: dict) -> list[int]:
+    """The fabric elements (columns of the path incidence) an event element stands for: a link
+    direction (or both), a NIC with its cable, a switch with its links, a host's NICs."""
+    t, i = el.get("type"), el.get("id")
+    out = []
+    for e, x in enumerate(topo.elements):
+        if t == "link" and x.type == "link" and x.id == i:
+            d = el.get("direction", "both")
+            if d in ("", "both", None) or x.direction == d:
+                out.append(e)
+        elif t == "nic" and ((x.type == "nic" and x.id == i) or
+                             (x.type == "link" and i in topo.links.get(x.id, ()))):
+            out.append(e)
+        elif t == "switch" and ((x.type == "switch" and x.id == i) or
+                                (x.type == "link" and i in topo.links.get(x.id, ()))):
+            out.append(e)
+        elif t == "host" and x.type in ("nic", "host") and \
+                (x.id == i or x.id.split(":")[0] == i):
+            out.append(e)
+    return out

@@ -1,0 +1,81 @@
+"""Lens settings: the site file's `[lens]` table (schema.toml, docs/configuration.md), with the
+command line's overrides applied by the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetctl.errors import UsageError
+
+DEFAULT_STATE_DIR = "/var/lib/fleetctl/lens"
+
+
+@dataclass
+class LensOptions:
+    state_dir: str = DEFAULT_STATE_DIR
+    window_s: float = 1.0
+    k_open: int = 1
+    k_open_down: int = 1
+    k_open_gray: int = 2
+    m_close: int = 3
+    flap_count: int = 3
+    flap_window_s: float = 30.0
+    rate: float | None = None  # probes/s per NIC pair; None: the plan's (mesh.probe_budget_pps)
+    budget_pps: float = 2000.0
+    coverage_k: int = 3
+    sports: int = 8
+    port: int = 61200  # away from the audit's 61100 so both can run at once
+    sport_base: int = 61300
+    health_window_s: float = 0.25
+    echo_timeout_s: float = 0.2
+    solver: str = "nnls"
+    agent_hours: float = 24.0  # an agent's run length; it is restarted (planned) after it
+    replan_s: float = 30.0  # how often node states are checked for a re-plan
+    jobs_refresh_s: float = 10.0
+    clock_jump_us: float = 500.0
+    clock_max_drift_ppm: float = 200.0
+    metrics_port: int = 0  # 0: no /metrics
+    metrics_address: str = "127.0.0.1"
+    webhook_url: str = ""
+    segment_s: float = 3600.0
+    segment_retention: int = 24
+    segments: bool = False  # opt-in: every probe record, ~60 bytes each, is kept
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_site(cls, site) -> LensOptions:
+        lens = dict(site.data.get("lens") or {})
+        mesh = site.mesh
+        o = cls()
+        for key in ("state_dir", "window_s", "k_open", "k_open_down", "k_open_gray", "m_close",
+                    "flap_count",
+                    "flap_window_s", "rate", "metrics_port", "metrics_address", "webhook_url",
+                    "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
+                    "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments"):
+            if key in lens and lens[key] is not None:
+                setattr(o, key, lens[key])
+        if o.rate is not None and float(o.rate) <= 0:
+            o.rate = None  # 0 in the site file: the plan's rate
+        o.budget_pps = float(mesh.get("probe_budget_pps", o.budget_pps))
+        o.coverage_k = int(mesh.get("coverage_k", o.coverage_k))
+        o.sport_base = o.port + 100
+        return o
+
+    def validate(self) -> None:
+        if not 0.2 <= self.window_s <= 60:
+            raise UsageError(f"lens window {self.window_s:g} s: between 0.2 and 60 seconds")
+        if self.rate is not None and not 0.1 <= self.rate <= 1000:
+            raise UsageError(f"--rate {self.rate:g}: between 0.1 and 1000 probes/s per pair")
+        for name in ("k_open", "k_open_down", "k_open_gray", "m_close", "flap_count"):
+            if not 1 <= int(getattr(self, name)) <= 1000:
+                raise UsageError(f"lens.{name} {getattr(self, name)}: between 1 and 1000")
+
+    @property
+    def lag_s(self) -> float:
+        """How long after a window's end its records are all in: echo timeout, then the
+        responder's next batch, plus transport slack."""
+        return self.echo_timeout_s + self.health_window_s + 0.3
+
+    def path(self, name: str) -> Path:
+        return Path(self.state_dir).expanduser() / name

@@ -1,0 +1,209 @@
+"""One analysis window of lens: probe records -> integrity -> per-path figures -> findings.
+
+The same steps as a one-shot audit (meshrun.analyze), for one window at a time and with state
+carried between windows by the caller: the clock model (clocktrack.py) for one-way delays and the
+per-path delay baselines (baseline.py) for gray failures. Integrity first: probes from or to a
+host whose agent was overloaded, not running or restarting in the window are set aside, so an
+overloaded host never produces a network finding.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetctl.analysis.integrity import overload_marks, probes_kept
+from fleetctl.analysis.merge import merge_identical_paths
+from fleetctl.analysis.rollup import Rollup
+from fleetctl.analysis.signals import Thresholds, window_signals
+from fleetctl.analysis.solvers import Problem, get_solver
+from fleetctl.analysis.windows import build_windows
+from fleetctl.lens.jobs import element_columns
+from fleetctl.mesh.loops import add_loop_stats
+from fleetctl.model.fabric import PathTable, Topology, WindowStats, group_quantiles
+
+SEVERITY = {"critical": "critical", "major": "warning", "minor": "info"}
+FLAP_BIN_S = 0.1  # time resolution of down/up transitions within a window
+
+
+@dataclass
+class WindowResult:
+    t_start: float  # s, epoch
+    t_end: float
+    findings: list[dict] = field(default_factory=list)  # network findings (element, metric, ...)
+    elements: list[dict] = field(default_factory=list)  # per link direction / switch / NIC
+    overloaded: list[str] = field(default_factory=list)  # hosts set aside for overload
+    blind: list[str] = field(default_factory=list)  # hosts whose agent was not running
+    probes: int = 0
+    set_aside: int = 0
+    path_delay: np.ndarray | None = None  # per path, us (for the baselines)
+    path_healthy: np.ndarray | None = None
+
+
+class WindowAnalyzer:
+    """Built once per plan (topology, traced paths, flow table); `analyze` per window."""
+
+    def __init__(self, topo: Topology, paths: PathTable, flows: np.ndarray, solver: str = "nnls",
+                 th: Thresholds | None = None):
+        self.topo, self.paths, self.flows = topo, paths, flows
+        self.th = th or Thresholds()
+        self.solver = get_solver(solver)
+        self.hosts = list(dict.fromkeys(topo.nic_host))
+        hpos = {h: i for i, h in enumerate(self.hosts)}
+        self.nic_host = np.array([hpos[h] for h in topo.nic_host])
+        one = WindowStats(np.zeros((1, len(paths)), np.int64), np.zeros((1, len(paths)), np.int64),
+                          np.zeros((1, len(paths))))
+        self.merged, _, self.group = merge_identical_paths(paths, one)
+        n = len(self.merged)
+        self.n_merged = n
+        inc = self.merged.matrix(topo.n_elements).tocsc()
+        self.inc = inc
+        is_link = topo.element_types() == 0
+        self.link_cols = np.flatnonzero(is_link)
+        self.links_only = inc[:, self.link_cols].tocsr()
+        self.rollup = Rollup(topo, inc, self.th)
+        self.inc_orig = paths.matrix(topo.n_elements).tocsc()
+        self.report_cols = [e for e, el in enumerate(topo.elements)
+                            if el.type in ("link", "switch", "nic")]
+
+    def analyze(self, probes: np.ndarray, t_start: float, t_end: float, health: dict,
+                blind: set[str], clock=None, clock_epoch_ns: int = 0,
+                baseline: np.ndarray | None = None) -> WindowResult:
+        out = WindowResult(t_start, t_end, blind=sorted(blind))
+        marks = overload_marks(health, self.hosts)
+        out.overloaded = sorted(h for h, m in marks.items() if m.overloaded)
+        if probes.size == 0:
+            return out
+        keep = probes_kept(probes, self.nic_host, self.hosts, marks)
+        if blind:
+            bad_h = np.array([h in blind for h in self.hosts] + [False])  # last: a loop's end
+            dst = probes["dst_nic"]
+            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
+            keep &= ~(bad_h[self.nic_host[probes["src_nic"]]] | bad_h[dst_h])
+        out.probes, out.set_aside = int(probes.size), int((~keep).sum())
+        probes = probes[keep]
+        pair = probes["dst_nic"] >= 0
+        if not pair.any():
+            return out
+        w = build_windows(probes[pair], self.flows, len(self.paths), len(self.topo.nics),
+                          self.nic_host, (t_end - t_start) + 3600.0,
+                          clock_epoch_ns if clock is not None else 0, clock)
+        add_loop_stats(w, probes[~pair], self.flows, self.topo, self.paths)
+        sent, lost, delay = w.path_sent[0], w.path_lost[0], w.path_p50_us[0]
+        out.path_delay = delay
+        base = baseline if baseline is not None else np.full(len(self.paths), np.nan)
+        m_sent, m_lost, m_delay, m_base = self._merge(sent, lost, delay, base)
+        sig = window_signals(m_sent, m_lost, m_delay, m_base, self.th)
+        out.findings = self._findings(sig)
+        bad_rows = sig.lossy | sig.delayed
+        out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.group]
+        out.elements = self._element_rows(sig, m_delay)
+        for f in out.findings:
+            if f["metric"] in ("loss", "down"):
+                starts, ends_down = self._down_starts(f["element"], probes[pair])
+                if starts:
+                    f["down_starts"] = starts
+                    if ends_down and f["metric"] == "loss":
+                        # it went down inside this window and stayed down: down now, not a
+                        # partial loss (the next window would say so a second later)
+                        f["metric"] = "down"
+                        f["severity"] = "critical"
+                        f["evidence"]["down_since"] = starts[-1]
+        return out
+
+    def _down_starts(self, element: dict, probes: np.ndarray) -> tuple[list[float], bool]:
+        """Moments (s) within the window when probes over the element went from getting through
+        to (nearly) all lost, at FLAP_BIN_S resolution: a link flapping faster than the window
+        is bad in every window, and only these show its rhythm. Also: whether it was still down
+        at the window's end."""
+        cols = element_columns(self.topo, element)
+        if not cols or probes.size == 0:
+            return [], False
+        through = np.asarray(self.inc_orig[:, cols].sum(axis=1)).ravel() > 0
+        fi = probes["flow"].astype(np.int64)
+        fwd, rev = self.flows["fwd_path"][fi], self.flows["rev_path"][fi]
+        on_fwd = (fwd >= 0) & through[np.maximum(fwd, 0)]
+        on_rev = (rev >= 0) & through[np.maximum(rev, 0)] & (probes["lost"] != 1)
+        lost = probes["lost"]
+        use = on_fwd | on_rev
+        if use.sum() < 20:
+            return [], False
+        fail = (on_fwd & np.isin(lost, (1, 3))) | (on_rev & np.isin(lost, (2, 3)))
+        t = probes["t_send"][use].astype(np.float64) * 1e-9
+        fail = fail[use]
+        t0 = float(t.min())
+        b = ((t - t0) // FLAP_BIN_S).astype(np.int64)
+        n = np.bincount(b)
+        k = np.bincount(b, weights=fail)
+        starts, state = [], None
+        for i in range(len(n)):
+            if n[i] < 5:
+                continue
+            rate = k[i] / n[i]
+            now = "down" if rate >= 0.8 else "up" if rate <= 0.2 else None
+            if now == "down" and state == "up":
+                starts.append(round(t0 + i * FLAP_BIN_S, 3))
+            if now is not None:
+                state = now
+        return starts[-50:], state == "down"
+
+    def _merge(self, sent, lost, delay, base):
+        n, g = self.n_merged, self.group
+        s = np.bincount(g, weights=sent, minlength=n).astype(np.int64)
+        lo = np.bincount(g, weights=lost, minlength=n).astype(np.int64)
+        d = group_quantiles(g, np.asarray(delay, float), [0.5], n)[0]
+        b = group_quantiles(g, np.asarray(base, float), [0.5], n)[0]
+        return s, lo, d, b
+
+    def _findings(self, sig) -> list[dict]:
+        from dataclasses import replace
+
+        out: dict[tuple, dict] = {}
+        for metric in ("loss", "delay"):
+            msig = replace(sig, valid=sig.valid & ~sig.lossy) if metric == "delay" else sig
+            bad = msig.lossy if metric == "loss" else msig.delayed
+            rows = np.flatnonzero(msig.valid)
+            if bad[rows].sum() < self.th.min_bad_paths:
+                continue
+            y = msig.y_loss if metric == "loss" else msig.y_delay
+            problem = Problem(self.links_only[rows], self.link_cols, bad[rows], y[rows], self.th)
+            blamed = {int(self.link_cols[c]): v for c, v in self.solver.blame(problem).items()}
+            if not blamed:
+                continue
+            for f in self.rollup.findings(blamed, metric, msig, 0):
+                d = f.to_dict()
+                d["evidence"].pop("window", None)
+                key = (d["element"]["type"], d["element"]["id"], d["element"].get("direction", ""))
+                if key not in out:  # loss (or down) before delay: one verdict per element
+                    out[key] = d
+        return list(out.values())
+
+    def _element_rows(self, sig, m_delay) -> list[dict]:
+        """Per link direction, switch and NIC: probes through it, loss %, median path delay."""
+        inc = self.inc
+        sent = inc.T @ sig.sent.astype(float)
+        lost = inc.T @ sig.lost.astype(float)
+        rows = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for e in self.report_cols:
+                if sent[e] <= 0:
+                    continue
+                col = inc.getcol(e)
+                d = m_delay[col.indices]
+                d = d[np.isfinite(d)]
+                el = self.topo.elements[e]
+                row = {"type": el.type, "id": el.id, "loss_pct": round(100 * lost[e] / sent[e], 3),
+                       "delay_p50_us": round(float(np.median(d)), 1) if d.size else None,
+                       "delay_p99_us": round(float(np.percentile(d, 99)), 1) if d.size else None,
+                       "probes": int(round(sent[e]))}
+                if el.direction:
+                    row["direction"] = el.direction
+                rows.append(row)
+        return rows
+
+
+def event_severity(finding_severity: str) -> str:
+    return SEVERITY.get(finding_severity, "info")

@@ -1,0 +1,149 @@
+"""The lens event state machine: hysteresis, escalation, flapping, resume (fleetctl.lens.events)."""
+
+from __future__ import annotations
+
+import json
+
+from fleetctl.lens.eventlog import EventLog, problem, read_events
+from fleetctl.lens.events import EventRules, EventTracker
+
+LINK = {"type": "link", "id": "leaf1--spine2", "direction": "leaf1->spine2"}
+NIC = {"type": "nic", "id": "node3:eth1"}
+CABLE = {"type": "link", "id": "node3:eth1--leaf2", "direction": "leaf2->node3:eth1"}
+
+
+def finding(el=LINK, metric="loss", severity="major", confidence=0.9):
+    return {"element": dict(el), "metric": metric, "severity": severity,
+            "confidence": confidence, "evidence": {"paths_bad": 4}}
+
+
+def feed(tracker, pattern, el=LINK, metric="loss", t0=1000.0, w=1.0):
+    """pattern: a string of 'B' (bad) and '.' (good) windows; all records returned."""
+    out = []
+    for i, c in enumerate(pattern):
+        a = t0 + i * w
+        out += tracker.window(a, a + w, [finding(el, metric)] if c == "B" else [], now=a + w)
+    return out
+
+
+def test_opens_after_k_and_closes_after_m():
+    tr = EventTracker(EventRules(k_open=2, m_close=3))
+    recs = feed(tr, "B")
+    assert recs == []
+    recs = feed(tr, "BBBB..", t0=1001.0)
+    assert [r["kind"] for r in recs] == ["open"]
+    assert tr.open_events()[0]["state"] == "open"
+    recs = feed(tr, ".", t0=1007.0)
+    assert [r["kind"] for r in recs] == ["close"]
+    assert recs[0]["state"] == "closed" and not tr.open_events()
+    for r in recs:
+        assert problem(r) is None  # a valid record of the event log format
+
+
+def test_single_bad_windows_never_open():
+    tr = EventTracker(EventRules(k_open=2, m_close=3, flap_count=3, flap_window_s=30))
+    assert feed(tr, ("B" + "." * 15) * 4) == []  # isolated, and never 3 within 30 s
+
+
+def test_down_opens_at_once_and_escalates_one_event():
+    tr = EventTracker(EventRules(k_open=2, k_open_down=1, m_close=3))
+    recs = feed(tr, "BB", metric="loss")
+    recs += feed(tr, "B", metric="down", t0=1002.0)
+    assert [r["kind"] for r in recs] == ["open", "update"]
+    assert len({r["id"] for r in recs}) == 1
+    assert recs[-1]["metric"] == "down" and recs[-1]["severity"] == "critical"
+
+
+def test_nic_and_its_cable_are_one_location():
+    tr = EventTracker(EventRules(k_open=1, k_open_down=1), nic_of_link={CABLE["id"]: NIC["id"]})
+    recs = tr.window(0, 1, [finding(CABLE, "down")], now=1)
+    recs += tr.window(1, 2, [finding(NIC, "down")], now=2)
+    assert [r["kind"] for r in recs] == ["open", "update"]
+    assert recs[-1]["element"]["type"] == "nic"  # the larger element wins
+
+
+def test_flapping_is_one_event_with_period_and_count():
+    tr = EventTracker(EventRules(k_open=2, k_open_down=2, m_close=3, flap_count=3,
+                                 flap_window_s=30))
+    recs = feed(tr, "B." * 10, metric="down")  # bad for 1 s every 2 s: K=2 is never reached
+    kinds = [r["kind"] for r in recs]
+    assert kinds[0] == "open" and kinds.count("open") == 1
+    ev = recs[0]
+    assert ev["metric"] == "flapping" and ev["flap"]["count"] >= 3
+    assert abs(ev["flap"]["period_s"] - 2.0) < 1e-6
+    # clearing: it closes only after m_close good windows and three periods
+    recs = feed(tr, "." * 10, t0=1020.0)
+    assert [r["kind"] for r in recs] == ["close"]
+    closed_at = recs[0]["time"]
+    assert closed_at >= "1970-01-01T00:17:04"  # 1018 + 3 periods: not before
+
+
+def test_silent_windows_hold_streaks():
+    tr = EventTracker(EventRules(k_open=1, m_close=2))
+    assert [r["kind"] for r in feed(tr, "B")] == ["open"]
+    key = tr.location(LINK)
+    for i in range(5):  # an agent restarting: the location is neither good nor bad
+        assert tr.window(1001 + i, 1002 + i, [], silent={key}, now=1002 + i) == []
+    assert tr.open_events()
+
+
+def test_state_round_trip_and_adopt_from_log(tmp_path):
+    log = EventLog(tmp_path / "events.jsonl")
+    tr = EventTracker(EventRules(k_open=1, m_close=2))
+    for r in feed(tr, "BB"):
+        log.append(r)
+    state = json.loads(json.dumps(tr.to_state()))
+    # resumed from its saved state: the fault persists, no second open
+    tr2 = EventTracker(EventRules(k_open=1, m_close=2))
+    tr2.load_state(state)
+    assert feed(tr2, "BBB", t0=1002.0) == []
+    # state lost (killed before saving): the log's open event is adopted, then closed once
+    tr3 = EventTracker(EventRules(k_open=1, m_close=2))
+    tr3.adopt(read_events(tmp_path / "events.jsonl", open_only=True))
+    assert feed(tr3, "B", t0=1002.0) == []
+    recs = feed(tr3, "..", t0=1003.0)
+    assert [r["kind"] for r in recs] == ["close"]
+    for r in recs:
+        log.append(r)
+    events = read_events(tmp_path / "events.jsonl")
+    assert len(events) == 1 and events[0]["state"] == "closed"
+    new = feed(tr3, "B", t0=1010.0)
+    assert new and new[0]["id"] != events[0]["id"]  # ids never collide after adopt
+
+
+def test_memory_is_bounded_for_transient_locations():
+    tr = EventTracker(EventRules(k_open=5, flap_window_s=10))
+    for i in range(200):
+        el = {"type": "link", "id": f"l{i}", "direction": "a->b"}
+        tr.window(i, i + 1, [finding(el)], now=i + 1)
+    assert len(tr.loc) <= 12
+
+
+def test_jobs_are_attached():
+    tr = EventTracker(EventRules(k_open=1), jobs_for=lambda el: [
+        {"job_id": "12", "user": "alice", "nodes": "node[1-2]", "partition": "debug"}])
+    recs = feed(tr, "B")
+    assert recs[0]["jobs"][0]["job_id"] == "12"
+
+
+def test_a_flap_faster_than_the_window_is_seen_within_windows():
+    """Down 1 s, up 1 s, windows of 1 s out of phase: every window is bad; the down starts the
+    window analysis found inside them show the rhythm."""
+    tr = EventTracker(EventRules(k_open=2, m_close=3, flap_count=3, flap_window_s=30))
+    recs = []
+    for i in range(8):
+        f = finding(NIC, "loss")
+        if i % 2 == 0:
+            f["down_starts"] = [1000.0 + i + 0.4]
+        recs += tr.window(1000.0 + i, 1001.0 + i, [f], now=1001.0 + i)
+    assert [r["kind"] for r in recs] == ["open", "update"]
+    assert recs[-1]["metric"] == "flapping" and recs[-1]["flap"]["period_s"] == 2.0
+    assert "down_starts" not in recs[-1]["evidence"]
+
+
+def test_defaults_open_loss_at_once_and_gray_delay_after_two():
+    tr = EventTracker()
+    assert [r["kind"] for r in feed(tr, "B", metric="loss")] == ["open"]
+    gray = {"type": "link", "id": "leaf2--spine1", "direction": "spine1->leaf2"}
+    assert feed(tr, "B", el=gray, metric="delay", t0=1001.0) == []
+    assert [r["kind"] for r in feed(tr, "B", el=gray, metric="delay", t0=1002.0)] == ["open"]

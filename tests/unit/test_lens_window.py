@@ -1,0 +1,199 @@
+"""Lens window analysis on synthetic records with skewed clocks: clean windows give nothing, a
+loss names its link in one window, a gray delay shows against baselines learnt on the fly, an
+agent that was not running (blind host) never makes a finding; clock tracking; affected jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleetctl.config.site import parse_site
+from fleetctl.lab.sitefile import site_document, to_toml
+from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lens.baseline import PathBaselines
+from fleetctl.lens.clocktrack import ClockTracker
+from fleetctl.lens.jobs import JobMap
+from fleetctl.lens.window import WindowAnalyzer
+from fleetctl.mesh.pairs import select_pairs
+from fleetctl.model.fabric import Topology
+from fleetctl.slurm.base import SlurmJob
+from tests.support.synthetic import Fault
+from tests.support.synthetic_run import synthetic_run
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    plan = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                                clock_skew=False, slurm=False, ssh=False))
+    site = parse_site(to_toml(site_document(plan, Path("/nonexistent-lab"), slurm_conf="",
+                                            ssh={}, cpus=2)))
+    topo = Topology.from_site(site)
+    pairs = [(topo.nics[a], topo.nics[b]) for a, b in select_pairs(topo).pairs]
+    return topo, pairs
+
+
+def run(fabric, faults=(), seed=3, duration=6.0):
+    topo, pairs = fabric
+    return synthetic_run(topo, pairs, list(faults), sports=8, rate_hz=40, duration=duration,
+                         seed=seed)
+
+
+def windows(syn, w=1.0):
+    t = syn.probes["t_send"]
+    start = int(t.min())
+    n = int((int(t.max()) - start) // int(w * 1e9)) + 1
+    for i in range(n):
+        a = start + int(i * w * 1e9)
+        b = a + int(w * 1e9)
+        yield a * 1e-9, b * 1e-9, syn.probes[(t >= a) & (t < b)]
+
+
+def analyse(fabric, syn, baselines=None, clock=None, blind=frozenset()):
+    topo, _ = fabric
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    out = []
+    for a, b, probes in windows(syn):
+        if clock is not None:
+            clock.add(probes)
+            clock.maybe_refit(b)
+        model, epoch = clock.fit if clock else (None, 0)
+        res = an.analyze(probes, a, b, {}, set(blind), model, epoch,
+                         baselines.current() if baselines else None)
+        if baselines is not None and res.path_delay is not None:
+            baselines.update(res.path_delay, res.path_healthy)
+        out.append(res)
+    return an, out
+
+
+def test_clean_windows_give_no_finding(fabric):
+    syn = run(fabric)
+    _an, res = analyse(fabric, syn, PathBaselines(len(syn.paths), warmup=2))
+    assert all(r.findings == [] for r in res)
+    assert res[0].elements and all(r.probes > 0 for r in res)
+
+
+def test_loss_is_named_in_each_window(fabric):
+    syn = run(fabric, [Fault("leaf1->spine2", "loss", 0.05)])
+    _an, res = analyse(fabric, syn)
+    named = [[(f["element"]["type"], f["element"].get("direction")) for f in r.findings]
+             for r in res]
+    assert sum(("link", "leaf1->spine2") in n for n in named) >= len(res) - 1
+    assert all(len(n) <= 1 for n in named)
+
+
+def test_a_blind_host_makes_no_finding(fabric):
+    topo, _ = fabric
+    syn = run(fabric, [Fault("node2:eth0", "down")])
+    _an, res = analyse(fabric, syn, blind={"node2"})
+    assert all(r.findings == [] for r in res)
+    assert all(r.set_aside > 0 for r in res)
+
+
+def test_gray_delay_against_learnt_baselines(fabric):
+    clean = run(fabric, seed=5, duration=8.0)
+    slow = run(fabric, [Fault("spine1->leaf2", "delay", 400.0)], seed=5, duration=4.0)
+    base = PathBaselines(len(clean.paths), warmup=3)
+    clock = ClockTracker(*_hosts(fabric), refit_s=2.0)
+    analyse(fabric, clean, base, clock)
+    assert np.isfinite(base.current()).mean() > 0.9
+    _an, res = analyse(fabric, slow, base, clock)
+    hits = [f for r in res for f in r.findings if f["metric"] == "delay"]
+    # with two leaves, leaf1->spine1 and spine1->leaf2 carry the same paths: twins, either named
+    assert len(hits) >= len(res) - 1
+    for f in hits:
+        assert "spine1->leaf2" in [f["element"]["direction"]] + \
+            f["evidence"].get("indistinguishable_from", [])
+        assert f["evidence"]["excess_delay_us_bad_median"] == pytest.approx(400, abs=20)
+
+
+def _hosts(fabric):
+    topo, _ = fabric
+    hosts = list(dict.fromkeys(topo.nic_host))
+    return hosts, np.array([hosts.index(h) for h in topo.nic_host])
+
+
+def test_clock_tracking_follows_offsets_and_reports_a_jump(fabric):
+    syn = run(fabric, seed=7, duration=8.0)
+    hosts, nic_host = _hosts(fabric)
+    tr = ClockTracker(hosts, nic_host, refit_s=2.0, horizon_s=4.0, jump_us=200.0)
+    for a, b, probes in windows(syn):
+        tr.add(probes)
+        tr.maybe_refit(b)
+    st = {s["host"]: s for s in tr.status()}
+    assert len(st) == len(hosts) and all(s["fits"] >= 2 for s in st.values())
+    assert tr.findings(b) == []
+    # node3's clock steps by 5 ms: its next fit disagrees with the prediction
+    jumped = syn.probes.copy()
+    h3 = [i for i, h in enumerate(nic_host) if hosts[h] == "node3"]
+    shift = np.int64(5_000_000)
+    src3, dst3 = np.isin(jumped["src_nic"], h3), np.isin(jumped["dst_nic"], h3)
+    for f in ("t_send", "t_recv"):
+        jumped[f] = np.where(src3 & (jumped[f] != 0), jumped[f] + shift, jumped[f])
+    for f in ("t_remote_rx", "t_remote_tx"):
+        jumped[f] = np.where(dst3 & (jumped[f] != 0), jumped[f] + shift, jumped[f])
+    span = np.int64(int(syn.probes["t_send"].max() - syn.probes["t_send"].min()) + 1_000_000_000)
+    for f in ("t_send", "t_recv", "t_remote_rx", "t_remote_tx"):
+        jumped[f] = np.where(jumped[f] != 0, jumped[f] + span, 0)
+    tr.chunks.clear()
+    for a, b, probes in windows(type(syn)(**{**syn.__dict__, "probes": jumped})):
+        tr.add(probes)
+        if tr.maybe_refit(b):
+            break
+    found = tr.findings(b)
+    assert found and any(f["element"] == {"type": "clock", "id": "node3"} for f in found) or \
+        any(abs(f["evidence"]["jump_us"] or 0) > 1000 for f in found)
+
+
+def test_affected_jobs_cross_the_element(fabric):
+    topo, _ = fabric
+    syn = run(fabric, duration=1.0)
+    jm = JobMap(topo, syn.paths)
+    jm.set_jobs([SlurmJob("12", "RUNNING", "alice", "debug", "train", ["node1", "node3"],
+                          "node[1,3]"),
+                 SlurmJob("13", "RUNNING", "bob", "debug", "local", ["node1", "node2"],
+                          "node[1-2]"),
+                 SlurmJob("14", "PENDING", "carol", "debug", "wait", [], "")])
+    # node1 and node2 share leaf1 in this lab: only the job spanning leaves crosses a spine
+    hit = jm.affected({"type": "switch", "id": "spine1"})
+    assert [j["job_id"] for j in hit] == ["12"]
+    assert hit[0] == {"job_id": "12", "user": "alice", "nodes": "node[1,3]", "partition": "debug"}
+    assert sorted(j["job_id"] for j in jm.affected({"type": "nic", "id": "node1:eth0"})) == \
+        ["12", "13"]
+    assert [j["job_id"] for j in jm.affected({"type": "clock", "id": "node2"})] == ["13"]
+
+
+def test_baselines_learn_from_healthy_windows_only():
+    b = PathBaselines(3, warmup=2)
+    b.update(np.array([10.0, 10.0, np.nan]), np.array([True, True, True]))
+    assert np.isnan(b.current()).all()
+    b.update(np.array([12.0, 500.0, 5.0]), np.array([True, False, True]))
+    cur = b.current()
+    assert cur[0] == pytest.approx(10.04) and np.isnan(cur[1]) and np.isnan(cur[2])
+    state = b.to_state()
+    c = PathBaselines(3, warmup=2)
+    c.load_state(state)
+    assert c.current()[0] == pytest.approx(10.04)
+    c.load_state({"value": [1.0], "count": [9]})  # another plan: ignored
+    assert c.current()[0] == pytest.approx(10.04)
+
+
+def test_down_starts_inside_a_window(fabric):
+    """A NIC cable down for the second half of a window: the window's finding carries the moment
+    its probes started to be lost (flap detection needs it)."""
+    topo, _ = fabric
+    syn = run(fabric, duration=2.0)
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    a, b, probes = next(windows(syn))
+    probes = probes.copy()
+    nic = topo.nics.index("node2:eth0")
+    mid = int((a + 0.5) * 1e9)
+    hit = ((probes["src_nic"] == nic) | (probes["dst_nic"] == nic)) & (probes["t_send"] >= mid)
+    probes["lost"][hit] = 1
+    for f in ("t_remote_rx", "t_remote_tx", "t_recv"):
+        probes[f][hit] = 0
+    res = an.analyze(probes, a, b, {}, set())
+    f = next(f for f in res.findings if "node2:eth0" in f["element"]["id"])
+    assert len(f["down_starts"]) == 1 and abs(f["down_starts"][0] - (a + 0.5)) <= 0.11
+    assert f["metric"] == "down"  # and still down at the window's end
