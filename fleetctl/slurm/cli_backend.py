@@ -240,11 +240,60 @@ class CliBackend(SlurmBackend):
             raise UsageError(f"invalid job id {job_id!r}")
         self.run("scontrol", "requeuehold" if hold else "requeue", str(job_id))
 
+    # ---- moving a job off a node (fleetctl spares swap); Slurm 22.05 and 24.11 alike
+    def job_record(self, job_id: str) -> dict[str, str]:
+        """The job's `scontrol show job --oneliner` fields ({} when Slurm no longer knows it)."""
+        _check_job_id(job_id)
+        proc = self._call("scontrol", "show", "job", str(job_id), "--oneliner")
+        if proc.returncode != 0:
+            text = (proc.stderr or proc.stdout).lower()
+            if "invalid job id" in text:
+                return {}
+            raise self._error(f"scontrol show job {job_id}", proc.stderr or proc.stdout)
+        lines = [l for l in proc.stdout.splitlines() if l.strip()]
+        return parse.parse_record(lines[0]) if lines else {}
+
+    def requeue_excluding(self, job_id: str, exclude: list[str], *, wait_s: float = 30.0) -> None:
+        """Requeue a running batch job so that it never lands on `exclude` again.
+
+        ExcNodeList can only be changed while a job is pending, so: requeuehold (the job leaves its
+        nodes and waits, held), add the nodes to its ExcNodeList, release it."""
+        _check_job_id(job_id)
+        if not exclude:
+            raise UsageError(f"requeue of job {job_id}: no node to exclude")
+        self.run("scontrol", "requeuehold", str(job_id))
+        deadline = time.monotonic() + wait_s
+        while True:
+            rec = self.job_record(job_id)
+            if not rec:
+                raise SlurmError(f"job {job_id} disappeared while being requeued")
+            if rec.get("JobState", "").upper() == "PENDING":
+                break
+            if time.monotonic() >= deadline:
+                raise SlurmError(f"job {job_id} still {rec.get('JobState')} {wait_s:g} s after requeuehold "
+                                 "(held: release it by hand with scontrol release)")
+            time.sleep(0.2)
+        current = rec.get("ExcNodeList", "")
+        names = set(exclude)
+        if current and current not in parse.NULL:
+            names.update(parse.expand_nodelist(current))
+        self.run("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={fold(sorted(names))}")
+        self.run("scontrol", "release", str(job_id))
+
+    def release(self, job_id: str) -> None:
+        _check_job_id(job_id)
+        self.run("scontrol", "release", str(job_id))
+
     def _one_reservation(self, name: str) -> Reservation:
         found = self.reservations(name)
         if not found:
             raise SlurmError(f"reservation {name!r} not found after the change")
         return found[0]
+
+
+def _check_job_id(job_id: str) -> None:
+    if not re.match(r"^[0-9]{1,20}(_[0-9]{1,20})?$", str(job_id)):
+        raise UsageError(f"invalid job id {job_id!r}")
 
 
 def _check_name(name: str) -> None:
