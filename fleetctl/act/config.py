@@ -22,4 +22,9 @@ class ActConfig:
         raw.pop("policies", None)
         known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
         known.update({k: v for k, v in overrides.items() if v is not None})
+        from fleetctl.config.files import site_path
+
+        for key in ("state_dir", "lens_events"):
+            if known.get(key) and key not in overrides:
+                known[key] = str(site_path(known[key], site.source))
         return cls(**known)

@@ -19,9 +19,13 @@ from fleetctl.registry import Registry
 # The top-level commands (fleetctl.registry), each with the one-line help `fleetctl --help` shows
 # without importing the command's module.
 commands = Registry("command")
+commands.register("act", "fleetctl.cli.act:act",
+                  help="Detect -> Act: policies turn detections into drains, snapshots and swaps.")
 commands.register("audit", "fleetctl.cli.audit:audit",
                   help="Check node health and fleet consistency; drain and resume in Slurm.")
 commands.register("config", "fleetctl.cli.config:config", help="Validate and show the site configuration.")
+commands.register("explain", "fleetctl.cli.explain:explain",
+                  help="A plain-language account of a finding, lens event, node or job.")
 commands.register("exec", "fleetctl.cli.exec:exec_command",
                   help="Run a command on nodes (ssh, srun or local), outputs folded.")
 commands.register("hook", "fleetctl.cli.hook:hook",
@@ -30,6 +34,8 @@ commands.register("inventory", "fleetctl.cli.inventory:inventory",
                   help="Nodes, NICs, GPUs, switches and links, with Slurm state.")
 commands.register("lab", "fleetctl.cli.lab:lab",
                   help="An emulated GPU cluster on this machine, with fault injection.")
+commands.register("spares", "fleetctl.cli.spares:spares",
+                  help="The audited spare pool and spare swaps.")
 commands.register("snapshot", "fleetctl.cli.snapshot:snapshot",
                   help="Coordinated, verified snapshots of training jobs.")
 

@@ -32,7 +32,11 @@ class SparesConfig:
 
     @classmethod
     def from_site(cls, site, state_dir: str | None = None) -> "SparesConfig":
+        from fleetctl.config.files import site_path
+
         sp = site.data.get("spares", {})
+        if state_dir is None and sp.get("state_dir"):
+            state_dir = str(site_path(sp["state_dir"], site.source))
         return cls(reservation=site.slurm["spare_reservation"], floor=sp.get("floor", 1),
                    max_audit_age_s=float(sp.get("max_audit_age_s", 3600.0)),
                    state_dir=state_dir or sp.get("state_dir", "/var/lib/fleetctl/spares"),
