@@ -104,7 +104,8 @@ class Engine:
                     f"{policy.min_confidence:.2f}")
         since = self.clock() - policy.cooldown_s
         for rec in self.log.current().values():
-            if rec.get("policy") == policy.name and rec["phase"] == "done" and rec["time"] >= since \
+            # An action undone since still started the cool-down (an operator undid it: don't redo it).
+            if rec.get("policy") == policy.name and "done" in rec["history"] and rec["time"] >= since \
                     and rec.get("detection", {}).get("id") == det.id:
                 return (f"cool-down: policy {policy.name} acted on this at {_clock(rec['time'])} "
                         f"({rec['id']}); cool-down {policy.cooldown_s:g} s")
