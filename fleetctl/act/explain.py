@@ -210,12 +210,13 @@ def explain_job(job_id: str, ctx: Context) -> dict:
             out["where"] = jobs[0].nodelist or "not running (pending)"
             out["jobs"] = [{"job_id": job_id, "state": jobs[0].state, "user": jobs[0].user,
                             "nodes": jobs[0].nodelist}]
-    acts = _actions_for(ctx, lambda r: job_id in (r.get("targets") or {}).get("jobs", []))
+    acts = _actions_for(ctx, lambda r: job_id in (r.get("targets") or {}).get("jobs", []) or
+                        bool(set(nodes) & set((r.get("targets") or {}).get("nodes", []))))
     out["fleetctl"] = acts
     touching = [a for a in acts if a["phase"] in ("done", "dry-run")]
     if touching:
         det = touching[0].get("detection", "")
-        out["what"] = f"job {job_id} was affected by {det}"
+        out["what"] = f"job {job_id} is affected by {det}"
         out["how_sure"] = "from fleetctl's action log"
     else:
         out["what"] = f"job {job_id}: fleetctl has taken no action on it"
