@@ -277,7 +277,13 @@ class CliBackend(SlurmBackend):
         names = set(exclude)
         if current and current not in parse.NULL:
             names.update(parse.expand_nodelist(current))
-        self.run("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={fold(sorted(names))}")
+        update = [f"ExcNodeList={fold(sorted(names))}"]
+        required = rec.get("ReqNodeList", "")
+        if required and required not in parse.NULL:  # a job pinned to the bad node (-w) could never start
+            kept = [n for n in parse.expand_nodelist(required) if n not in names]
+            if len(kept) != len(parse.expand_nodelist(required)):
+                update.append(f"ReqNodeList={fold(kept) if kept else ''}")
+        self.run("scontrol", "update", f"JobId={job_id}", *update)
         self.run("scontrol", "release", str(job_id))
 
     def release(self, job_id: str) -> None:

@@ -138,7 +138,10 @@ def test_xid_snapshot_drain_swap_restore_then_link_event_and_explain(lab, tmp_pa
     def running_again():
         rec = job_record(lab, job)
         return rec.get("JobState") == "RUNNING" and int(rec.get("Restarts", "0")) >= 1 and rec
-    rec = wait_for(running_again, timeout=60, step=0.5)
+    try:
+        rec = wait_for(running_again, timeout=60, step=0.5)
+    except AssertionError:
+        raise AssertionError(f"job not running again: {job_record(lab, job)}") from None
     elapsed = time.monotonic() - injected
     nodes = expand_nodelist(rec["NodeList"])
     assert "node2" not in nodes and "node1" in nodes and set(nodes) & {"node3", "node4"}, nodes
