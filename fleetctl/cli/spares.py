@@ -77,8 +77,10 @@ def _change_cmd(name: str, doc: str):
     @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
     @click.option("--audit/--no-audit", "run_audit", default=True,
                   help="(add) audit nodes without a fresh passing verdict first (default: yes).")
+    @click.option("--report", metavar="FILE", default=None,
+                  help="(add) record the verdicts of this audit report (fleetctl audit --format json) first.")
     @pass_app
-    def cmd(app: Application, state_dir, nodeset: str, dry_run: bool, run_audit: bool) -> int:
+    def cmd(app: Application, state_dir, nodeset: str, dry_run: bool, run_audit: bool, report) -> int:
         import time
 
         from fleetctl.nodeset import parse_nodeset
@@ -87,6 +89,11 @@ def _change_cmd(name: str, doc: str):
         nodes = list(parse_nodeset(nodeset))
         _, pool = _pool(app, state_dir)
         audited = None
+        if report is not None:
+            from fleetctl.act.run import read_report
+
+            with pool.locked():
+                audited = pool.verdicts.record_report(read_report(report))
         if name == "add" and run_audit:
             verdicts = pool.verdicts.load()
             stale = [n for n in nodes if not passed_within(verdicts.get(n), pool.config.max_audit_age_s)[0]]
