@@ -277,7 +277,9 @@ class CliBackend(SlurmBackend):
         names = set(exclude)
         if current and current not in parse.NULL:
             names.update(parse.expand_nodelist(current))
-        update = [f"ExcNodeList={fold(sorted(names))}"]
+        # Slurm delays a requeued job (EligibleTime = requeue + ~120 s, for the old allocation's
+        # epilogs); the bad node is excluded and the others were cleaned by requeuehold: start now.
+        update = [f"ExcNodeList={fold(sorted(names))}", "StartTime=now"]
         required = rec.get("ReqNodeList", "")
         if required and required not in parse.NULL:  # a job pinned to the bad node (-w) could never start
             kept = [n for n in parse.expand_nodelist(required) if n not in names]
