@@ -261,13 +261,18 @@ class CliBackend(SlurmBackend):
         _check_job_id(job_id)
         if not exclude:
             raise UsageError(f"requeue of job {job_id}: no node to exclude")
+        before = self.job_record(job_id)
+        old_nodes = parse.expand_nodelist(before.get("NodeList", "(null)")) if before else []
         self.run("scontrol", "requeuehold", str(job_id))
         deadline = time.monotonic() + wait_s
         while True:
             rec = self.job_record(job_id)
             if not rec:
                 raise SlurmError(f"job {job_id} disappeared while being requeued")
-            if rec.get("JobState", "").upper() == "PENDING":
+            # Pending is not enough: its old nodes must be done with it (steps killed, epilogs run),
+            # or slurmd refuses to launch the same job id again and the job fails.
+            completing = [n.name for n in self.nodes(old_nodes) if "COMPLETING" in n.states] if old_nodes else []
+            if rec.get("JobState", "").upper() == "PENDING" and not completing:
                 break
             if time.monotonic() >= deadline:
                 raise SlurmError(f"job {job_id} still {rec.get('JobState')} {wait_s:g} s after requeuehold "
@@ -278,7 +283,7 @@ class CliBackend(SlurmBackend):
         if current and current not in parse.NULL:
             names.update(parse.expand_nodelist(current))
         # Slurm delays a requeued job (EligibleTime = requeue + ~120 s, for the old allocation's
-        # epilogs); the bad node is excluded and the others were cleaned by requeuehold: start now.
+        # epilogs); the old nodes are done with it (above): start it now.
         update = [f"ExcNodeList={fold(sorted(names))}", "StartTime=now"]
         required = rec.get("ReqNodeList", "")
         if required and required not in parse.NULL:  # a job pinned to the bad node (-w) could never start
