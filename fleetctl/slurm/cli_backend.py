@@ -262,7 +262,9 @@ class CliBackend(SlurmBackend):
         if not exclude:
             raise UsageError(f"requeue of job {job_id}: no node to exclude")
         before = self.job_record(job_id)
-        old_nodes = parse.expand_nodelist(before.get("NodeList", "(null)")) if before else []
+        # The excluded node is left out: the job never runs there again, and it may be unreachable.
+        old_nodes = [n for n in parse.expand_nodelist(before.get("NodeList", "(null)"))
+                     if n not in set(exclude)] if before else []
         self.run("scontrol", "requeuehold", str(job_id))
         deadline = time.monotonic() + wait_s
         while True:
