@@ -72,3 +72,15 @@ def test_registry():
     assert isinstance(get_backend("cli", drain_prefix="nhc"), CliBackend)
     with pytest.raises(Exception, match="unknown Slurm backend 'pyslurm'; choose one of cli"):
         get_backend("pyslurm")
+
+
+def test_swap_commands_refuse_bad_input_before_running_anything(tmp_path):
+    backend = CliBackend(bindir=str(tmp_path))
+    with pytest.raises(UsageError, match="invalid job id '1;reboot'"):
+        backend.requeue_excluding("1;reboot", ["n1"])
+    with pytest.raises(UsageError, match="no node to exclude"):
+        backend.requeue_excluding("12", [])
+    with pytest.raises(UsageError, match="invalid job id"):
+        backend.job_record("-1")
+    with pytest.raises(UsageError, match="invalid job id"):
+        backend.release("12 13")
