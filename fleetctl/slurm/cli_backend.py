@@ -284,9 +284,9 @@ class CliBackend(SlurmBackend):
         names = set(exclude)
         if current and current not in parse.NULL:
             names.update(parse.expand_nodelist(current))
-        # Slurm delays a requeued job (EligibleTime = requeue + ~120 s, for the old allocation's
-        # epilogs); the old nodes are done with it (above): start it now.
-        update = [f"ExcNodeList={fold(sorted(names))}", "StartTime=now"]
+        # Slurm holds a requeued job back for the credential lifetime (AuthInfo cred_expire, default
+        # 120 s; slurmd refuses the same job id before): never force an earlier start, it fails the job.
+        update = [f"ExcNodeList={fold(sorted(names))}"]
         required = rec.get("ReqNodeList", "")
         if required and required not in parse.NULL:  # a job pinned to the bad node (-w) could never start
             kept = [n for n in parse.expand_nodelist(required) if n not in names]
