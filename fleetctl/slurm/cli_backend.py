@@ -253,7 +253,8 @@ class CliBackend(SlurmBackend):
         lines = [l for l in proc.stdout.splitlines() if l.strip()]
         return parse.parse_record(lines[0]) if lines else {}
 
-    def requeue_excluding(self, job_id: str, exclude: list[str], *, wait_s: float = 30.0) -> None:
+    def requeue_excluding(self, job_id: str, exclude: list[str], *, wait_s: float = 30.0,
+                          hold_until_eligible_s: float = 300.0) -> None:
         """Requeue a running batch job so that it never lands on `exclude` again.
 
         ExcNodeList can only be changed while a job is pending, so: requeuehold (the job leaves its
@@ -293,6 +294,11 @@ class CliBackend(SlurmBackend):
             if len(kept) != len(parse.expand_nodelist(required)):
                 update.append(f"ReqNodeList={fold(kept) if kept else ''}")
         self.run("scontrol", "update", f"JobId={job_id}", *update)
+        # Released at once, the job would start at Slurm's next scheduling pass after its eligible
+        # time (up to sched_interval later); released when it becomes eligible, it is scheduled then.
+        delay = _seconds_until(self.job_record(job_id).get("EligibleTime", ""))
+        if 0 < delay <= hold_until_eligible_s:
+            time.sleep(delay + 0.2)
         self.run("scontrol", "release", str(job_id))
 
     def release(self, job_id: str) -> None:
@@ -304,6 +310,14 @@ class CliBackend(SlurmBackend):
         if not found:
             raise SlurmError(f"reservation {name!r} not found after the change")
         return found[0]
+
+
+def _seconds_until(stamp: str) -> float:
+    """Seconds from now to a Slurm time stamp (local time, 2026-12-01T06:38:41); 0 if none or past."""
+    try:
+        return max(0.0, time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) - time.time())
+    except (ValueError, OverflowError):
+        return 0.0
 
 
 def _check_job_id(job_id: str) -> None:
