@@ -6,13 +6,13 @@
   drained (it is still bad: `fleetctl spares replenish` returns it after repair).
 - resume: drain the node again.
 - snapshot, notify: nothing to undo (said so).
-The undo itself is logged (`undone` on the action's id, or `failed` with why).
+A successful undo is logged as `undone` on the action's id; a refused or failed one changes nothing.
 """
 
 from __future__ import annotations
 
 from fleetctl.act.actionlog import ActionLog
-from fleetctl.errors import FleetctlError, SlurmError, UsageError
+from fleetctl.errors import SlurmError, UsageError
 
 
 def undo(log: ActionLog, action_id: str, backend, pool=None, *, dry_run: bool = False) -> dict:
@@ -23,19 +23,15 @@ def undo(log: ActionLog, action_id: str, backend, pool=None, *, dry_run: bool = 
         raise UsageError(f"action {action_id} is {rec['phase']}: only a done action can be undone")
     action = rec["action"]
     base = {k: rec[k] for k in ("id", "policy", "action", "detection", "targets") if k in rec}
-    try:
-        if action == "drain":
-            what = _undo_drain(rec, backend, dry_run)
-        elif action == "swap":
-            what = _undo_swap(rec, backend, pool, dry_run)
-        elif action == "resume":
-            what = _undo_resume(rec, backend, dry_run)
-        else:
-            raise UsageError(f"a {action} action cannot be undone")
-    except FleetctlError as exc:
-        if not dry_run and not isinstance(exc, UsageError):
-            log.append({**base, "phase": "done", "why": f"undo failed: {exc.message}"})
-        raise
+    # A failed undo raises and logs nothing: the action stays `done`, as it is.
+    if action == "drain":
+        what = _undo_drain(rec, backend, dry_run)
+    elif action == "swap":
+        what = _undo_swap(rec, backend, pool, dry_run)
+    elif action == "resume":
+        what = _undo_resume(rec, backend, dry_run)
+    else:
+        raise UsageError(f"a {action} action cannot be undone")
     if dry_run:
         return {"id": action_id, "dry_run": True, "would": what}
     return log.append({**base, "phase": "undone", "why": what})
