@@ -261,10 +261,12 @@ def main() -> None:
     ap.add_argument("--ckpt-every", type=int, default=600, help="the job's own periodic checkpoint, iterations")
     ap.add_argument("--arms", default="fleetctl,plain")
     ap.add_argument("--out", default="")
+    ap.add_argument("--workdir", default="", help="keep each arm's files (job log, act output, action log) here")
     args = ap.parse_args()
     params = LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=4)
     out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "args": vars(args), "arms": []}
-    with LabSession(params) as lab, tempfile.TemporaryDirectory() as tmp:
+    with LabSession(params) as lab, tempfile.TemporaryDirectory() as scratch:
+        tmp = args.workdir or scratch
         for name in args.arms.split(","):
             out["arms"].append(run_arm(Arm(name, lab, Path(tmp) / name, args), args))
             print(json.dumps(out["arms"][-1]), file=sys.stderr)
