@@ -254,7 +254,7 @@ class CliBackend(SlurmBackend):
         return parse.parse_record(lines[0]) if lines else {}
 
     def requeue_excluding(self, job_id: str, exclude: list[str], *, wait_s: float = 30.0,
-                          hold_until_eligible_s: float = 300.0) -> None:
+                          hold_until_eligible_s: float = 300.0, allow: list[str] = ()) -> None:
         """Requeue a running batch job so that it never lands on `exclude` again.
 
         ExcNodeList can only be changed while a job is pending, so: requeuehold (the job leaves its
@@ -285,6 +285,9 @@ class CliBackend(SlurmBackend):
         names = set(exclude)
         if current and current not in parse.NULL:
             names.update(parse.expand_nodelist(current))
+        # A node excluded by an earlier swap may be back (repaired, a spare again) and be the very
+        # spare released for this one: `allow` takes it off the list.
+        names -= set(allow) - set(exclude)
         # Slurm holds a requeued job back for the credential lifetime (AuthInfo cred_expire, default
         # 120 s; slurmd refuses the same job id before): never force an earlier start, it fails the job.
         update = [f"ExcNodeList={fold(sorted(names))}"]

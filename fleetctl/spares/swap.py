@@ -113,7 +113,8 @@ def run_swap(plan: SwapPlan, backend, pool, *, on_step=None) -> SwapPlan:
                 plan.warnings += change.warnings
                 step.result = f"released {plan.spare}"
             elif step.step == "requeue":
-                backend.requeue_excluding(plan.job_id, [plan.bad_node])
+                backend.requeue_excluding(plan.job_id, [plan.bad_node],
+                                          allow=[plan.spare] if plan.spare else [])
                 step.result = f"requeued, {plan.bad_node} excluded"
             step.status = "done"
         except SlurmError as exc:

@@ -117,9 +117,9 @@ class MemSlurm(SlurmBackend):
         return {"JobId": job_id, "JobState": j["state"], "NodeList": ",".join(j["nodes"]) or "(null)",
                 "BatchFlag": "1", "Requeue": "1" if j["requeue"] else "0", "ExcNodeList": ",".join(j["exc"])}
 
-    def requeue_excluding(self, job_id, exclude, *, wait_s=30.0):
+    def requeue_excluding(self, job_id, exclude, *, wait_s=30.0, allow=()):
         j = self.job_map[job_id]
-        j["exc"] = sorted(set(j["exc"]) | set(exclude))
+        j["exc"] = sorted((set(j["exc"]) | set(exclude)) - (set(allow) - set(exclude)))
         count = len(j["nodes"])
         for n in j["nodes"]:
             self.node_map[n].state = "IDLE"

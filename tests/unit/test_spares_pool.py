@@ -132,3 +132,23 @@ def test_verdict_file_is_hostile_input(tmp_path):
     (tmp_path / "audits.json").write_text("not json")
     with pytest.raises(DataError, match="not JSON"):
         pool.verdicts.load()
+
+
+def test_a_second_swap_can_use_a_repaired_node_the_first_swap_excluded(tmp_path):
+    """Swap 1 moves the job off node2 (ExcNodeList=node2); node2 is repaired and rejoins the pool;
+    swap 2 moves the job off node5 and releases node2: it must not stay excluded."""
+    slurm, pool = make(tmp_path)
+    pool.verdicts.record_report(audit_report({}, ok=["node5"]))
+    pool.add(["node5"])
+    slurm.run_job("7", ["node1", "node2"])
+    for n in ("node3", "node4", "node6"):  # busy elsewhere: the spares are the only free nodes
+        slurm.node_map[n].state = "ALLOCATED"
+    assert run_swap(plan_swap(slurm, pool, "7", "node2"), slurm, pool).ok
+    assert slurm.job_map["7"]["nodes"] == ["node1", "node5"]
+    slurm.resume(["node2"])
+    pool.verdicts.record_report(audit_report({}, ok=["node2"]))
+    pool.add(["node2"])
+    plan = run_swap(plan_swap(slurm, pool, "7", "node5"), slurm, pool)
+    assert plan.ok and plan.spare == "node2"
+    assert slurm.job_map["7"]["state"] == "RUNNING" and slurm.job_map["7"]["nodes"] == ["node1", "node2"]
+    assert slurm.job_map["7"]["exc"] == ["node5"]
