@@ -19,9 +19,13 @@ from fleetctl.registry import Registry
 # The top-level commands (fleetctl.registry), each with the one-line help `fleetctl --help` shows
 # without importing the command's module.
 commands = Registry("command")
+commands.register("act", "fleetctl.cli.act:act",
+                  help="Detect -> Act: policies turn detections into drains, snapshots and swaps.")
 commands.register("audit", "fleetctl.cli.audit:audit",
                   help="Check node health and fleet consistency; drain and resume in Slurm.")
 commands.register("config", "fleetctl.cli.config:config", help="Validate and show the site configuration.")
+commands.register("explain", "fleetctl.cli.explain:explain",
+                  help="A plain-language account of a finding, lens event, node or job.")
 commands.register("exec", "fleetctl.cli.exec:exec_command",
                   help="Run a command on nodes (ssh, srun or local), outputs folded.")
 commands.register("failover", "fleetctl.cli.failover:failover",
@@ -36,6 +40,8 @@ commands.register("lens", "fleetctl.cli.lens:lens",
                   help="Continuous fabric monitoring: events per element, with the jobs they touch.")
 commands.register("site", "fleetctl.cli.site:site",
                   help="Discover nodes, classes, NICs and cabling; write or diff a site file.")
+commands.register("spares", "fleetctl.cli.spares:spares",
+                  help="The audited spare pool and spare swaps.")
 commands.register("snapshot", "fleetctl.cli.snapshot:snapshot",
                   help="Coordinated, verified snapshots of training jobs.")
 

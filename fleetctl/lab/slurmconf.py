@@ -108,7 +108,9 @@ def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={munge_socket}",
+        # cred_expire also sets how long a requeued job waits before it may start again (default
+        # 120 s): 20 s lets `fleetctl spares swap` bring a job back within the loop's 60 s goal.
+        f"AuthInfo=socket={munge_socket},cred_expire=20",
         f"StateSaveLocation={slurm / 'state'}",
         f"SlurmdSpoolDir={slurm / 'spool' / '%n'}",
         f"SlurmctldPidFile={slurm / 'slurmctld.pid'}",

@@ -240,11 +240,92 @@ class CliBackend(SlurmBackend):
             raise UsageError(f"invalid job id {job_id!r}")
         self.run("scontrol", "requeuehold" if hold else "requeue", str(job_id))
 
+    # ---- moving a job off a node (fleetctl spares swap); Slurm 22.05 and 24.11 alike
+    def job_record(self, job_id: str) -> dict[str, str]:
+        """The job's `scontrol show job --oneliner` fields ({} when Slurm no longer knows it)."""
+        _check_job_id(job_id)
+        proc = self._call("scontrol", "show", "job", str(job_id), "--oneliner")
+        if proc.returncode != 0:
+            text = (proc.stderr or proc.stdout).lower()
+            if "invalid job id" in text:
+                return {}
+            raise self._error(f"scontrol show job {job_id}", proc.stderr or proc.stdout)
+        lines = [l for l in proc.stdout.splitlines() if l.strip()]
+        return parse.parse_record(lines[0]) if lines else {}
+
+    def requeue_excluding(self, job_id: str, exclude: list[str], *, wait_s: float = 30.0,
+                          hold_until_eligible_s: float = 300.0, allow: list[str] = ()) -> None:
+        """Requeue a running batch job so that it never lands on `exclude` again.
+
+        ExcNodeList can only be changed while a job is pending, so: requeuehold (the job leaves its
+        nodes and waits, held), add the nodes to its ExcNodeList, release it."""
+        _check_job_id(job_id)
+        if not exclude:
+            raise UsageError(f"requeue of job {job_id}: no node to exclude")
+        before = self.job_record(job_id)
+        # The excluded node is left out: the job never runs there again, and it may be unreachable.
+        old_nodes = [n for n in parse.expand_nodelist(before.get("NodeList", "(null)"))
+                     if n not in set(exclude)] if before else []
+        self.run("scontrol", "requeuehold", str(job_id))
+        deadline = time.monotonic() + wait_s
+        while True:
+            rec = self.job_record(job_id)
+            if not rec:
+                raise SlurmError(f"job {job_id} disappeared while being requeued")
+            # Pending is not enough: its old nodes must be done with it (steps killed, epilogs run),
+            # or slurmd refuses to launch the same job id again and the job fails.
+            completing = [n.name for n in self.nodes(old_nodes) if "COMPLETING" in n.states] if old_nodes else []
+            if rec.get("JobState", "").upper() == "PENDING" and not completing:
+                break
+            if time.monotonic() >= deadline:
+                raise SlurmError(f"job {job_id} still {rec.get('JobState')} {wait_s:g} s after requeuehold "
+                                 "(held: release it by hand with scontrol release)")
+            time.sleep(0.2)
+        current = rec.get("ExcNodeList", "")
+        names = set(exclude)
+        if current and current not in parse.NULL:
+            names.update(parse.expand_nodelist(current))
+        # A node excluded by an earlier swap may be back (repaired, a spare again) and be the very
+        # spare released for this one: `allow` takes it off the list.
+        names -= set(allow) - set(exclude)
+        # Slurm holds a requeued job back for the credential lifetime (AuthInfo cred_expire, default
+        # 120 s; slurmd refuses the same job id before): never force an earlier start, it fails the job.
+        update = [f"ExcNodeList={fold(sorted(names))}"]
+        required = rec.get("ReqNodeList", "")
+        if required and required not in parse.NULL:  # a job pinned to the bad node (-w) could never start
+            kept = [n for n in parse.expand_nodelist(required) if n not in names]
+            if len(kept) != len(parse.expand_nodelist(required)):
+                update.append(f"ReqNodeList={fold(kept) if kept else ''}")
+        self.run("scontrol", "update", f"JobId={job_id}", *update)
+        # Released at once, the job would start at Slurm's next scheduling pass after its eligible
+        # time (up to sched_interval later); released when it becomes eligible, it is scheduled then.
+        delay = _seconds_until(self.job_record(job_id).get("EligibleTime", ""))
+        if 0 < delay <= hold_until_eligible_s:
+            time.sleep(delay + 0.2)
+        self.run("scontrol", "release", str(job_id))
+
+    def release(self, job_id: str) -> None:
+        _check_job_id(job_id)
+        self.run("scontrol", "release", str(job_id))
+
     def _one_reservation(self, name: str) -> Reservation:
         found = self.reservations(name)
         if not found:
             raise SlurmError(f"reservation {name!r} not found after the change")
         return found[0]
+
+
+def _seconds_until(stamp: str) -> float:
+    """Seconds from now to a Slurm time stamp (local time, 2026-12-01T06:38:41); 0 if none or past."""
+    try:
+        return max(0.0, time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) - time.time())
+    except (ValueError, OverflowError):
+        return 0.0
+
+
+def _check_job_id(job_id: str) -> None:
+    if not re.match(r"^[0-9]{1,20}(_[0-9]{1,20})?$", str(job_id)):
+        raise UsageError(f"invalid job id {job_id!r}")
 
 
 def _check_name(name: str) -> None:

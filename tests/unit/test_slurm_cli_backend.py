@@ -72,3 +72,26 @@ def test_registry():
     assert isinstance(get_backend("cli", drain_prefix="nhc"), CliBackend)
     with pytest.raises(Exception, match="unknown Slurm backend 'pyslurm'; choose one of cli"):
         get_backend("pyslurm")
+
+
+def test_swap_commands_refuse_bad_input_before_running_anything(tmp_path):
+    backend = CliBackend(bindir=str(tmp_path))
+    with pytest.raises(UsageError, match="invalid job id '1;reboot'"):
+        backend.requeue_excluding("1;reboot", ["n1"])
+    with pytest.raises(UsageError, match="no node to exclude"):
+        backend.requeue_excluding("12", [])
+    with pytest.raises(UsageError, match="invalid job id"):
+        backend.job_record("-1")
+    with pytest.raises(UsageError, match="invalid job id"):
+        backend.release("12 13")
+
+
+def test_seconds_until_a_slurm_time_stamp():
+    import time
+
+    from fleetctl.slurm.cli_backend import _seconds_until
+
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 30))
+    assert 28 <= _seconds_until(soon) <= 30
+    assert _seconds_until("2001-01-01T00:00:00") == 0.0
+    assert _seconds_until("Unknown") == 0.0 and _seconds_until("") == 0.0

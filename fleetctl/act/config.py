@@ -1,0 +1,30 @@
+"""act's settings from the site file's [act] table (docs/configuration.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ActConfig:
+    enabled: bool = False
+    state_dir: str = "/var/lib/fleetctl/act"
+    lens_events: str = ""
+    max_drain_pct: float = 10.0
+    max_drains_per_hour: int = 4
+    snapshot_timeout_s: float = 30.0
+    webhook_timeout_s: float = 5.0
+    poll_s: float = 1.0
+
+    @classmethod
+    def from_site(cls, site, **overrides) -> "ActConfig":
+        raw = dict(site.data.get("act", {}))
+        raw.pop("policies", None)
+        known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
+        known.update({k: v for k, v in overrides.items() if v is not None})
+        from fleetctl.config.files import site_path
+
+        for key in ("state_dir", "lens_events"):
+            if known.get(key) and key not in overrides:
+                known[key] = str(site_path(known[key], site.source))
+        return cls(**known)

@@ -1,0 +1,310 @@
+"""The act engine: for each detection, the policies it matches, the decision for each of their
+actions (taken, or refused and why) and the action itself, logged around it.
+
+Order that makes a crash harmless: the decision is appended to the action log as `pending` (fsynced)
+before the action; `done` or `failed` after. No drain ever happens without its record; a crash
+between the two leaves `pending`, reconciled by `recover()` at the next start. Refusals, never an
+exception, for: measurement trouble or fleetctl's own failure, confidence below the policy's floor,
+a cool-down, an operator's drain, the budget. In dry-run every decision is logged as `dry-run`.
+
+Test fault points: FLEETCTL_ACT_FAULT=`<action>:<point>` (point: after-pending, after-action) kills
+the process there (os._exit(86)), so that tests can prove the order above.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from fleetctl.act.actionlog import ActionLog, new_action_id
+from fleetctl.act.budget import Budget, since_hour
+from fleetctl.act.config import ActConfig
+from fleetctl.act.detections import Detection
+from fleetctl.act.policies import Policy
+from fleetctl.errors import FleetctlError, SlurmError
+from fleetctl.slurm.reasons import is_ours
+
+FAULT_ENV = "FLEETCTL_ACT_FAULT"
+FAULT_EXIT = 86
+
+
+def _fault(action: str, point: str) -> None:
+    if os.environ.get(FAULT_ENV) == f"{action}:{point}":
+        os._exit(FAULT_EXIT)
+
+
+class Engine:
+    def __init__(self, backend, policies: list[Policy], config: ActConfig, *, pool=None,
+                 dry_run: bool = True, log: ActionLog | None = None, registry: str | None = None,
+                 clock=time.time):
+        self.backend = backend
+        self.policies = policies
+        self.config = config
+        self.pool = pool
+        self.dry_run = dry_run
+        self.log = log or ActionLog(config.state_dir)
+        self.budget = Budget(config.max_drain_pct, config.max_drains_per_hour)
+        self.registry = registry
+        self.clock = clock
+        self._refusals: set[tuple] = set()  # refusals already logged by this process (no repeats)
+        self._planned_drains: list[str] = []  # dry-run: drains decided but not visible in Slurm
+
+    # ---- entry points
+    def recover(self) -> list[dict]:
+        """Reconcile actions left `pending` by a crash: a drain whose node carries the action id in
+        its reason happened (`done`); anything else did not finish (`abandoned`)."""
+        out = []
+        for rec in self.log.current().values():
+            if rec["phase"] != "pending":
+                continue
+            base = {k: rec[k] for k in ("id", "policy", "action", "detection", "targets") if k in rec}
+            done = False
+            if rec["action"] == "drain" and rec.get("targets", {}).get("nodes"):
+                try:
+                    state = self.backend.lookup(rec["targets"]["nodes"]).found
+                except SlurmError:
+                    continue  # decide next time, with Slurm reachable
+                done = all(rec["id"] in (s.reason or "") for s in state.values()) and bool(state)
+            phase = "done" if done else "abandoned"
+            why = ("recovered after a crash: Slurm shows the drain" if done else
+                   "the process stopped before this action finished: check its target by hand")
+            out.append(self.log.append({**base, "phase": phase, "why": why}))
+        return out
+
+    def handle(self, det: Detection) -> list[dict]:
+        """Every decision for one detection (records as appended to the log)."""
+        out: list[dict] = []
+        for policy in self.policies:
+            if policy.matches(det):
+                out += self._handle_policy(policy, det)
+        return out
+
+    # ---- one policy
+    def _handle_policy(self, policy: Policy, det: Detection) -> list[dict]:
+        why = self._policy_refusal(policy, det)
+        if why:
+            return [r for r in (self._refuse(policy, det, a, {"nodes": det.nodes}, why)
+                                for a in policy.ordered_actions) if r]
+        try:
+            jobs = self._jobs(det)
+        except SlurmError as exc:
+            return [r for r in (self._refuse(policy, det, a, {"nodes": det.nodes},
+                                             f"cannot read the jobs from Slurm: {exc.message}")
+                                for a in policy.ordered_actions) if r]
+        out: list[dict] = []
+        for action in policy.ordered_actions:
+            out += getattr(self, f"_act_{action}")(policy, det, jobs, out)
+        return out
+
+    def _policy_refusal(self, policy: Policy, det: Detection) -> str:
+        if det.trouble:
+            return f"not acted on: {det.trouble}"
+        if det.confidence < policy.min_confidence:
+            return (f"confidence {det.confidence:.2f} is below the policy's floor of "
+                    f"{policy.min_confidence:.2f}")
+        since = self.clock() - policy.cooldown_s
+        for rec in self.log.current().values():
+            # An action undone since still started the cool-down (an operator undid it: don't redo it).
+            if rec.get("policy") == policy.name and "done" in rec["history"] and rec["time"] >= since \
+                    and rec.get("detection", {}).get("id") == det.id:
+                return (f"cool-down: policy {policy.name} acted on this at {_clock(rec['time'])} "
+                        f"({rec['id']}); cool-down {policy.cooldown_s:g} s")
+        return ""
+
+    def _jobs(self, det: Detection) -> list[dict]:
+        if det.jobs:
+            return [{"job_id": j["job_id"], "nodes": j.get("nodes", ""), "user": j.get("user", "")}
+                    for j in det.jobs]
+        if not det.nodes:
+            return []
+        return [{"job_id": j.job_id, "nodes": j.nodelist, "user": j.user, "node_list": j.nodes}
+                for j in self.backend.jobs(nodes=det.nodes, states=["RUNNING"])]
+
+    # ---- actions
+    def _act_snapshot(self, policy, det, jobs, _done) -> list[dict]:
+        from fleetctl.snapshot import SnapshotError
+        from fleetctl.snapshot.registry import lookup
+
+        out = []
+        for job in jobs:
+            targets = {"jobs": [job["job_id"]], "nodes": det.nodes}
+            try:
+                root = lookup(job["job_id"], self.registry)
+            except SnapshotError as exc:
+                out.append(self._refuse(policy, det, "snapshot", targets,
+                                        f"job {job['job_id']} does not use the snapshot library ({exc.message})"))
+                continue
+            out += self._take(policy, det, "snapshot", targets, lambda root=root: _snapshot(
+                root, self.config.snapshot_timeout_s), f"snapshot job {job['job_id']} in {root}")
+        return [r for r in out if r]
+
+    def _act_drain(self, policy, det, jobs, _done) -> list[dict]:
+        if not det.nodes:
+            return [r for r in [self._refuse(policy, det, "drain", {}, "no node to drain: the element "
+                                             "is not a host, NIC or host link")] if r]
+        out = []
+        for node in det.nodes:
+            why = self._drain_refusal(node)
+            targets = {"nodes": [node]}
+            if why:
+                out.append(self._refuse(policy, det, "drain", targets, why))
+                continue
+            code = _reason_code(det.code)
+            out += self._take(policy, det, "drain", targets,
+                              lambda aid, node=node: self._drain(node, code, f"{aid} {det.message}"),
+                              f"drain {node} ({code})", pass_id=True, undo={"resume": [node]})
+        return [r for r in out if r]
+
+    def _act_swap(self, policy, det, jobs, done) -> list[dict]:
+        from fleetctl.spares.swap import plan_swap, run_swap
+
+        if self.pool is None:
+            return [r for r in [self._refuse(policy, det, "swap", {}, "no spare pool configured")] if r]
+        out = []
+        drained_now = {n for r in done if r["action"] == "drain" and r["phase"] in ("done", "dry-run")
+                       for n in r["targets"]["nodes"]}
+        for node in det.nodes:
+            for job in jobs:
+                if node not in job.get("node_list", [node]):
+                    continue
+                targets = {"nodes": [node], "jobs": [job["job_id"]]}
+                if node not in drained_now:
+                    why = self._drain_refusal(node, allow_ours=True, allow_operators=True)
+                    if why:
+                        out.append(self._refuse(policy, det, "swap", targets, why))
+                        continue
+                try:
+                    plan = plan_swap(self.backend, self.pool, job["job_id"], node, code=_reason_code(det.code),
+                                     dry_run=self.dry_run)
+                except FleetctlError as exc:
+                    out.append(self._refuse(policy, det, "swap", targets, f"cannot swap: {exc.message}"))
+                    continue
+
+                def do(aid, plan=plan):
+                    plan.text = f"{aid} {det.message}"
+                    run_swap(plan, self.backend, self.pool)
+                    if not plan.ok:
+                        failed = [s for s in plan.steps if s.status == "failed"]
+                        raise SlurmError(f"swap step {failed[0].step} failed: {failed[0].result}")
+                    return {"spare": plan.spare, "steps": [s.__dict__ for s in plan.steps],
+                            "warnings": plan.warnings}
+
+                out += self._take(policy, det, "swap", targets, do,
+                                  f"swap job {job['job_id']} off {node} onto a spare", pass_id=True,
+                                  undo={"return_spare": True})
+        return [r for r in out if r]
+
+    def _act_resume(self, policy, det, jobs, _done) -> list[dict]:
+        out = []
+        for node in det.nodes:
+            out += self._take(policy, det, "resume", {"nodes": [node]},
+                              lambda node=node: _resume(self.backend, node), f"resume {node}",
+                              undo={"drain": [node]})
+        return [r for r in out if r]
+
+    def _act_notify(self, policy, det, jobs, done) -> list[dict]:
+        from fleetctl.act.notify import post
+
+        body = {"policy": policy.name, "detection": det.summary(), "jobs": jobs,
+                "decisions": [{k: r.get(k) for k in ("id", "action", "phase", "why", "targets")} for r in done]}
+        return self._take(policy, det, "notify", {"webhook": policy.webhook},
+                          lambda: post(policy.webhook, body, self.config.webhook_timeout_s),
+                          f"notify {policy.webhook}")
+
+    # ---- the pending -> action -> done frame
+    def _take(self, policy, det, action, targets, do, what, *, pass_id=False, undo=None) -> list[dict]:
+        aid = new_action_id(self.clock())
+        base = {"id": aid, "policy": policy.name, "action": action, "detection": det.summary(),
+                "targets": targets}
+        if self.dry_run:
+            if action == "drain":
+                self._planned_drains += targets.get("nodes", [])
+            return [self.log.append({**base, "phase": "dry-run", "why": f"would {what} (dry run)"})]
+        self.log.append({**base, "phase": "pending", "why": what})
+        _fault(action, "after-pending")
+        started = time.monotonic()
+        try:
+            result = do(aid) if pass_id else do()
+        except FleetctlError as exc:
+            return [self.log.append({**base, "phase": "failed", "why": f"{what}: {exc.message}",
+                                     "seconds": round(time.monotonic() - started, 3)})]
+        _fault(action, "after-action")
+        rec = {**base, "phase": "done", "why": what, "result": result,
+               "seconds": round(time.monotonic() - started, 3)}
+        if undo is not None:
+            rec["undo"] = ({"return_spare": result.get("spare"), "job": targets.get("jobs", [None])[0]}
+                           if "return_spare" in undo else undo)
+        return [self.log.append(rec)]
+
+    def _refuse(self, policy, det, action, targets, why) -> dict | None:
+        key = (policy.name, det.id, action, why)
+        if key in self._refusals:
+            return None
+        self._refusals.add(key)
+        return self.log.append({"id": new_action_id(self.clock()), "policy": policy.name, "action": action,
+                                "detection": det.summary(), "targets": targets, "phase": "refused",
+                                "why": why})
+
+    def _drain_refusal(self, node: str, *, allow_ours: bool = False, allow_operators: bool = False) -> str:
+        try:
+            everyone = self.backend.nodes()
+        except SlurmError as exc:
+            return f"cannot read node states from Slurm: {exc.message}"
+        state = next((n for n in everyone if n.name == node), None)
+        if state is None:
+            return f"{node} is not known to Slurm"
+        if state.drained and not is_ours(state.reason, self.backend.drain_prefix):
+            return "" if allow_operators else f"{node} was drained by someone else ({state.reason!r}): never touched"
+        if state.drained:
+            return "" if allow_ours else f"{node} is already drained by fleetctl ({state.reason!r})"
+        if node in self._planned_drains:
+            return "" if allow_ours else f"{node} is already to be drained (dry run)"
+        hour = [r for r in self.log.current().values() if r["phase"] == "done" and r["time"] >= since_hour(
+            self.clock()) and r["action"] in ("drain", "swap")]
+        drained_by_act = {n for r in hour for n in r.get("targets", {}).get("nodes", [])}
+        return self.budget.check(node, everyone, len(drained_by_act), self._planned_drains)
+
+    def _drain(self, node: str, code: str, text: str) -> dict:
+        result = self.backend.drain([node], code, text)
+        if not result.drained:
+            raise SlurmError(f"{node} not drained: {'; '.join(result.skipped.values())}")
+        return {"drained": result.drained, "reason": result.reason}
+
+
+def _reason_code(code: str) -> str:
+    import re
+
+    clean = re.sub(r"[^A-Za-z0-9_.\-]", ".", code).strip(".") or "act"
+    return clean[:64]
+
+
+def _resume(backend, node: str) -> dict:
+    result = backend.resume([node], wait_s=0)
+    if not result.resumed:
+        raise SlurmError(f"{node} not resumed: {'; '.join(result.refused.values())}")
+    return {"resumed": result.resumed}
+
+
+def _snapshot(root, timeout_s: float) -> dict:
+    """Ask the job for a snapshot (a `drain` request) and wait until one answering it is published."""
+    from fleetctl.snapshot import SnapshotError, manifest
+    from fleetctl.snapshot.layout import read_latest, step_name, write_request
+
+    started = time.monotonic()
+    request = write_request(root, "drain")
+    while time.monotonic() - started < timeout_s:
+        try:
+            latest = read_latest(root)
+            doc = manifest.load(root / step_name(latest)) if latest is not None else {}
+        except SnapshotError:
+            latest, doc = None, {}
+        if doc.get("request") == request:
+            return {"step": latest, "path": str(root / step_name(latest)), "request": request,
+                    "seconds": round(time.monotonic() - started, 3)}
+        time.sleep(0.1)
+    raise SnapshotError(f"no snapshot answered request {request} within {timeout_s:g} s "
+                        "(the job goes on from its previous snapshot)")
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(t)) + "Z"

@@ -1,0 +1,111 @@
+"""`fleetctl act run`: one pass, or a loop, over act's inputs.
+
+Inputs: audit reports (files in `fleetctl.audit/1` JSON), lens's event log (followed from the offset
+saved in `<act.state_dir>/cursor.json`; only `open` records act), nodes drained by fleetctl's Slurm
+hooks, and optionally act's own quick audits of a node set every N seconds (`audit` callable given
+by the caller). Each input's detections go through the engine; the pass returns every decision.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetctl.act import detections, eventlog
+from fleetctl.act.engine import Engine
+from fleetctl.atomic import write_atomic
+from fleetctl.errors import DataError, SlurmError
+
+MAX_REPORT_BYTES = 64 << 20
+
+
+@dataclass
+class Sources:
+    reports: list[str] = field(default_factory=list)
+    events: str = ""
+    hooks: bool = False
+    audit: object = None  # callable() -> audit report dict, or None
+
+
+def read_report(path: str) -> dict:
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise DataError(f"cannot read audit report {path}: {exc.strerror}") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise DataError(f"audit report {path}: larger than {MAX_REPORT_BYTES >> 20} MiB")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise DataError(f"audit report {path}: not JSON") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "fleetctl.audit/1":
+        raise DataError(f"audit report {path}: not a fleetctl.audit/1 report")
+    return doc
+
+
+class Runner:
+    def __init__(self, engine: Engine, sources: Sources, state_dir: str):
+        self.engine = engine
+        self.sources = sources
+        self.cursor_path = Path(state_dir) / "cursor.json"
+        self.skipped_lines = 0
+
+    def _cursor(self) -> dict:
+        try:
+            doc = json.loads(self.cursor_path.read_bytes()[:65536])
+            return doc if isinstance(doc, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def once(self) -> list[dict]:
+        decisions: list[dict] = []
+        for path in self.sources.reports:
+            decisions += self._report(read_report(path), path)
+        if self.sources.audit is not None:
+            decisions += self._report(self.sources.audit(), "act's own audit")
+        if self.sources.events:
+            cursor = self._cursor()
+            offset = cursor.get("offset", 0) if cursor.get("path") == self.sources.events else 0
+            got = eventlog.read_from(self.sources.events, int(offset) if isinstance(offset, int) else 0)
+            self.skipped_lines += got.skipped
+            for rec in got.records:
+                if rec.get("state") == "open":
+                    decisions += self.engine.handle(detections.from_lens_event(rec))
+            if got.offset != offset:
+                write_atomic(self.cursor_path, json.dumps({"path": self.sources.events,
+                                                           "offset": got.offset}) + "\n")
+        if self.sources.hooks:
+            try:
+                nodes = self.engine.backend.nodes()
+            except SlurmError:
+                nodes = []  # Slurm unreachable: nothing decided on missing information
+            for det in detections.from_hook_drains(nodes, self.engine.backend.drain_prefix):
+                decisions += self.engine.handle(det)
+        return decisions
+
+    def _report(self, report: dict, where: str) -> list[dict]:
+        out = []
+        for det in detections.from_audit_report(report):
+            out += self.engine.handle(det)
+        # The last report is kept for `fleetctl explain` (what was seen, and when).
+        write_atomic(self.cursor_path.parent / "last-audit.json", json.dumps(report) + "\n")
+        return out
+
+    def loop(self, duration_s: float | None, poll_s: float, on_decisions=None) -> int:
+        """Passes every `poll_s` until `duration_s` (None: until interrupted); returns decisions seen.
+        Report files are read in the first pass only; the other inputs at every pass."""
+        end = None if duration_s is None else time.monotonic() + duration_s
+        count = 0
+        while True:
+            got = self.once()
+            self.sources.reports = []
+            count += len(got)
+            if got and on_decisions:
+                on_decisions(got)
+            if end is not None and time.monotonic() >= end:
+                return count
+            time.sleep(poll_s)
