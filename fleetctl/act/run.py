@@ -69,15 +69,20 @@ class Runner:
             decisions += self._report(self.sources.audit(), "act's own audit")
         if self.sources.events:
             cursor = self._cursor()
-            offset = cursor.get("offset", 0) if cursor.get("path") == self.sources.events else 0
-            got = eventlog.read_from(self.sources.events, int(offset) if isinstance(offset, int) else 0)
+            same = cursor.get("path") == self.sources.events
+            offset = cursor.get("offset", 0) if same else 0
+            ident = cursor.get("ident", "") if same else ""
+            got = eventlog.read_from(self.sources.events,
+                                     offset if isinstance(offset, int) and offset >= 0 else 0,
+                                     ident if isinstance(ident, str) else "")
             self.skipped_lines += got.skipped
             for rec in got.records:
                 if rec.get("state") == "open":
                     decisions += self.engine.handle(detections.from_lens_event(rec))
-            if got.offset != offset:
+            if (got.offset, got.ident) != (offset, ident):
                 write_atomic(self.cursor_path, json.dumps({"path": self.sources.events,
-                                                           "offset": got.offset}) + "\n")
+                                                           "offset": got.offset,
+                                                           "ident": got.ident}) + "\n")
         if self.sources.hooks:
             try:
                 nodes = self.engine.backend.nodes()

@@ -462,12 +462,36 @@ class Follower:
             self._open(at_end=False)
         elif st is not None and st.st_ino != self._ino:
             yield from self._drain()  # what was appended to the old file before it was renamed
+            old = self._ino
             self.close()
+            yield from self._between(old)
             self._open(at_end=False)
         elif st is not None and st.st_size < self._fh.tell():  # truncated in place
             self._fh.seek(0)
             self._buf, self._discarding = b"", False
         yield from self._drain()
+
+    def _between(self, old_ino: int | None) -> Iterator[dict]:
+        """Rotated files newer than the one just finished: several rotations between two polls
+        (a burst of events) leave whole files the follower never had open."""
+        rotated = log_files(self.path)[:-1]  # oldest first, the live file left out
+        inos = []
+        for p in rotated:
+            try:
+                inos.append(os.stat(p, follow_symlinks=False).st_ino)
+            except OSError:
+                inos.append(None)
+        if old_ino is None or old_ino not in inos:
+            return
+        for p in rotated[inos.index(old_ino) + 1:]:
+            try:
+                with os.fdopen(_open_regular(p, os.O_RDONLY), "rb") as fh:
+                    for line in _lines(fh, self.view):
+                        rec = self.view.take(line)
+                        if rec is not None:
+                            yield rec
+            except (OSError, DataError):
+                self.view.skip("unreadable file")
 
     def _drain(self) -> Iterator[dict]:
         if self._fh is None:

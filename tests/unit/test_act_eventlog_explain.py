@@ -99,3 +99,22 @@ def test_explain_a_job_and_bad_targets(world):
         explain("../etc", world)
     with pytest.raises(UsageError, match="no event"):
         explain("ev-20261201T000000-9999", world)
+
+
+def test_reader_follows_the_log_across_a_rotation(tmp_path):
+    """lens rotates events.jsonl to events.jsonl.1: the records appended to the old file after
+    act's last pass are still read, once, before the new file's."""
+    from fleetctl.lens.eventlog import EventLog
+
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path, max_bytes=1 << 20)
+    log.append(lens_event("ev-20261201T070001-0001"))
+    first = eventlog.read_from(path)
+    assert [r["id"] for r in first.records] == ["ev-20261201T070001-0001"] and first.ident
+    log.append(lens_event("ev-20261201T070001-0002"))  # after act's pass, before the rotation
+    os.replace(path, tmp_path / "events.jsonl.1")
+    log.append(lens_event("ev-20261201T070001-0003"))
+    got = eventlog.read_from(path, first.offset, first.ident)
+    assert [r["id"] for r in got.records] == ["ev-20261201T070001-0002", "ev-20261201T070001-0003"]
+    again = eventlog.read_from(path, got.offset, got.ident)
+    assert again.records == [] and again.skipped == 0
