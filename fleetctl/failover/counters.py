@@ -43,7 +43,10 @@ class Scan:
 
 def parse(text: str, pid: int) -> tuple[float, dict[str, int]]:
     """(updated, counters) of one file's text; ValueError saying why it is not a counters file."""
-    doc = json.loads(text)
+    try:
+        doc = json.loads(text)
+    except RecursionError:  # 4 KiB of '[' nests deeper than the interpreter's stack
+        raise ValueError("nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     if doc.get("pid") != pid:

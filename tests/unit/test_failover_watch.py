@@ -168,3 +168,11 @@ def test_drill_on_a_veth_testbed_down_and_flap():
         assert t.failback_ms is not None and t.failback_ms < 10_000, data
         assert t.gbps_before > 0 and t.gbps_during > 0 and t.gbps_after > 0, data
     assert data["events"]["a"]["failback"] >= 2
+
+
+def test_counters_nested_past_the_stack_are_a_damaged_file(tmp_path):
+    from fleetctl.failover.counters import scan
+
+    (tmp_path / "123.json").write_text("[" * 4000)
+    result = scan(tmp_path)
+    assert result.files == [] and result.damaged == {str(tmp_path / "123.json"): "nested too deeply"}
