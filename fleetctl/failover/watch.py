@@ -66,6 +66,7 @@ class Watch:
         self.links: dict[str, LinkHistory] = {}
         self.counters: dict[int, counters_mod.Counters] = {}
         self.damaged_seen: set[str] = set()
+        self.damaged_why: dict[str, str] = {}
         self.monitor: netlink.LinkMonitor | None = None
         self.next_tick = 0.0
 
@@ -172,8 +173,10 @@ class Watch:
         self.counters = current
         for path, why in scan.damaged.items():
             if path not in self.damaged_seen:
-                self.damaged_seen.add(path)
                 out.append({"ts": ts, "event": "counters_damaged", "path": path, "why": why})
+        # Only the files damaged now: jobs can create any number of names over a long watch.
+        self.damaged_seen = set(scan.damaged)
+        self.damaged_why = scan.damaged
         return out
 
     # ---- views
@@ -184,7 +187,7 @@ class Watch:
             hist.prune(now, self.flap_window)
             links.append({k: v for k, v in hist.record("state", self.flap_count).items() if k not in ("ts", "event")})
         return {"links": links, "counters": [c.to_dict() for c in self.counters.values()],
-                "damaged": {p: "" for p in sorted(self.damaged_seen)}}
+                "damaged": dict(sorted(self.damaged_why.items()))}
 
     def problems(self) -> list[str]:
         """Why `watch --once` exits 1: links down or flapping. A netdev set down by an administrator
