@@ -74,7 +74,12 @@ def _str(value, what: str, limit: int = 256) -> str:
         return ""
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(value)) > limit:
         raise DataError(f"{what}: not a short text")
-    return str(value)
+    text = str(value)
+    try:  # JSON's "\ud800" decodes to a lone surrogate: no UTF-8, and no TOML escape either
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f"{what}: not valid Unicode") from None
+    return text
 
 
 _NIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@\-]{0,63}$")

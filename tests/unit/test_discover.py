@@ -122,6 +122,8 @@ def test_payload_runs_on_a_bare_python_and_its_document_parses():
     ({"schema": "fleetctl.discover.node/1", "rdma": [{"name": "mlx5_0", "ports": 5}]}, "ports: not a list"),
     ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "e", "addresses": {"x": 1}}]}, "not a list"),
     ({"schema": "fleetctl.discover.node/1", "loopback": 3}, "loopback: not a list"),
+    # a lone surrogate (JSON "\ud800") would make the written site file invalid TOML
+    ({"schema": "fleetctl.discover.node/1", "gpus": {"model": "H100\ud800"}}, "not valid Unicode"),
     ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "e"}, {"name": "e"}]}, "'e' listed twice"),
 ])
 def test_hostile_documents_are_data_errors_naming_the_node(bad, message):
@@ -137,6 +139,11 @@ def test_out_of_range_numa_nodes_and_lids_are_unknown_not_kept():
     facts = parse_facts(doc, "gpu7")
     assert facts.nic("mlx5_0").numa_node is None and facts.nic("mlx5_0").lids == [7]
     assert facts.nic("eth0").numa_node is None
+
+
+def test_lldp_field_with_a_lone_surrogate_is_a_data_error():
+    with pytest.raises(DataError, match="not valid Unicode"):
+        parse_neighbours(lldp_json([("eth0", "leaf\ud800", "swp1")]), "n1: lldpcli")
 
 
 def test_lldp_json0_and_nesting_bounds():
