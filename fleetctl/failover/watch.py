@@ -67,6 +67,7 @@ class Watch:
         self.counters: dict[int, counters_mod.Counters] = {}
         self.damaged_seen: set[str] = set()
         self.damaged_why: dict[str, str] = {}
+        self.present: set[str] = set()  # netdevs and IB devices/ports seen, for --nic names that match none
         self.monitor: netlink.LinkMonitor | None = None
         self.next_tick = 0.0
 
@@ -138,8 +139,10 @@ class Watch:
                 continue
             if st.deleted:
                 self.links.pop(st.name, None)
+                self.present.discard(st.name)
                 out.append({"ts": round(time.time(), 3), "event": "link_gone", "link": st.name, "kind": "netdev"})
                 continue
+            self.present.add(st.name)
             rec = self._change(st.name, "netdev", st.up, initial, operstate=st.operstate,
                                carrier_changes=st.carrier_changes, admin_up=st.admin_up)
             if rec:
@@ -151,6 +154,7 @@ class Watch:
         for port in sysfs.ib_ports(self.sysfs_root):
             if not (self._wanted(port.device) or self._wanted(port.name)):
                 continue
+            self.present.update((port.device, port.name))
             rec = self._change(port.name, "ib_port", port.up, initial, operstate=port.state)
             if rec:
                 out.append(rec)
@@ -192,7 +196,9 @@ class Watch:
     def problems(self) -> list[str]:
         """Why `watch --once` exits 1: links down or flapping. A netdev set down by an administrator
         counts only when it was named with --nic; one that is up without carrier always counts."""
-        out = []
+        # a --nic that names nothing here (a typo, a NIC gone) must not read as healthy
+        out = [f"{name}: no such netdev or InfiniBand port" for name in sorted(self.only or ())
+               if name not in self.present]
         for hist in self.links.values():
             if hist.up is False and (hist.admin_up is not False or self.only is not None):
                 out.append(f"{hist.name} is down")

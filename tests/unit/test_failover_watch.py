@@ -203,3 +203,11 @@ def test_counters_cap_counts_counters_files_only(tmp_path, monkeypatch):
         (tmp_path / f"0{n}.json.tmp").write_text("x")  # sort before the real one
     (tmp_path / "77.json").write_text("{}")
     assert list(counters.scan(tmp_path).damaged) == [str(tmp_path / "77.json")]
+
+
+def test_watch_once_counts_a_named_nic_that_is_not_there(tmp_path):
+    from fleetctl.failover.watch import Watch
+
+    w = Watch(links={"eth9"}, counters_dir=str(tmp_path), sysfs_root=str(tmp_path / "nosys"), use_netlink=False)
+    w.start()
+    assert w.problems() == ["eth9: no such netdev or InfiniBand port"]
