@@ -31,7 +31,8 @@ def read_bounded(path: Path, what: str, *, where: str = "", limit: int = MAX_SIT
     """The text of a regular file of at most `limit` bytes, or ConfigError (never a FIFO or device that
     would block or never end)."""
     try:
-        with open(path, "rb") as fh:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer before fstat sees it.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 raise ConfigError(f"{what} is not a regular file", path=str(path))
             data = fh.read(limit + 1)

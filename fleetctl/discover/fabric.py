@@ -169,6 +169,20 @@ def _ca_element(dev, names, by_guid, hosts) -> str:
     return name
 
 
+def tiers_from_leaves(leaves: set[str], adjacent: dict[str, set[str]]) -> dict[str, int]:
+    """Switch -> tier: leaves (a host cable) are 1, each switch one more than the nearest switch of
+    a lower tier (breadth first), at most MAX_TIER; switches no leaf reaches are left out."""
+    tier = {s: 1 for s in leaves}
+    queue = deque(sorted(leaves))
+    while queue:
+        s = queue.popleft()
+        for t in sorted(adjacent[s]):
+            if t not in tier:
+                tier[t] = min(MAX_TIER, tier[s] + 1)
+                queue.append(t)
+    return tier
+
+
 def assign_tiers(spec: FabricSpec) -> None:
     adjacent: dict[str, set[str]] = {s: set() for s in spec.switches}
     leaves = set()
@@ -180,14 +194,7 @@ def assign_tiers(spec: FabricSpec) -> None:
             adjacent[b].add(a)
         elif a_sw or b_sw:
             leaves.add(a if a_sw else b)
-    tier = {s: 1 for s in leaves}
-    queue = deque(sorted(leaves))
-    while queue:
-        s = queue.popleft()
-        for t in sorted(adjacent[s]):
-            if t not in tier:
-                tier[t] = min(MAX_TIER, tier[s] + 1)
-                queue.append(t)
+    tier = tiers_from_leaves(leaves, adjacent)
     for s, info in spec.switches.items():
         info["tier"] = tier.get(s, 2 if adjacent[s] else 1)
         if s not in tier:

@@ -74,7 +74,12 @@ def _str(value, what: str, limit: int = 256) -> str:
         return ""
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(value)) > limit:
         raise DataError(f"{what}: not a short text")
-    return str(value)
+    text = str(value)
+    try:  # JSON's "\ud800" decodes to a lone surrogate: no UTF-8, and no TOML escape either
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f"{what}: not valid Unicode") from None
+    return text
 
 
 _NIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@\-]{0,63}$")
@@ -97,9 +102,23 @@ def _num(value, what: str, kind=float, high: float = 1e9):
     return kind(value)
 
 
+def _list(value, what: str, limit: int) -> list:
+    """A node's list field: absent is empty, anything but a list is the node's error; at most `limit`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DataError(f"{what}: not a list")
+    return value[:limit]
+
+
+def _small_int(value, high: int) -> int | None:
+    """numa_node, lid: an int in 0..high, else unknown (None)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high else None
+
+
 def _cidrs(values, what: str) -> list[str]:
     out = []
-    for v in (values or [])[:64]:
+    for v in _list(values, what, 64):
         try:
             out.append(str(ipaddress.ip_interface(_str(v, what, 64))))
         except ValueError:
@@ -135,14 +154,14 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
         if not isinstance(r, dict):
             raise DataError(f"{where}: an RDMA entry is not an object")
         w = f"{where}: rdma {str(r.get('name'))[:40]!r}"
-        ports = [p for p in (r.get("ports") or [])[:8] if isinstance(p, dict)]
+        ports = [p for p in _list(r.get("ports"), f"{w}: ports", 8) if isinstance(p, dict)]
         nic = NicFact(name=_nic_name(r.get("name"), w), kind="roce" if r.get("kind") == "roce" else "infiniband",
                       netdev=_nic_name(r.get("netdev"), w) if r.get("netdev") else "", rate_gbps=_num(r.get("rate_gbps"), w, float, 1e5),
                       firmware=_str(r.get("firmware"), w), pci=_str(r.get("pci"), w, 64),
-                      numa_node=r.get("numa_node") if isinstance(r.get("numa_node"), int) else None,
+                      numa_node=_small_int(r.get("numa_node"), 4096),
                       guids=[g for g in [_str(r.get("node_guid"), w, 32)] + [_str(p.get("port_guid"), w, 32)
                                                                            for p in ports] if g],
-                      lids=[p["lid"] for p in ports if isinstance(p.get("lid"), int) and p["lid"] > 0],
+                      lids=[p["lid"] for p in ports if _small_int(p.get("lid"), 0xFFFF)],
                       up=any("ACTIVE" in _str(p.get("state"), w) for p in ports))
         rdma_netdevs.add(nic.netdev)
         facts.nics.append(nic)
@@ -159,9 +178,13 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
         facts.nics.append(NicFact(name=name, kind="ethernet", rate_gbps=_num(n.get("rate_gbps"), w, float, 1e5),
                                   mtu=_num(n.get("mtu"), w, int, 65536), addresses=_cidrs(n.get("addresses"), w),
                                   pci=_str(n.get("pci"), w, 64),
-                                  numa_node=n.get("numa_node") if isinstance(n.get("numa_node"), int) else None,
+                                  numa_node=_small_int(n.get("numa_node"), 4096),
                                   up=_str(n.get("operstate"), w) in ("up", "unknown"),
                                   virtual=n.get("virtual") is True))
+    names = [n.name for n in facts.nics]
+    if len(set(names)) != len(names):  # a site file keys NICs by name: two of one name cannot both go in
+        dup = next(n for n in names if names.count(n) > 1)
+        raise DataError(f"{where}: NIC {dup!r} listed twice")
     facts.loopback = _cidrs(doc.get("loopback"), f"{where}: loopback")
     lldp = doc.get("lldp") or {}
     if isinstance(lldp, dict) and isinstance(lldp.get("text"), str):

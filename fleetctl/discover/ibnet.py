@@ -21,11 +21,13 @@ from fleetctl.errors import DataError
 MAX_IBNET_BYTES = 64 * 2**20  # a 10,000-node fabric's topology file is about 10 MiB
 MAX_DEVICES = 200_000
 
-_HEAD = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR]-[0-9a-fA-F]+)"\s*(?:#\s*"((?:[^"\\]|\\.)*)")?(.*)$')
-_PORT = re.compile(r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([SHR]-[0-9a-fA-F]+)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?'
-                   r'\s*(?:#\s*(.*))?$')
-_LID = re.compile(r"\blid (\d+)")
-_WIDTH_SPEED = re.compile(r"\b(\d+)x(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR)\b")
+# Every number and GUID bounded in the pattern (a port is 1..255, a LID 16 bits, a GUID 64 bits): a
+# line with 5,000 digits is not ibnetdiscover output, and never reaches int() (a ValueError there).
+_HEAD = re.compile(r'^(Switch|Ca|Rt)\s+(\d{1,3})\s+"([SHR]-[0-9a-fA-F]{1,16})"\s*(?:#\s*"((?:[^"\\]|\\.)*)")?(.*)$')
+_PORT = re.compile(r'^\[(\d{1,3})\](?:\(([0-9a-fA-F]{1,16})\))?\s+"([SHR]-[0-9a-fA-F]{1,16})"\[(\d{1,3})\]'
+                   r'(?:\(([0-9a-fA-F]{1,16})\))?\s*(?:#\s*(.*))?$')
+_LID = re.compile(r"\blid (\d{1,5})\b")
+_WIDTH_SPEED = re.compile(r"\b(\d{1,2})x(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR)\b")
 # Data rate per lane in Gb/s (InfiniBand Architecture Specification, after 8b/10b or 64b/66b coding).
 LANE_GBPS = {"SDR": 2.0, "DDR": 4.0, "QDR": 8.0, "FDR10": 10.0, "FDR": 13.64, "EDR": 25.0, "HDR": 50.0,
              "NDR": 100.0, "XDR": 200.0}

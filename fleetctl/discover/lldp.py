@@ -100,6 +100,10 @@ def _text(value, source) -> str:
     text = str(value)
     if len(text) > MAX_NAME:
         raise DataError(f"{source}: an LLDP field longer than {MAX_NAME} characters")
+    try:  # a lone surrogate ("\ud800" in the JSON) cannot go into the site file
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f"{source}: an LLDP field is not valid Unicode") from None
     return text
 
 

@@ -96,7 +96,8 @@ def run_traces(transport, facts: dict[str, NodeFacts]) -> tuple[dict, list[Trace
             clean = _hops(hops)
             if clean is not None:
                 traces.append(Trace(src, dst, clean))
-        errors += [f"{r.node}: {str(e)[:200]}" for e in (doc.get("errors") or [])[:5]]
+        node_errors = doc.get("errors")
+        errors += [f"{r.node}: {str(e)[:200]}" for e in (node_errors if isinstance(node_errors, list) else [])[:5]]
     return {n: (a, p) for n, (a, p, _d) in nics.items()}, traces, failed, errors
 
 

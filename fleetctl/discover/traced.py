@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 
-from fleetctl.discover.fabric import MAX_TIER, FabricSpec, LinkSpec
+from fleetctl.discover.fabric import FabricSpec, LinkSpec, tiers_from_leaves
 
 TIER_NAMES = {1: "leaf", 2: "spine", 3: "core"}
 _ID_OK = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,62}$")
@@ -234,14 +234,7 @@ def _tiers(leaves: set[str], members, cables) -> dict[str, int]:
     for x, y, _a, _b in cables:
         adjacent[x].add(y)
         adjacent[y].add(x)
-    tier = {grp: 1 for grp in leaves}
-    queue = deque(sorted(leaves))
-    while queue:
-        s = queue.popleft()
-        for t in sorted(adjacent[s]):
-            if t not in tier:
-                tier[t] = min(MAX_TIER, tier[s] + 1)
-                queue.append(t)
+    tier = tiers_from_leaves(leaves, adjacent)
     return {grp: tier.get(grp, 2) for grp in members}
 
 

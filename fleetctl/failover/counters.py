@@ -43,7 +43,10 @@ class Scan:
 
 def parse(text: str, pid: int) -> tuple[float, dict[str, int]]:
     """(updated, counters) of one file's text; ValueError saying why it is not a counters file."""
-    doc = json.loads(text)
+    try:
+        doc = json.loads(text)
+    except RecursionError:  # 4 KiB of '[' nests deeper than the interpreter's stack
+        raise ValueError("nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     if doc.get("pid") != pid:
@@ -82,10 +85,9 @@ def scan(directory: str | os.PathLike = DEFAULT_DIR) -> Scan:
     except OSError as exc:
         out.damaged[str(base)] = exc.strerror or str(exc)
         return out
-    for name in names[:MAX_FILES]:
+    # The cap counts counters files only: the plugin's <pid>.json.tmp and other names never crowd them out.
+    for name in [n for n in names if _NAME.match(n)][:MAX_FILES]:
         m = _NAME.match(name)
-        if not m:
-            continue  # the plugin's <pid>.json.tmp and anything else
         path = base / name
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

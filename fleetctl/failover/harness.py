@@ -51,7 +51,7 @@ def results(stdout: str) -> list[dict]:
         if line.startswith("{") and len(line) <= MAX_LINE:
             try:
                 doc = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(doc, dict):
                 out.append(doc)
@@ -105,7 +105,7 @@ def read_events(path: Path) -> list[dict]:
                     break
                 try:
                     doc = json.loads(line[:MAX_LINE])
-                except ValueError:
+                except (ValueError, RecursionError):  # a line of 4096 '[' nests too deep
                     continue
                 if isinstance(doc, dict) and isinstance(doc.get("event"), str):
                     out.append(doc)

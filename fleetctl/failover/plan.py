@@ -187,6 +187,11 @@ def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: s
     """The plan for every class with a node in `nodeset` (all classes without one). `affinity` reads
     this node's sysfs (fleetctl.failover.sysfs.affinity) for the class this host belongs to."""
     settings = site.data.get("failover") or {}
+    if plugin_dir is not None and not plugin_dir.startswith("/"):
+        raise UsageError(f"--plugin-dir {plugin_dir!r}: not an absolute path")
+    if settings.get("plugin_dir") and not str(settings["plugin_dir"]).startswith("/"):
+        # a relative NCCL_NET_PLUGIN would be loaded from each job's working directory
+        raise ConfigError(f"{settings['plugin_dir']!r}: not an absolute path", key="failover.plugin_dir")
     plugin_dir = plugin_dir or settings.get("plugin_dir") or "/usr/lib/fleetctl"
     size = group_size or settings.get("group_size") or 2
     here = hostname if hostname is not None else socket.gethostname().split(".")[0]
@@ -245,7 +250,8 @@ def env_file_text(env: dict[str, str], *, header: str = "") -> str:
     NCCL_* or FLEET_NET_*, values without spaces, quotes or control characters."""
     lines = [f"# {line}" for line in header.splitlines() if line]
     for name, value in env.items():
-        if not _ENV_NAME.match(name) or not _ENV_VALUE.match(value):
+        # fullmatch: `$` also matches before a final newline, which would split the line in the file
+        if not _ENV_NAME.fullmatch(name) or not _ENV_VALUE.fullmatch(value):
             raise UsageError(f"environment {name}={value!r}: cannot be written to an env file")
         lines.append(f"{name}={value}")
     return "\n".join(lines) + "\n"

@@ -93,7 +93,9 @@ class IpLinkFaults:
             return
         try:
             routes = json.loads(self.runner.run(node, ["ip", "-j", "route", "show", "table", "all", "dev", nic]) or "[]")
-        except ValueError:
+        except (ValueError, RecursionError):
+            routes = []
+        if not isinstance(routes, list):  # the node's `ip -j` printed something else
             routes = []
         self._routes[(node, nic)] = [r for r in routes[:MAX_ROUTES] if isinstance(r, dict)
                                      and r.get("protocol") != "kernel" and r.get("type", "unicast") == "unicast"
@@ -105,7 +107,7 @@ class IpLinkFaults:
             for key, word in (("gateway", "via"), ("table", "table"), ("metric", "metric"), ("prefsrc", "src")):
                 if r.get(key) not in (None, ""):
                     argv += [word, str(r[key])]
-            if "onlink" in r.get("flags", []):
+            if isinstance(r.get("flags"), list) and "onlink" in r["flags"]:
                 argv.append("onlink")
             if all(_ROUTE_WORD.match(a) for a in argv):
                 try:

@@ -66,6 +66,8 @@ class Watch:
         self.links: dict[str, LinkHistory] = {}
         self.counters: dict[int, counters_mod.Counters] = {}
         self.damaged_seen: set[str] = set()
+        self.damaged_why: dict[str, str] = {}
+        self.present: set[str] = set()  # netdevs and IB devices/ports seen, for --nic names that match none
         self.monitor: netlink.LinkMonitor | None = None
         self.next_tick = 0.0
 
@@ -137,8 +139,10 @@ class Watch:
                 continue
             if st.deleted:
                 self.links.pop(st.name, None)
+                self.present.discard(st.name)
                 out.append({"ts": round(time.time(), 3), "event": "link_gone", "link": st.name, "kind": "netdev"})
                 continue
+            self.present.add(st.name)
             rec = self._change(st.name, "netdev", st.up, initial, operstate=st.operstate,
                                carrier_changes=st.carrier_changes, admin_up=st.admin_up)
             if rec:
@@ -150,6 +154,7 @@ class Watch:
         for port in sysfs.ib_ports(self.sysfs_root):
             if not (self._wanted(port.device) or self._wanted(port.name)):
                 continue
+            self.present.update((port.device, port.name))
             rec = self._change(port.name, "ib_port", port.up, initial, operstate=port.state)
             if rec:
                 out.append(rec)
@@ -172,8 +177,10 @@ class Watch:
         self.counters = current
         for path, why in scan.damaged.items():
             if path not in self.damaged_seen:
-                self.damaged_seen.add(path)
                 out.append({"ts": ts, "event": "counters_damaged", "path": path, "why": why})
+        # Only the files damaged now: jobs can create any number of names over a long watch.
+        self.damaged_seen = set(scan.damaged)
+        self.damaged_why = scan.damaged
         return out
 
     # ---- views
@@ -184,12 +191,14 @@ class Watch:
             hist.prune(now, self.flap_window)
             links.append({k: v for k, v in hist.record("state", self.flap_count).items() if k not in ("ts", "event")})
         return {"links": links, "counters": [c.to_dict() for c in self.counters.values()],
-                "damaged": {p: "" for p in sorted(self.damaged_seen)}}
+                "damaged": dict(sorted(self.damaged_why.items()))}
 
     def problems(self) -> list[str]:
         """Why `watch --once` exits 1: links down or flapping. A netdev set down by an administrator
         counts only when it was named with --nic; one that is up without carrier always counts."""
-        out = []
+        # a --nic that names nothing here (a typo, a NIC gone) must not read as healthy
+        out = [f"{name}: no such netdev or InfiniBand port" for name in sorted(self.only or ())
+               if name not in self.present]
         for hist in self.links.values():
             if hist.up is False and (hist.admin_up is not False or self.only is not None):
                 out.append(f"{hist.name} is down")

@@ -85,6 +85,15 @@ def run_python(transport: Transport, nodes: Iterable[str], script: str | Path,
     return transport.run(nodes, argv, timeout=timeout, stdin=script.encode(), on_result=on_result)
 
 
+def _loads(text: str) -> object:
+    """json.loads, with a document nested past the interpreter's stack a ValueError like any other
+    bad output (a node can print one: it must not end the whole fan-out with a RecursionError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text[:80], 0) from None
+
+
 def last_json_document(text: str) -> object:
     """The JSON document a payload printed last. Payloads print compact JSON on one line, but srun's
     `--label` mode cuts long output lines into labelled pieces, which the srun transport returns as
@@ -95,14 +104,14 @@ def last_json_document(text: str) -> object:
     if not lines:
         raise json.JSONDecodeError("empty output", text, 0)
     try:
-        return json.loads(lines[-1])
+        return _loads(lines[-1])
     except ValueError as exc:
         first_error = exc
     start = next((i for i, line in enumerate(lines[:-1]) if line.startswith("{")), None)
     if start is None:
         raise first_error
     try:
-        return json.loads("".join(lines[start:]))
+        return _loads("".join(lines[start:]))
     except ValueError:
         raise first_error from None
 

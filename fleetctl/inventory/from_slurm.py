@@ -28,7 +28,7 @@ DEFAULT_CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
 # them in a site file: real nodes read /dev/kmsg and NVML and need none of these.
 CHECK_ENV = {"kernel_log": "FLEETCTL_CHECKS_KERNEL_LOG", "simulated_gpus": "FLEETCTL_CHECKS_SIMULATED_GPUS",
              "state_file": "FLEETCTL_CHECKS_STATE_FILE"}
-_GPU_GRES = re.compile(r"(?:^|,)gpu(?::([A-Za-z0-9_.\-]+))?:(\d+)")
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::([A-Za-z0-9_.\-]+))?:(\d{1,6})\b")
 
 
 def slurm_configured() -> str:
@@ -53,6 +53,14 @@ def gpu_gres(gres: str) -> tuple[str, int]:
     return kind, count
 
 
+def _count(record: dict, key: str) -> int:
+    """A node's CPUTot or RealMemory (MiB): 0 when Slurm gives none, SlurmError when not a number."""
+    value = record.get(key) or "0"
+    if not re.fullmatch(r"\d{1,12}", value):
+        raise SlurmError(f"scontrol show node: {record.get('NodeName', '?')}: {key}={value[:40]!r} is not a number")
+    return int(value)
+
+
 def _config(backend) -> dict[str, str]:
     out = {}
     for line in backend.run("scontrol", "show", "config").splitlines():
@@ -74,8 +82,8 @@ def cluster_from_slurm(backend) -> Site:
     groups: dict[tuple, list[str]] = {}
     for r in records:
         kind, count = gpu_gres(r.get("Gres", ""))
-        cpus = int(r.get("CPUTot") or 0)
-        mem_gb = int(r.get("RealMemory") or 0) // 1024
+        cpus = _count(r, "CPUTot")
+        mem_gb = _count(r, "RealMemory") // 1024
         groups.setdefault((kind, count, cpus, mem_gb), []).append(r["NodeName"])
     classes, taken = [], set()
     for (kind, count, cpus, mem_gb), nodes in sorted(groups.items(), key=lambda kv: natural_order(kv[1])[0]):

@@ -117,11 +117,33 @@ def test_payload_runs_on_a_bare_python_and_its_document_parses():
     ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "e"}] * 300}, "at most 256"),
     ({"schema": "fleetctl.discover.node/1", "lldp": {"text": "{\"lldp\": 3}"}}, "not an object"),
     ({"schema": "fleetctl.discover.node/1", "error": "bad argument: x"}, "bad argument"),
+    # Wrong types where a list belongs: a DataError for the node, not a TypeError ending discovery.
+    ({"schema": "fleetctl.discover.node/1", "rdma": [{"name": "mlx5_0", "ports": {"a": 1}}]}, "ports: not a list"),
+    ({"schema": "fleetctl.discover.node/1", "rdma": [{"name": "mlx5_0", "ports": 5}]}, "ports: not a list"),
+    ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "e", "addresses": {"x": 1}}]}, "not a list"),
+    ({"schema": "fleetctl.discover.node/1", "loopback": 3}, "loopback: not a list"),
+    # a lone surrogate (JSON "\ud800") would make the written site file invalid TOML
+    ({"schema": "fleetctl.discover.node/1", "gpus": {"model": "H100\ud800"}}, "not valid Unicode"),
+    ({"schema": "fleetctl.discover.node/1", "netdevs": [{"name": "e"}, {"name": "e"}]}, "'e' listed twice"),
 ])
 def test_hostile_documents_are_data_errors_naming_the_node(bad, message):
     with pytest.raises(DataError, match=message) as exc:
         parse_facts(bad, "gpu7")
     assert "gpu7" in exc.value.message
+
+
+def test_out_of_range_numa_nodes_and_lids_are_unknown_not_kept():
+    doc = {"schema": "fleetctl.discover.node/1",
+           "rdma": [{"name": "mlx5_0", "numa_node": 10**100, "ports": [{"lid": 10**100}, {"lid": True}, {"lid": 7}]}],
+           "netdevs": [{"name": "eth0", "numa_node": -1}]}
+    facts = parse_facts(doc, "gpu7")
+    assert facts.nic("mlx5_0").numa_node is None and facts.nic("mlx5_0").lids == [7]
+    assert facts.nic("eth0").numa_node is None
+
+
+def test_lldp_field_with_a_lone_surrogate_is_a_data_error():
+    with pytest.raises(DataError, match="not valid Unicode"):
+        parse_neighbours(lldp_json([("eth0", "leaf\ud800", "swp1")]), "n1: lldpcli")
 
 
 def test_lldp_json0_and_nesting_bounds():

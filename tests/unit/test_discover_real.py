@@ -93,3 +93,18 @@ def test_nameless_chassis_gets_an_id_from_its_mac():
     assert switch_id(nb.system_name, nb.chassis_id) == "sw-4494fc9d550a"
     (nb,) = parse_neighbours((REAL / "lldpcli-json-nexus-eno8303.json").read_text())
     assert switch_id(nb.system_name, nb.chassis_id) == "NKG-ESWA07-2"
+
+
+@pytest.mark.parametrize("text", [
+    'Switch  ' + "9" * 5000 + ' "S-0008f10500200b50"\n',  # int() of 5,000 digits is a ValueError
+    'Switch  36 "S-0008f10500200b50"\n[1]  "S-0008f10500200b51"[1] # ' + "9" * 5000 + "xQDR\n",
+    'Switch  36 "S-0008f10500200b50"\n[' + "9" * 50 + ']  "S-0008f10500200b51"[1]\n',
+    'Switch  36 "S-' + "a" * 1000 + '"\n',  # a GUID is 64 bits: not cut to its last 16 digits
+])
+def test_ibnetdiscover_numbers_and_guids_out_of_range_are_data_errors(text):
+    from fleetctl.errors import DataError
+
+    with pytest.raises(DataError, match="not ibnetdiscover output|never lists"):
+        parse_ibnetdiscover(text, "ib.txt")
+    huge_lid = 'Switch  36 "S-0008f10500200b50" # "x" enhanced port 0 lid ' + "9" * 5000 + "\n"
+    assert parse_ibnetdiscover(huge_lid, "ib.txt").devices["0008f10500200b50"].lid is None  # unknown, not kept

@@ -182,3 +182,24 @@ def test_short_and_empty_hop_lists_cost_nothing_else():
               Trace("node1:eth0", "node2:eth0", ["10.0.1.1"]), Trace("node2:eth0", "node1:eth0", DOWN_S1)]
     t = infer(NICS, traces)
     assert len(t.spec.switches) == 3 and len(t.spec.links) == 4
+
+
+def test_a_tracer_errors_field_of_the_wrong_type_is_ignored(monkeypatch):
+    """`errors` from a node as an object or a number: no TypeError ending the discovery."""
+    import json
+
+    from fleetctl.discover import trace_run
+    from fleetctl.discover.facts import NicFact, NodeFacts
+    from fleetctl.fanout.result import OK, HostResult
+
+    facts = {n: NodeFacts(n, nics=[NicFact("eth0", "ethernet", addresses=[f"10.0.{i}.2/30"])], fabric_nics=["eth0"])
+             for i, n in enumerate(("node1", "node2"))}
+    answers = {"node1": {"paths": {"t0": ["10.0.0.1"]}, "errors": {"a": 1}}, "node2": {"paths": {}, "errors": 7}}
+
+    def fake_run_python(transport, nodes, script, timeout):
+        return [HostResult(n, OK, 0, json.dumps(answers[n]) + "\n") for n in nodes]
+
+    monkeypatch.setattr(trace_run, "run_python", fake_run_python)
+    _nics, traces, failed, errors = trace_run.run_traces(None, facts)
+    assert failed == {} and errors == []
+    assert [(t.src, t.hops) for t in traces] == [("node1:eth0", ["10.0.0.1"])]

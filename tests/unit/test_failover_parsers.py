@@ -134,3 +134,34 @@ def test_drill_guard_on_a_real_cluster():
               Reservation("half", ["gpu1"], flags=["MAINT"], state="ACTIVE")]
     with pytest.raises(FailoverError, match="no active maintenance reservation"):
         check_guard(FakeSlurm(others), "gpu1", "gpu2", True)
+
+
+def test_harness_lines_nested_past_the_stack_are_skipped(tmp_path):
+    deep = '{"a":' + "[" * 4000 + "\n"  # within MAX_LINE, deeper than the interpreter's stack
+    assert harness.results(deep + '{"role": "recv"}\n') == [{"role": "recv"}]
+    events = tmp_path / "events"
+    events.write_text(deep + '{"event": "path_up"}\n')
+    assert harness.read_events(events) == [{"event": "path_up"}]
+
+
+class RouteRunner:
+    """A node whose `ip -j route` prints `answer`; records the commands run."""
+
+    def __init__(self, answer):
+        self.answer, self.argvs = answer, []
+
+    def run(self, node, argv, timeout=60):
+        self.argvs.append(argv)
+        return self.answer if argv[:3] == ["ip", "-j", "route"] else ""
+
+
+@pytest.mark.parametrize("answer", ['{"dst": "default"}', "7", "[" * 5000, '[{"dst": "10.0.0.0/8", "flags": 3}]'])
+def test_drill_route_save_survives_what_a_node_prints(answer):
+    from fleetctl.failover.realcluster import IpLinkFaults
+
+    runner = RouteRunner(answer)
+    faults = IpLinkFaults(runner)
+    faults._save_routes("a", "eth0")
+    faults._restore_routes("a", "eth0")
+    replaced = [a for a in runner.argvs if a[:3] == ["ip", "route", "replace"]]
+    assert replaced in ([], [["ip", "route", "replace", "10.0.0.0/8", "dev", "eth0"]])

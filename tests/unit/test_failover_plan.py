@@ -87,6 +87,15 @@ def test_site_key_and_detected_library_as_version_sources(tmp_path):
         build_plan(bad, detected=NONE)
 
 
+def test_plugin_dir_must_be_absolute():
+    """A relative NCCL_NET_PLUGIN would be loaded from each job's working directory."""
+    with pytest.raises(UsageError, match="--plugin-dir 'lib': not an absolute path"):
+        plan_of("lab-example.toml", plugin_dir="lib")
+    bad = parse_site((SITES / "roce-leaf-spine.toml").read_text() + '\n[failover]\nplugin_dir = "lib"\n', "s.toml")
+    with pytest.raises(ConfigError, match="failover.plugin_dir"):
+        build_plan(bad, detected=NONE)
+
+
 def test_plugin_too_old_nccl_warns():
     (cls,) = plan_of("lab-example.toml", nccl_version="2.19.3").classes
     assert cls.env == {} and any("too old for the fleet plugin" in w for w in cls.warnings)
@@ -166,7 +175,8 @@ def test_version_parsing_and_library_detection(tmp_path):
 
 def test_env_file_text_refuses_what_a_shell_or_the_plugin_would_misread():
     assert env_file_text({"NCCL_NET": "fleet"}, header="x") == "# x\nNCCL_NET=fleet\n"
-    for env in ({"LD_PRELOAD": "/x.so"}, {"NCCL_NET": "a b"}, {"NCCL_NET": "a\nNCCL_X=1"}, {"NCCL_NET": '"q"'}):
+    for env in ({"LD_PRELOAD": "/x.so"}, {"NCCL_NET": "a b"}, {"NCCL_NET": "a\nNCCL_X=1"}, {"NCCL_NET": '"q"'},
+                {"NCCL_NET": "fleet\n"}, {"NCCL_X\n": "1"}):  # `$` alone matches before a final newline
         with pytest.raises(UsageError):
             env_file_text(env)
 

@@ -168,3 +168,46 @@ def test_drill_on_a_veth_testbed_down_and_flap():
         assert t.failback_ms is not None and t.failback_ms < 10_000, data
         assert t.gbps_before > 0 and t.gbps_during > 0 and t.gbps_after > 0, data
     assert data["events"]["a"]["failback"] >= 2
+
+
+def test_counters_nested_past_the_stack_are_a_damaged_file(tmp_path):
+    from fleetctl.failover.counters import scan
+
+    (tmp_path / "123.json").write_text("[" * 4000)
+    result = scan(tmp_path)
+    assert result.files == [] and result.damaged == {str(tmp_path / "123.json"): "nested too deeply"}
+
+
+def test_watch_keeps_only_the_damaged_files_of_now_with_their_reasons(tmp_path):
+    """Jobs can create any number of names over a long watch: the damaged set must not grow forever,
+    and the snapshot says why each file is damaged."""
+    from fleetctl.failover.watch import Watch
+
+    w = Watch(counters_dir=str(tmp_path), sysfs_root=str(tmp_path / "nosys"), use_netlink=False)
+    (tmp_path / "1.json").write_text("{}")
+    records = w.start()
+    assert [r["path"] for r in records if r["event"] == "counters_damaged"] == [str(tmp_path / "1.json")]
+    for n in range(2, 50):
+        (tmp_path / f"{n - 1}.json").unlink()
+        (tmp_path / f"{n}.json").write_text("garbage")
+        w._counters()
+    assert w.damaged_seen == {str(tmp_path / "49.json")}
+    assert w.snapshot()["damaged"] == {str(tmp_path / "49.json"): "Expecting value: line 1 column 1 (char 0)"}
+
+
+def test_counters_cap_counts_counters_files_only(tmp_path, monkeypatch):
+    from fleetctl.failover import counters
+
+    monkeypatch.setattr(counters, "MAX_FILES", 3)
+    for n in range(5):
+        (tmp_path / f"0{n}.json.tmp").write_text("x")  # sort before the real one
+    (tmp_path / "77.json").write_text("{}")
+    assert list(counters.scan(tmp_path).damaged) == [str(tmp_path / "77.json")]
+
+
+def test_watch_once_counts_a_named_nic_that_is_not_there(tmp_path):
+    from fleetctl.failover.watch import Watch
+
+    w = Watch(links={"eth9"}, counters_dir=str(tmp_path), sysfs_root=str(tmp_path / "nosys"), use_netlink=False)
+    w.start()
+    assert w.problems() == ["eth9: no such netdev or InfiniBand port"]

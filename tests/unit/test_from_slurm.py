@@ -4,6 +4,8 @@ test (tests/integration/test_discover_lab.py) asks a real slurmctld."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from fleetctl.inventory.from_slurm import cluster_from_slurm, gpu_gres, inferred
@@ -52,3 +54,15 @@ def test_cluster_from_slurm(tmp_path, monkeypatch):
     # Without topology/tree, no fabric.
     site = cluster_from_slurm(RecordedSlurm(str(conf), "ClusterName = (null)\n"))
     assert not site.links and site.name == "slurm"
+
+
+def test_numbers_slurm_cannot_mean_are_a_slurm_error_not_a_traceback(tmp_path, monkeypatch):
+    from fleetctl.errors import SlurmError
+
+    assert gpu_gres("gpu:h100:" + "9" * 5000) == ("", 0)  # int() of 5,000 digits is a ValueError
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("# recorded\n")
+    for bad in ("CPUTot=N/A", "RealMemory=" + "9" * 5000):
+        monkeypatch.setattr(sys.modules[__name__], "NODES", f"NodeName=gpu01 {bad} State=IDLE\n")
+        with pytest.raises(SlurmError, match="gpu01: (CPUTot|RealMemory)=.* is not a number"):
+            cluster_from_slurm(RecordedSlurm(str(conf), "ClusterName = x\n"))

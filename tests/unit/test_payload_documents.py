@@ -36,3 +36,12 @@ def test_no_document_is_an_error_not_a_guess():
     assert json_output(r) is None and r.status == ERROR and "not JSON" in r.error
     with pytest.raises(DataError, match="did not print a result document"):
         parse_payload_output("oops\n")
+
+
+def test_a_document_nested_past_the_stack_is_that_node_s_error_not_a_recursion_error():
+    """A node printing 100k '[' (or a '{' line followed by them) must not end a fan-out."""
+    for text in ("[" * 100_000 + "\n", '{"a":\n' + "[" * 100_000 + "\n"):
+        with pytest.raises(ValueError):
+            last_json_document(text)
+        r = HostResult("n1", OK, 0, text)
+        assert json_output(r) is None and r.status == ERROR and "not JSON" in r.error

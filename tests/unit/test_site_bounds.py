@@ -66,3 +66,24 @@ def test_hook_node_name_and_job_id_are_checked(monkeypatch):
     for good in ("123", "123_4"):
         monkeypatch.setenv("SLURM_JOB_ID", good)
         assert hooks.hook_job_id() == good
+
+
+def test_a_fifo_without_a_writer_is_refused_at_once(tmp_path):
+    """No writer ever comes (a Prolog would hang): the open must not wait for one."""
+    fifo = tmp_path / "ib.txt"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def read():
+        try:
+            read_bounded(fifo, "ibnetdiscover output")
+        except ConfigError as exc:
+            outcome.append(exc.message)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():
+        open(fifo, "wb").close()  # release the blocked reader before failing
+        pytest.fail("read_bounded blocked on a FIFO without a writer")
+    assert outcome and "not a regular file" in outcome[0]

@@ -139,6 +139,11 @@ def test_env_file_of_the_failover_plan_is_read(env_reader, tmp_path):
     ("NCCL_NET\n", "line 1"),
     ("".join(f"NCCL_V{i}=1\n" for i in range(65)), "more than 64"),
     ("NCCL_X=" + "a" * 1025 + "\n", "line 1"),
+    ("NCCL_" + "A" * 60 + "=1\n", "line 1"),  # a name over 64 characters
+    ("NCCL_NET=fleet\0x\n", "line 1"),  # a NUL inside the value
+    ("NCCL_\0=1\n", "line 1"),
+    ("NCCL_NET=fleet\r\n", "line 1"),  # CRLF: the CR would end up in the value
+    ("NCCL_NET=fleet\n=1\n", "line 2"),
 ])
 def test_env_file_refuses_bad_lines_whole(env_reader, tmp_path, text, why):
     path = tmp_path / "bad.env"
