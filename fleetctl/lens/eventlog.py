@@ -415,14 +415,7 @@ class Follower:
     def __iter__(self) -> Iterator[dict]:
         try:
             for p in self._backlog:  # --follow from the start: the rotated files first
-                try:
-                    with os.fdopen(_open_regular(p, os.O_RDONLY), "rb") as fh:
-                        for line in _lines(fh, self.view):
-                            rec = self.view.take(line)
-                            if rec is not None:
-                                yield rec
-                except (OSError, DataError):
-                    self.view.skip("unreadable file")
+                yield from self._whole(p)
             self._open(at_end=not self._from_start)
             while True:
                 yield from self._drain()
@@ -484,14 +477,18 @@ class Follower:
         if old_ino is None or old_ino not in inos:
             return
         for p in rotated[inos.index(old_ino) + 1:]:
-            try:
-                with os.fdopen(_open_regular(p, os.O_RDONLY), "rb") as fh:
-                    for line in _lines(fh, self.view):
-                        rec = self.view.take(line)
-                        if rec is not None:
-                            yield rec
-            except (OSError, DataError):
-                self.view.skip("unreadable file")
+            yield from self._whole(p)
+
+    def _whole(self, path: Path) -> Iterator[dict]:
+        """Every record of one rotated file."""
+        try:
+            with os.fdopen(_open_regular(path, os.O_RDONLY), "rb") as fh:
+                for line in _lines(fh, self.view):
+                    rec = self.view.take(line)
+                    if rec is not None:
+                        yield rec
+        except (OSError, DataError):
+            self.view.skip("unreadable file")
 
     def _drain(self) -> Iterator[dict]:
         if self._fh is None:
