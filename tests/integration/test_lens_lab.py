@@ -106,7 +106,7 @@ def _closed(lens, ev_id: str, timeout=CLOSE_WITHIN_S) -> dict:
 
 def test_clean_run_gives_no_event(lens):
     before = {e["id"] for e in lens.events()}
-    time.sleep(30)
+    time.sleep(60)  # the clean minute
     st = lens.status()
     assert lens.new_events(before) == [], lens.log()
     assert st["running"] and all(a["alive"] for a in st["agents"])
