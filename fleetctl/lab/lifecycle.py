@@ -26,7 +26,7 @@ STEPS = ("preflight", "slurmroot", "namespaces", "links", "addresses", "hostname
          "ssh", "lldp", "gpus", "site")
 # What `up` writes into the lab dir; `down` removes these names only (the dir may be shared).
 _OWN_ENTRIES = ("site.toml", "slurm.conf", "cgroup.conf", "plugstack.conf", "hooks", "munge", "slurm",
-                "slurm-bin", "logs", "ssh", "uts", "ns", "hosts", "lldp")
+                "slurm-bin", "logs", "ssh", "uts", "ns", "hosts", "lldp", "lens")
 
 
 def up(params: LabParams, progress: Callable[[str], None] = lambda _m: None) -> dict:
@@ -241,6 +241,17 @@ def clock_truth(plan, seed: int) -> dict:
 
 
 # ---------------------------------------------------------------- teardown
+def _lens_coordinator(lab: Path) -> list[int]:
+    """A `fleetctl lens run` on the lab's site file (its pid file is in the lab's lens state
+    dir): it outlives the lab otherwise, and the next lab would inherit its state."""
+    try:
+        pid = int((lab / "lens" / "lens.pid").read_text()[:100].split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return []
+    return [pid] if pid > 1 and b"lens" in cmdline and system.alive(pid) else []
+
+
 def _teardown(st: dict | None, progress: Callable[[str], None]) -> dict:
     """Remove what `st` records, then anything else carrying the lab's names. Never raises for
     things already gone."""
@@ -259,6 +270,7 @@ def _teardown(st: dict | None, progress: Callable[[str], None]) -> dict:
     system.stop(list(reversed(live)), timeout=1.0)
     inodes = {i for i in (system.netns_inode(ns) for ns in netns) if i}
     stray_pids = set(system.pids_in_netns(inodes)) | set(system.pids_mentioning(f"{lab}/"))
+    stray_pids |= set(_lens_coordinator(lab))
     strays = [system.proc_record(pid, "stray") for pid in sorted(stray_pids)]
     system.stop(strays, timeout=2.0)
     removed["processes"] = len(live) + len(strays)

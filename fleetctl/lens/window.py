@@ -67,6 +67,13 @@ class WindowAnalyzer:
         self.inc_orig = paths.matrix(topo.n_elements).tocsc()
         self.report_cols = [e for e, el in enumerate(topo.elements)
                             if el.type in ("link", "switch", "nic")]
+        nics = set(topo.nics)
+        self.nic_of_link = {lid: next(e for e in ends if e in nics)
+                            for lid, ends in topo.links.items() if any(e in nics for e in ends)}
+        # location -> "up"/"down"/None at the end of the last window that judged it: a flap whose
+        # down moment falls in the first bin of a window is still seen (a link toggled on a
+        # fixed rhythm keeps its phase against the windows, so this would repeat every time)
+        self.end_state: dict[str, str | None] = {}
 
     def analyze(self, probes: np.ndarray, t_start: float, t_end: float, health: dict,
                 blind: set[str], clock=None, clock_epoch_ns: int = 0,
@@ -100,27 +107,40 @@ class WindowAnalyzer:
         bad_rows = sig.lossy | sig.delayed
         out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.group]
         out.elements = self._element_rows(sig, m_delay)
+        ends: dict[str, str | None] = {}
         for f in out.findings:
             if f["metric"] in ("loss", "down"):
-                starts, ends_down = self._down_starts(f["element"], probes[pair])
+                key = self.location(f["element"])
+                # no finding there last window: it was up (silent windows keep the old states)
+                starts, ends[key] = self._down_starts(f["element"], probes[pair],
+                                                      self.end_state.get(key, "up"))
                 if starts:
                     f["down_starts"] = starts
-                    if ends_down and f["metric"] == "loss":
+                    if ends[key] == "down" and f["metric"] == "loss":
                         # it went down inside this window and stayed down: down now, not a
                         # partial loss (the next window would say so a second later)
                         f["metric"] = "down"
                         f["severity"] = "critical"
                         f["evidence"]["down_since"] = starts[-1]
+        silent = bool(blind or out.overloaded)
+        self.end_state = {**self.end_state, **ends} if silent else ends
         return out
 
-    def _down_starts(self, element: dict, probes: np.ndarray) -> tuple[list[float], bool]:
+    def location(self, element: dict) -> str:
+        """A NIC's cable folded into the NIC, as the event tracker does: one place, one state."""
+        if element.get("type") == "link" and element.get("id") in self.nic_of_link:
+            return "nic:" + self.nic_of_link[element["id"]]
+        return f"{element.get('type')}:{element.get('id')}"
+
+    def _down_starts(self, element: dict, probes: np.ndarray, state: str | None = None
+                     ) -> tuple[list[float], str | None]:
         """Moments (s) within the window when probes over the element went from getting through
         to (nearly) all lost, at FLAP_BIN_S resolution: a link flapping faster than the window
-        is bad in every window, and only these show its rhythm. Also: whether it was still down
-        at the window's end."""
+        is bad in every window, and only these show its rhythm. `state` is the element's at the
+        window's start ("up", "down", None: unknown). Also: its state at the window's end."""
         cols = element_columns(self.topo, element)
         if not cols or probes.size == 0:
-            return [], False
+            return [], None
         through = np.asarray(self.inc_orig[:, cols].sum(axis=1)).ravel() > 0
         fi = probes["flow"].astype(np.int64)
         fwd, rev = self.flows["fwd_path"][fi], self.flows["rev_path"][fi]
@@ -129,7 +149,7 @@ class WindowAnalyzer:
         lost = probes["lost"]
         use = on_fwd | on_rev
         if use.sum() < 20:
-            return [], False
+            return [], None
         fail = (on_fwd & np.isin(lost, (1, 3))) | (on_rev & np.isin(lost, (2, 3)))
         t = probes["t_send"][use].astype(np.float64) * 1e-9
         fail = fail[use]
@@ -137,7 +157,7 @@ class WindowAnalyzer:
         b = ((t - t0) // FLAP_BIN_S).astype(np.int64)
         n = np.bincount(b)
         k = np.bincount(b, weights=fail)
-        starts, state = [], None
+        starts = []
         for i in range(len(n)):
             if n[i] < 5:
                 continue
@@ -147,7 +167,7 @@ class WindowAnalyzer:
                 starts.append(round(t0 + i * FLAP_BIN_S, 3))
             if now is not None:
                 state = now
-        return starts[-50:], state == "down"
+        return starts[-50:], state
 
     def _merge(self, sent, lost, delay, base):
         n, g = self.n_merged, self.group

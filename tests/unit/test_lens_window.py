@@ -197,3 +197,32 @@ def test_down_starts_inside_a_window(fabric):
     f = next(f for f in res.findings if "node2:eth0" in f["element"]["id"])
     assert len(f["down_starts"]) == 1 and abs(f["down_starts"][0] - (a + 0.5)) <= 0.11
     assert f["metric"] == "down"  # and still down at the window's end
+
+
+def test_a_flap_on_the_window_edge_is_seen(fabric):
+    """A NIC cable toggled every second, going down 20 ms after each window starts (a fixed
+    rhythm keeps that phase): no window holds both an up and a down stretch long enough to see the
+    change, yet every down start is found, from the state the previous window ended in."""
+    topo, _ = fabric
+    syn = run(fabric, duration=8.0)
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    nic = topo.nics.index("node2:eth0")
+    starts, metrics, edges = [], [], []
+    for i, (a, b, probes) in enumerate(windows(syn)):
+        edges.append(a)
+        probes = probes.copy()
+        t = probes["t_send"] * 1e-9
+        down = ((t - a >= 0.02) if i % 2 == 0 else (t - a < 0.02)) & (i >= 2)
+        hit = ((probes["src_nic"] == nic) | (probes["dst_nic"] == nic)) & down
+        probes["lost"][hit] = 1
+        for f in ("t_remote_rx", "t_remote_tx", "t_recv"):
+            probes[f][hit] = 0
+        res = an.analyze(probes, a, b, {}, set())
+        for f in res.findings:
+            if "node2:eth0" in f["element"]["id"]:
+                starts += f.get("down_starts", [])
+                metrics.append(f["metric"])
+    # down from windows 2, 4, 6 (each 20 ms in), up again 20 ms into windows 3, 5, 7
+    assert len(starts) == 3, starts
+    for s, i in zip(starts, (2, 4, 6)):
+        assert edges[i] <= s <= edges[i] + 0.25, (starts, edges)
