@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,8 +32,10 @@ EVENT_WITHIN_S = 25.0  # fault -> open event (median ~2-4 s here; a loaded machi
 CLOSE_WITHIN_S = 30.0
 
 
-def fleetctl(lab, *args, check=True) -> subprocess.CompletedProcess:
+def fleetctl(lab, *args, check=True, site: Path | None = None) -> subprocess.CompletedProcess:
     env = lab.command_env()
+    if site is not None:
+        env["FLEETCTL_SITE"] = str(site)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
                                                     env.get("PYTHONPATH", "")) if p)
     r = subprocess.run([sys.executable, "-m", "fleetctl", *args], env=env, capture_output=True,
@@ -39,22 +45,73 @@ def fleetctl(lab, *args, check=True) -> subprocess.CompletedProcess:
     return r
 
 
+class Receiver:
+    """A webhook receiver on the loopback: every POSTed body, decoded."""
+
+    def __init__(self):
+        bodies = self.bodies = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                bodies.append(json.loads(self.rfile.read(n)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *_args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/lens"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Lens:
-    def __init__(self, lab):
+    """The coordinator on the lab's site file, plus a /metrics port and a webhook receiver."""
+
+    def __init__(self, lab, site_dir: Path):
         self.lab = lab
         self.dir = Path(lab.site.data["lens"]["state_dir"])
+        self.receiver = Receiver()
+        self.metrics_port = _free_port()
+        text = lab.site_file.read_text()
+        assert "\n[lens]\n" in text
+        self.site = site_dir / "site.toml"
+        self.site.write_text(text.replace("\n[lens]\n", f"\n[lens]\nmetrics_port = {self.metrics_port}\n"
+                                          f"webhook_url = \"{self.receiver.url}\"\n"))
+
+    def run(self, *args, check=True) -> subprocess.CompletedProcess:
+        return fleetctl(self.lab, *args, check=check, site=self.site)
 
     def start(self) -> None:
-        r = fleetctl(self.lab, "--format", "json", "lens", "run", "--rate", "100")
+        r = self.run("--format", "json", "lens", "run", "--rate", "100")
         assert r.returncode == 0, r.stderr
         wait_for(lambda: self.status().get("counters", {}).get("windows", 0) >= 3, 60, 0.5)
 
     def status(self) -> dict:
-        return json.loads(fleetctl(self.lab, "--format", "json", "lens", "status",
-                                   check=False).stdout)
+        return json.loads(self.run("--format", "json", "lens", "status", check=False).stdout)
 
     def events(self) -> list[dict]:
-        return json.loads(fleetctl(self.lab, "--format", "json", "lens", "events").stdout)["events"]
+        return json.loads(self.run("--format", "json", "lens", "events").stdout)["events"]
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read().decode()
+
+    def posted(self, ev_id: str, kind: str) -> dict | None:
+        return next((b for b in list(self.receiver.bodies)
+                     if b.get("id") == ev_id and b.get("kind") == kind), None)
 
     def records(self) -> list[dict]:
         path = self.dir / "events.jsonl"
@@ -72,16 +129,17 @@ class Lens:
 
 
 @pytest.fixture(scope="module")
-def lens(lab):
+def lens(lab, tmp_path_factory):
     # conftest deselects these tests unless the session lab has 8 hosts or more
     assert len(lab.nodes) >= 8, "needs FLEETCTL_TEST_LAB_HOSTS=8 (scripts/test)"
     # a job across the leaves whose NIC cables the faults below touch
     job = sbatch(lab, "-N2", "-w", "node3,node8", "--wrap", "sleep 3000")
-    L = Lens(lab)
+    L = Lens(lab, tmp_path_factory.mktemp("lens"))
     L.job = job
     L.start()
     yield L
-    fleetctl(lab, "lens", "stop", check=False)
+    L.run("lens", "stop", check=False)
+    L.receiver.close()
     subprocess.run(["scancel", job], env=lab.command_env(), timeout=30, check=False)
     if faults.listing():
         faults.clear()
@@ -112,6 +170,13 @@ def test_clean_run_gives_no_event(lens):
     assert st["running"] and all(a["alive"] for a in st["agents"])
     assert st["last_window"]["probes"] > 1000
     assert {c["host"] for c in st["clock"]} >= {f"node{i}" for i in range(1, 9)}
+    text = lens.metrics()  # the Prometheus endpoint of the running coordinator
+    for i in range(1, 9):
+        assert f'fleetctl_lens_agent_alive{{host="node{i}"}} 1.0' in text, text[-3000:]
+    assert 'fleetctl_lens_open_events{severity="warning",metric="loss"} 0.0' in text
+    windows = [float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("fleetctl_lens_windows_total ")]
+    assert windows and windows[0] >= 30
 
 
 def test_two_percent_loss_is_one_event_with_the_job(lens):
@@ -130,6 +195,11 @@ def test_two_percent_loss_is_one_event_with_the_job(lens):
     assert len(lens.new_events(before)) == 1, (lens.new_events(before), took)
     _closed(lens, ev["id"])
     assert len(lens.new_events(before)) == 1
+    # the webhook got the event's open and close records, in that order
+    opened = wait_for(lambda: lens.posted(ev["id"], "open"), 30, 0.5)
+    closed = wait_for(lambda: lens.posted(ev["id"], "close"), 30, 0.5)
+    assert opened["element"]["id"] == "leaf2--spine1" and closed["state"] == "closed"
+    assert lens.receiver.bodies.index(opened) < lens.receiver.bodies.index(closed)
 
 
 def test_downed_link_is_one_event(lens):
@@ -210,3 +280,6 @@ def test_killed_agent_and_coordinator_lose_no_event(lens):
     _closed(lens, ev["id"])
     opens = [r for r in lens.records() if r["kind"] == "open" and r["id"] not in before]
     assert [r["id"] for r in opens] == [ev["id"]], opens
+    # the webhook's spool outlived the coordinator: both records reached the receiver
+    assert wait_for(lambda: lens.posted(ev["id"], "open"), 30, 0.5)
+    assert wait_for(lambda: lens.posted(ev["id"], "close"), 30, 0.5)
