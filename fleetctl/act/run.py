@@ -9,6 +9,7 @@ by the caller). Each input's detections go through the engine; the pass returns 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,9 +101,11 @@ class Runner:
         write_atomic(self.cursor_path.parent / "last-audit.json", json.dumps(report) + "\n")
         return out
 
-    def loop(self, duration_s: float | None, poll_s: float, on_decisions=None) -> int:
-        """Passes every `poll_s` until `duration_s` (None: until interrupted); returns decisions seen.
-        Report files are read in the first pass only; the other inputs at every pass."""
+    def loop(self, duration_s: float | None, poll_s: float, on_decisions=None,
+             stop: threading.Event | None = None) -> int:
+        """Passes every `poll_s` until `duration_s` (None: until interrupted) or `stop` is set;
+        returns decisions seen. Report files are read in the first pass only; the other inputs at
+        every pass."""
         end = None if duration_s is None else time.monotonic() + duration_s
         count = 0
         while True:
@@ -113,4 +116,8 @@ class Runner:
                 on_decisions(got)
             if end is not None and time.monotonic() >= end:
                 return count
-            time.sleep(poll_s)
+            wait = poll_s if end is None else max(0.0, min(poll_s, end - time.monotonic()))
+            if stop is None:
+                time.sleep(wait)
+            elif stop.wait(wait):
+                return count

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
 from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
 
@@ -86,7 +86,7 @@ def run(app: Application, state_dir, reports, events, hooks, audit_nodes, once, 
             if not app.json:
                 for rec in got:
                     app.console.print(_line(rec))
-        runner.loop(duration, config.poll_s, show)
+        runner.loop(duration, config.poll_s, show, stop=stop_on_signals())
     data = {"dry_run": engine.dry_run, "recovered": recovered, "decisions": decisions,
             "skipped_event_lines": runner.skipped_lines, "log": str(engine.log.path)}
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
+import threading
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any
@@ -32,13 +35,16 @@ class Application:
     def console(self):
         from rich.console import Console
 
-        return Console(no_color=self.no_color, highlight=False, soft_wrap=False)
+        # Not a terminal (a pipe, a file, a test): lines are never folded at 80 columns, so that
+        # `grep` and scripts see each record whole; tables still lay out at the console's width.
+        return Console(no_color=self.no_color, highlight=False, soft_wrap=not sys.stdout.isatty())
 
     @cached_property
     def err_console(self):
         from rich.console import Console
 
-        return Console(stderr=True, no_color=self.no_color, highlight=False)
+        return Console(stderr=True, no_color=self.no_color, highlight=False,
+                       soft_wrap=not sys.stderr.isatty())
 
     @property
     def json(self) -> bool:
@@ -98,6 +104,32 @@ class Application:
                                       "<no site file>")
         raise ConfigError(NO_SITE, hint="or point SLURM_CONF at a slurm.conf: without a site file, "
                           "fleetctl builds its view from Slurm")
+
+
+class StopSignal(threading.Event):
+    """Set by SIGTERM or SIGINT; `signum` says which (None while unset)."""
+
+    signum: int | None = None
+
+    def interrupted(self) -> bool:
+        """Stopped by SIGINT: the command exits EXIT_INTERRUPTED, as after Ctrl-C."""
+        return self.signum == signal.SIGINT
+
+
+def stop_on_signals() -> StopSignal:
+    """A StopSignal for long-running commands (lens run, lens events --follow, failover watch, act
+    run): they finish their current step and exit cleanly. Explicit handlers, because a command
+    started in the background by a non-interactive shell (cron, CI, `cmd &`) inherits SIGINT
+    ignored, and Python then never raises KeyboardInterrupt."""
+    stop = StopSignal()
+
+    def on_signal(signum, _frame):
+        stop.signum = signum
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    return stop
 
 
 def _json_default(value: Any) -> Any:

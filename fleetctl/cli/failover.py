@@ -18,9 +18,9 @@ from pathlib import Path
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
 from fleetctl.cli.params import seconds
-from fleetctl.errors import EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS, UsageError
+from fleetctl.errors import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT_WARNINGS, UsageError
 
 
 @click.group("failover")
@@ -127,13 +127,14 @@ def watch(app: Application, once: bool, interval: float, duration: float, nics: 
         if once:
             return _watch_once(app, w, prom)
         _print_records(app, records)
+        stop = stop_on_signals()
         end = time.monotonic() + duration if duration else None
-        while end is None or time.monotonic() < end:
+        while not stop.is_set() and (end is None or time.monotonic() < end):
             step = interval if end is None else max(0.0, min(interval, end - time.monotonic()))
             _print_records(app, w.poll(step))
             if prom and prom != "-":
                 _write_prom(prom, w)
-        return EXIT_OK
+        return EXIT_INTERRUPTED if stop.interrupted() else EXIT_OK
     except BrokenPipeError:
         raise  # `watch | head`: the one exit point ends quietly
     except OSError as exc:  # rtnetlink refused or silent (TimeoutError): nothing to watch with

@@ -14,14 +14,12 @@ running.
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 import time
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
 from fleetctl.cli.params import FiniteFloatRange
 from fleetctl.errors import EXIT_ERROR, EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS, UsageError
 
@@ -120,9 +118,7 @@ def _serve(app, site, nodes, transport_name, opts) -> int:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} lens: {message}", file=sys.stderr,
               flush=True)
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     slurm = None
     if shutil.which("squeue"):
         from fleetctl.slurm import backend_for_site
@@ -262,15 +258,10 @@ def events_cmd(app: Application, since, follow, open_only, state_dir) -> int:
         return EXIT_OK
     for e in events:
         _print_record(app, e)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        for rec in follow_log(path, stop=stop):
-            if open_only and rec.get("state") != "open":
-                continue
-            _print_record(app, rec)
-    except KeyboardInterrupt:
-        pass
+    for rec in follow_log(path, stop=stop_on_signals()):
+        if open_only and rec.get("state") != "open":
+            continue
+        _print_record(app, rec)
     return EXIT_OK
 
 

@@ -77,3 +77,30 @@ def test_run_needs_two_nodes(tmp_path, capsys):
 
 def test_lens_is_a_command():
     assert run(["lens", "--help"]) == 0
+
+
+def _ignore_sigint():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_follow_stops_on_sigint_and_sigterm_even_when_started_with_sigint_ignored(tmp_path):
+    """A command started in the background by a non-interactive shell (cron, CI) inherits SIGINT
+    ignored; `lens events --follow` must still stop on it (and on SIGTERM) and print what it had."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    EventLog(tmp_path / "events.jsonl").append(record(1))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        p = subprocess.Popen([sys.executable, "-m", "fleetctl", "--format", "json", "lens", "events",
+                              "--follow", "--state-dir", str(tmp_path)], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ignore_sigint)
+        assert json.loads(p.stdout.readline())["id"].endswith("0001")  # the backlog: it is following
+        time.sleep(0.3)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err

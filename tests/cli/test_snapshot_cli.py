@@ -183,3 +183,15 @@ def test_no_request_needs_signal(tmp_path, reg, capsys):
     assert run(["snapshot", "take", str(tmp_path / "s"), "--signal"]) == 3
     assert "--signal needs a job id" in capsys.readouterr().err
     assert not (tmp_path / "s" / "REQUEST").exists()  # refused before any side effect
+
+
+def test_a_long_verdict_line_is_never_folded_when_stdout_is_not_a_terminal(tmp_path, capsys):
+    """`verify ... | grep FAIL` must see the whole line: rich folds at 80 columns unless told not to
+    (a deep snapshot path once split 'no MANIFEST.json' over two lines)."""
+    root = tmp_path / ("d" * 120) / "s"
+    make_snapshot(root, 10)
+    (root / "step_10" / "MANIFEST.json").unlink()
+    assert run(["snapshot", "verify", str(root / "step_10")]) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("FAIL ") and line.endswith("no MANIFEST.json: not a complete snapshot")
+               for line in lines), lines
