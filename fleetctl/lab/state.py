@@ -9,13 +9,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import LabError
 from fleetctl.lab import paths
+from fleetctl.locks import open_lock
 
 # Held by a whole test session (tests/conftest.py): two pytest runs on one machine take turns.
 SESSION_LOCK = Path("/run/fleetctl-lab.lock")
@@ -45,17 +45,13 @@ def remove() -> None:
 
 @contextmanager
 def locked(path: Path = OPERATION_LOCK, timeout: float = 300.0, what: str = "another lab operation"):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LabError(f"{path}: {what} holds the lab lock for more than {timeout:.0f} s")
-                time.sleep(0.2)
+        fd = open_lock(path, wait_s=timeout, poll_s=0.2, mode=0o644)
+    except OSError as exc:
+        raise LabError(f"{path}: cannot open the lab lock: {exc.strerror}") from None
+    if fd is None:
+        raise LabError(f"{path}: {what} holds the lab lock for more than {timeout:.0f} s")
+    try:
         yield
     finally:
         os.close(fd)

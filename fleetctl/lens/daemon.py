@@ -8,7 +8,6 @@ state directory from starting.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 from fleetctl.errors import FleetctlError, UsageError
+from fleetctl.locks import open_lock
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -48,11 +48,8 @@ class PidLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = open_lock(self.path, mode=0o644)
+        if fd is None:
             raise UsageError(f"a lens coordinator already runs for {self.path.parent} "
                              f"(pid {running_pid(self.path) or '?'})",
                              hint="fleetctl lens status; fleetctl lens stop") from None

@@ -30,7 +30,6 @@ older than `retention_s` seconds (by modification time, i.e. when it was closed)
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -44,6 +43,7 @@ import numpy as np
 
 from fleetctl.atomic import fsync_dir
 from fleetctl.errors import DataError, FleetctlError, UsageError
+from fleetctl.locks import open_lock
 from fleetctl.mesh.health import HEALTH_FIELDS
 from fleetctl.model.fabric import PROBE_DTYPE, PathTable, Topology
 from fleetctl.store.reader import MAX_SPAN_NS, MAX_WINDOWS, open_run
@@ -111,16 +111,12 @@ class SegmentWriter:
     def _lock(self) -> int:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / LOCK_NAME,
-                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = open_lock(self.directory / LOCK_NAME)
         except OSError as exc:
             raise DataError(f"{self.directory}: cannot use segment directory: {exc.strerror}") \
                 from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise DataError(f"{self.directory}: segment directory in use by another lens") from None
+        if fd is None:
+            raise DataError(f"{self.directory}: segment directory in use by another lens")
         return fd
 
     def _unlock(self) -> None:

@@ -24,7 +24,6 @@ process) is refused through a flock on `<spool>.lock`.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import threading
@@ -37,6 +36,7 @@ from pathlib import Path
 from fleetctl.atomic import fsync_dir, write_atomic
 from fleetctl.errors import DataError, UsageError
 from fleetctl.lens.eventlog import MAX_LINE
+from fleetctl.locks import open_lock
 
 DEFAULT_MAX_SPOOL = 10_000  # undelivered events kept
 MAX_SPOOL_LINE = MAX_LINE + 64  # an event record plus its {"seq": ...} envelope
@@ -89,14 +89,11 @@ class WebhookOutbox:
         lock = self.spool.with_name(self.spool.name + ".lock")
         try:
             self.spool.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = open_lock(lock)
         except OSError as exc:
             raise DataError(f"{lock}: cannot open webhook spool lock: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise DataError(f"{self.spool}: webhook spool in use by another process") from None
+        if fd is None:
+            raise DataError(f"{self.spool}: webhook spool in use by another process")
         return fd
 
     def _load(self) -> None:

@@ -8,7 +8,6 @@ change; the result is read back from Slurm and compared with what was meant.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetctl.errors import DataError, SlurmError, UsageError
+from fleetctl.locks import open_lock
 from fleetctl.spares.verdicts import VerdictStore, passed_within
 
 LOCK_TIMEOUT_S = 30.0
@@ -89,20 +89,13 @@ class SparePool:
         directory = Path(self.config.state_dir)
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(directory / "spares.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            fd = open_lock(directory / "spares.lock", wait_s=LOCK_TIMEOUT_S)
         except OSError as exc:
             raise DataError(f"cannot open the spares lock in {directory}: {exc.strerror}") from None
+        if fd is None:
+            raise DataError(f"another fleetctl holds {directory}/spares.lock for more than "
+                            f"{LOCK_TIMEOUT_S:g} s")
         try:
-            deadline = time.monotonic() + LOCK_TIMEOUT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise DataError(f"another fleetctl holds {directory}/spares.lock for more than "
-                                        f"{LOCK_TIMEOUT_S:g} s") from None
-                    time.sleep(0.05)
             yield
         finally:
             os.close(fd)
