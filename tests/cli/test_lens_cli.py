@@ -99,8 +99,12 @@ def test_follow_stops_on_sigint_and_sigterm_even_when_started_with_sigint_ignore
         p = subprocess.Popen([sys.executable, "-m", "fleetctl", "--format", "json", "lens", "events",
                               "--follow", "--state-dir", str(tmp_path)], env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ignore_sigint)
-        assert json.loads(p.stdout.readline())["id"].endswith("0001")  # the backlog: it is following
-        time.sleep(0.3)
-        p.send_signal(sig)
-        out, err = p.communicate(timeout=30)
+        try:
+            assert json.loads(p.stdout.readline())["id"].endswith("0001")  # the backlog: following
+            time.sleep(0.3)
+            p.send_signal(sig)
+            out, err = p.communicate(timeout=30)
+        finally:
+            p.kill()  # never left behind when the signal was not honoured
+            p.wait()
         assert p.returncode == 0, err
