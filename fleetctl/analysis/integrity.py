@@ -211,6 +211,35 @@ def overload_findings(marks: dict[str, HostOverload], rate: float | None = None)
     return out
 
 
+HOST_DELAY_FIX = ("look at the host's load (CPU, interrupts, the probe agent's CPU in `lens status` "
+                  "or the run's health table); a host that stays slow with nothing running is "
+                  "worth a node audit")
+SIDE_WORDS = {"send": "from", "receive": "to", "both": "from and to"}
+
+
+def host_delay_note(f: dict) -> dict:
+    """`probe.host_delay`: a delay finding on a whole host (rollup.is_host_side) restated as what
+    it is: every path from (or to) all of the host's NICs was slow at once, which its own
+    sending or receiving side explains (software timestamps on a busy host; an error of its
+    clock estimate looks the same), so probes cannot blame its NICs or cables. A warning about the measurement, not a network fault."""
+    ev = dict(f.get("evidence") or {})
+    side = ev.get("side", "both")
+    excess = ev.get("excess_delay_us_bad_median")
+    host = f["element"]["id"]
+    note = (f"every path {SIDE_WORDS.get(side, 'from and to')} all NICs of {host} was slow"
+            + (f" by a median {excess:g} us" if excess is not None else "")
+            + ": the host's own side (its CPU, kernel, probe agent or the estimate of its clock) "
+              "explains that, so its NICs and cables are not blamed; their delay could not be "
+              "measured there")
+    out = {"element": {"type": "host", "id": host}, "category": "probe",
+           "check": "probe.host_delay", "metric": "host_delay", "severity": "warning",
+           "confidence": f.get("confidence", 0.0), "evidence": ev, "note": note,
+           "fix": HOST_DELAY_FIX}
+    if f.get("windows") is not None:
+        out["windows"] = list(f["windows"])
+    return out
+
+
 def budget_finding(plan: dict) -> dict | None:
     """`probe.budget`: the rate asked for puts some host above its probe budget."""
     if not plan or not plan.get("over_budget"):

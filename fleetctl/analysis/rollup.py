@@ -5,7 +5,12 @@ Order matters, largest element first:
    through it are bad (`switch_bad_share`) or half of its link directions are blamed;
 2. NIC: both directions of the NIC's cable are blamed (every path from and to it is bad while its
    neighbours are fine): the NIC, or its switch port or cable, which probes cannot tell apart;
-3. host: every NIC of a host with two or more NICs is a NIC finding;
+3. host: every NIC of a host with two or more NICs is a NIC finding; for delay, also every NIC
+   of such a host slow in the same direction (evidence `side`: send, receive or both; some of
+   them blamed and the others' paths nearly as slow counts too, `_host_wide`). That is the
+   host's own sending or receiving side (its CPU, kernel or probe agent: timestamps are taken in
+   software; or an error of its clock estimate), not two cables degrading by the same microseconds at once, so `is_host_side`
+   findings are reported as a measurement note, never as a network fault;
 4. what remains is a link: one direction, or `both` when both directions are blamed.
 
 Confidence (0..1) = support * sqrt(lift), where support = 1 - 0.5^(bad paths through the element)
@@ -20,6 +25,8 @@ paths through one element.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 from scipy.sparse import csc_matrix
@@ -84,6 +91,19 @@ class Rollup:
             if share >= self.th.switch_bad_share or len(mine) >= 0.5 * len(links):
                 groups.append((Element("switch", sw), [self.topo.index("switch", sw)], mine))
                 left -= set(mine)
+        host_side: dict[str, str] = {}
+        if metric == "delay":
+            for host, nic_els in self.host_nics.items():
+                if len(nic_els) < 2 or not all(n in self.nic_links for n in nic_els):
+                    continue
+                sides = [(side, [self.nic_links[n][k] for n in nic_els])
+                         for k, side in enumerate(("send", "receive"))]
+                sides = [(side, dirs) for side, dirs in sides if self._host_wide(dirs, left, sig)]
+                if sides:
+                    links = [l for _, dirs in sides for l in dirs if l in left]
+                    host_side[host] = sides[0][0] if len(sides) == 1 else "both"
+                    groups.append((Element("host", host), links, links))
+                    left -= set(links)
         nic_groups = {}
         for nic_el, (up, down) in self.nic_links.items():
             if up in left and down in left:
@@ -111,6 +131,8 @@ class Rollup:
         for el, path_elems, links in groups:
             f = self._finding(el, path_elems, links, blamed, metric, sig, bad, total_bad, window)
             if f is not None:
+                if el.type == "host" and metric == "delay":
+                    f.evidence["side"] = host_side.get(el.id, "both")
                 out.append(f)
         return out
 
@@ -182,6 +204,26 @@ class Rollup:
         return Finding(el, kind, severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
                        confidence, evidence)
 
+    def _host_wide(self, dirs: list[int], blamed: set[int], sig: PathSignals) -> bool:
+        """Is the delay on these link directions (one per NIC of a host, all one way) the host's?
+        Yes when every one is blamed, or when some are and the paths of the others are nearly as
+        slow (median excess at least half of the blamed ones' and half the floor): a busy host
+        slows all of its NICs alike, and only chance puts some of them under the threshold; a
+        degraded NIC or cable leaves its siblings at their baseline."""
+        hit = [d for d in dirs if d in blamed]
+        if not hit:
+            return False
+        if len(hit) == len(dirs):
+            return True
+        excess = np.where(sig.valid, sig.excess_us, np.nan)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # no valid path: NaN, not host-wide
+            mine = float(np.nanmedian(excess[self.paths_through(hit)]))
+            others = float(np.nanmedian(excess[self.paths_through(
+                [d for d in dirs if d not in blamed])]))
+        return bool(np.isfinite(mine) and np.isfinite(others) and others >= 0.5 * mine
+                    and others >= 0.5 * self.th.delay_floor_us)
+
     def twins(self, elem: int) -> list[int]:
         """Other link directions crossed by exactly the same paths with the same weights.
 
@@ -208,6 +250,11 @@ class Rollup:
                     if ":" in sw_end:
                         out.append({"type": "port", "id": sw_end})
         return out
+
+
+def is_host_side(f: dict) -> bool:
+    """A delay finding on a host (see 3. above): a measurement note, not a network fault."""
+    return f["element"]["type"] == "host" and f["metric"] == "delay"
 
 
 def _round(v: float) -> float | None:

@@ -135,6 +135,7 @@ class Coordinator:
         self.last_jobs = 0.0
         self.last_replan_check = time.time()
         self.last_window: dict = {}
+        self.host_side: set[str] = set()  # hosts whose own side slowed their probes last window
         self.tracker: EventTracker | None = None
         self.supervisor: AgentSupervisor | None = None
 
@@ -280,6 +281,10 @@ class Coordinator:
         for st in self.supervisor.state.values():
             st.overloaded = st.node in res.overloaded
         findings = res.findings + self.clock.findings(b)
+        notes = {n["element"]["id"]: n for n in res.host_side}
+        for host in sorted(set(notes) - self.host_side):  # once per episode, not every window
+            self.log(f"window {iso(b)}: {notes[host]['note']} (not an event)")
+        self.host_side = set(notes)
         # hosts blind or overloaded: the window says nothing about what their probes cross, so
         # it neither opens nor closes anything there (a fault outlives an agent restart)
         silent = set(self.tracker.loc) if (blind or res.overloaded or res.probes == 0) else set()
@@ -299,6 +304,7 @@ class Coordinator:
         self.last_window = {"t_start": a, "t_end": b, "probes": res.probes,
                             "set_aside": res.set_aside, "overloaded": res.overloaded,
                             "blind": res.blind, "findings": len(res.findings),
+                            "host_side_delay": sorted(notes),
                             "late_records": self.ingest.late}
         self.outputs.window(self._window_doc(res), probes, health, self.last_window,
                             self.tracker.open_events())

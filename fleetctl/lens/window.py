@@ -4,7 +4,8 @@ The same steps as a one-shot audit (meshrun.analyze), for one window at a time a
 carried between windows by the caller: the clock model (clocktrack.py) for one-way delays and the
 per-path delay baselines (baseline.py) for gray failures. Integrity first: probes from or to a
 host whose agent was overloaded, not running or restarting in the window are set aside, so an
-overloaded host never produces a network finding.
+overloaded host never produces a network finding; a delay on every path from (or to) all of a
+host's NICs is that host's own side (rollup.is_host_side), kept as a note, never an event.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetctl.analysis.integrity import overload_marks, probes_kept
+from fleetctl.analysis.integrity import host_delay_note, overload_marks, probes_kept
 from fleetctl.analysis.merge import merge_identical_paths
-from fleetctl.analysis.rollup import Rollup
+from fleetctl.analysis.rollup import Rollup, is_host_side
 from fleetctl.analysis.signals import Thresholds, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
 from fleetctl.analysis.windows import build_windows
@@ -36,6 +37,7 @@ class WindowResult:
     elements: list[dict] = field(default_factory=list)  # per link direction / switch / NIC
     overloaded: list[str] = field(default_factory=list)  # hosts set aside for overload
     blind: list[str] = field(default_factory=list)  # hosts whose agent was not running
+    host_side: list[dict] = field(default_factory=list)  # probe.host_delay notes (not events)
     probes: int = 0
     set_aside: int = 0
     path_delay: np.ndarray | None = None  # per path, us (for the baselines)
@@ -103,7 +105,9 @@ class WindowAnalyzer:
         base = baseline if baseline is not None else np.full(len(self.paths), np.nan)
         m_sent, m_lost, m_delay, m_base = self._merge(sent, lost, delay, base)
         sig = window_signals(m_sent, m_lost, m_delay, m_base, self.th)
-        out.findings = self._findings(sig)
+        found = self._findings(sig)
+        out.findings = [f for f in found if not is_host_side(f)]
+        out.host_side = [host_delay_note(f) for f in found if is_host_side(f)]
         bad_rows = sig.lossy | sig.delayed
         out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.group]
         out.elements = self._element_rows(sig, m_delay)

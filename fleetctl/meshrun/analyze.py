@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetctl.analysis.integrity import (IntegrityThresholds, budget_finding, overload_findings,
-                                         overload_marks, probes_kept)
+from fleetctl.analysis.integrity import (IntegrityThresholds, budget_finding, host_delay_note,
+                                         overload_findings, overload_marks, probes_kept)
+from fleetctl.analysis.rollup import is_host_side
 from fleetctl.analysis.significance import DEFAULT_FDR, significant
 from fleetctl.analysis.solvers import get_solver
 from fleetctl.analysis.triangulate import triangulate
@@ -98,6 +99,7 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
                 * w.path_sent.shape[0] * 2)
     fdr = float(run.parameters.get("fdr") or DEFAULT_FDR)
     findings, dropped = significant(raw, tests, fdr)
+    findings = [host_delay_note(f) if is_host_side(f) else f for f in findings]
     disc = Discovery(run.paths, run.flows, 0, 0, run.switch_results)
     have = {(f["element"]["type"], f["element"]["id"]) for f in findings}
     for f in dead_link_findings(topo, disc):

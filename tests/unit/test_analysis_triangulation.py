@@ -106,6 +106,42 @@ def test_evidence_figures(lab):
     assert f["severity"] == "major" and f["windows"] == [0, 1]
 
 
+HOST_SIDE = [
+    # a busy host slows every path it sends on, on all of its NICs alike: the host's own side
+    ([Fault("node3:eth0->leaf2", "delay", 40.0), Fault("node3:eth1->leaf2", "delay", 40.0)],
+     "send"),
+    ([Fault("leaf2->node3:eth0", "delay", 40.0), Fault("leaf2->node3:eth1", "delay", 40.0)],
+     "receive"),
+    # only one NIC's paths over the threshold, the other's nearly as slow (chance put it under)
+    ([Fault("node3:eth0->leaf2", "delay", 30.0), Fault("node3:eth1->leaf2", "delay", 17.0)],
+     "send"),
+    ([Fault("node3", "delay", 100.0)], "both"),
+]
+
+
+@pytest.mark.parametrize("faults,side", HOST_SIDE, ids=[c[1] for c in HOST_SIDE])
+def test_delay_on_all_nics_of_a_host_is_its_own_side(lab, faults, side):
+    from fleetctl.analysis.rollup import is_host_side
+
+    t, paths = lab
+    for seed in (1, 2, 3):
+        (f,) = triangulate(t, paths, simulate(t, paths, faults, windows=2, seed=seed), "nnls")
+        assert f["element"] == {"type": "host", "id": "node3"} and is_host_side(f)
+        assert f["evidence"]["side"] == side
+
+
+@pytest.mark.parametrize("sibling_us", [0.0, 5.0])
+def test_one_slow_nic_with_a_healthy_sibling_stays_a_link_finding(lab, sibling_us):
+    from fleetctl.analysis.rollup import is_host_side
+
+    t, paths = lab
+    faults = [Fault("node3:eth0->leaf2", "delay", 60.0)]
+    if sibling_us:
+        faults.append(Fault("node3:eth1->leaf2", "delay", sibling_us))
+    (f,) = triangulate(t, paths, simulate(t, paths, faults, windows=2, seed=4), "nnls")
+    assert f["element"]["direction"] == "node3:eth0->leaf2" and not is_host_side(f)
+
+
 def test_fault_in_one_window_only(lab):
     t, paths = lab
     clean = simulate(t, paths, [], windows=2, seed=1)

@@ -204,3 +204,27 @@ def test_a_stall_marks_its_window_and_reaches_back_one_echo_timeout():
         [True, False, False, True]
     quiet = health_rows({3}, stall_max_us=200_000)  # below the agent's own skip limit
     assert overload_marks({"b": quiet}, ["b"])["b"].overloaded == 0
+
+
+def test_a_host_slow_on_all_its_nics_is_a_probe_warning(topo):
+    """A busy host slows what it sends on every NIC alike (software timestamps): a
+    `probe.host_delay` warning about the measurement, never a link finding; one NIC slow alone is
+    still a network finding."""
+    pairs = [(topo.nics[a], topo.nics[b]) for a, b in select_pairs(topo).pairs]
+
+    def audit(faults):
+        syn = synthetic_run(topo, pairs, faults, sports=8, duration=DURATION, seed=5)
+        run = RunData("syn-hd", "lab", topo, syn.paths, syn.flows, syn.probes, syn.epoch_ns,
+                      {"window_s": 3.0, "duration": DURATION, "solver": "nnls", "rate": 20.0})
+        return run, analyze(run, "nnls", 3.0)
+
+    # slow both ways (a one-way slowdown of a whole host is, to a one-shot clock fit, an offset)
+    run, a = audit([Fault("node2", "delay", 60.0)])
+    assert network(a.findings) == []
+    (f,) = a.findings
+    assert f["check"] == "probe.host_delay" and f["element"] == {"type": "host", "id": "node2"}
+    assert f["severity"] == "warning" and f["evidence"]["side"] == "both"
+    assert "not blamed" in f["note"] and exit_code(to_dict(run, a)) == 1
+    run, a = audit([Fault("node2:eth0->leaf1", "delay", 60.0)])
+    assert [f["element"].get("direction") for f in a.findings] == ["node2:eth0->leaf1"]
+    assert exit_code(to_dict(run, a)) == 2
