@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Clean soak of `fleetctl lens` on the 8-host lab: no fault for `--minutes`; prints JSON with the
-events written (all false), the coordinator's memory (RSS sampled every 10 s: first, last, max and
+events written (all false), the windows with a host-side delay note, the coordinator's memory (RSS sampled every 10 s: first, last, max and
 the slope of a line fitted to the second half), its CPU and the agents' CPU per host.
 
     python benchmarks/lens_soak.py [--minutes 10] [--rate 100] [--transport local|ssh]
@@ -50,6 +50,9 @@ def main() -> int:
            "windows": st.get("counters", {}).get("windows"),
            # windows in which triangulation named anything: with k_open 1 each would be an event
            "windows_with_findings": st.get("counters", {}).get("windows_with_findings", 0),
+           # windows with a probe.host_delay note (a host's own side, not an event)
+           "windows_with_host_side_delay":
+               st.get("counters", {}).get("windows_with_host_side_delay", 0),
            "analysis_s_max": st.get("counters", {}).get("analysis_s_max"),
            "rss_kib": {"first": samples[0][1], "last": samples[-1][1],
                        "max": max(s[1] for s in samples),

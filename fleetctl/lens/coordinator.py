@@ -285,6 +285,9 @@ class Coordinator:
         for host in sorted(set(notes) - self.host_side):  # once per episode, not every window
             self.log(f"window {iso(b)}: {notes[host]['note']} (not an event)")
         self.host_side = set(notes)
+        if notes:
+            self.counters["windows_with_host_side_delay"] = \
+                self.counters.get("windows_with_host_side_delay", 0) + 1
         # hosts blind or overloaded: the window says nothing about what their probes cross, so
         # it neither opens nor closes anything there (a fault outlives an agent restart)
         silent = set(self.tracker.loc) if (blind or res.overloaded or res.probes == 0) else set()
