@@ -21,7 +21,10 @@ is significant against that background (binomial tail below `element_alpha`, 1e-
 28 paths include 11 slow ones when 20 % of all paths are slow is luck, not a fault), and findings
 below `min_confidence` (0.4) are dropped:
 with heavy-tailed jitter a window's p99 makes scattered paths look slow, but never most of the
-paths through one element.
+paths through one element. A delay finding on a link or NIC also needs the solver's estimate for
+it (`estimate_delay_us`) to reach `delay_floor_us`: paths just over the floor whose excess the
+fit puts mostly elsewhere are not that element's fault. (Switches and hosts are judged by their
+paths: a path crosses two of a switch's link directions, which share its delay.)
 """
 
 from __future__ import annotations
@@ -145,6 +148,11 @@ class Rollup:
         if n_bad < self.th.min_bad_paths:
             return None
         clean = through & ~bad
+        if metric == "delay" and el.type in ("link", "nic") and \
+                max(blamed.get(l, 0.0) for l in links) < self.th.delay_floor_us:
+            # the solver puts less than the floor on it: its paths' excess is mostly elsewhere
+            # (a busy host, a clock estimate), and the floor says so little is never a fault
+            return None
         if metric == "loss":
             # pooled over the bad paths: rare single drops on a few paths are not a fault
             lost, sent = int(sig.lost[hit].sum()), int(sig.sent[hit].sum())

@@ -142,6 +142,23 @@ def test_one_slow_nic_with_a_healthy_sibling_stays_a_link_finding(lab, sibling_u
     assert f["element"]["direction"] == "node3:eth0->leaf2" and not is_host_side(f)
 
 
+def test_delay_under_the_floor_is_never_a_finding_just_over_it_always(lab):
+    """`delay_floor_us` (20) is a promise about the element: paths whose excess sits just over
+    it by jitter (about half of a 19 us cable's paths) must not make a finding of a cable the
+    fit gives 7-13 us (CI's false lens events had estimates of 10-14 us)."""
+    t, paths = lab
+    for seed in range(6):
+        for us in (19.0, 20.0):
+            stats = simulate(t, paths, [Fault("node3:eth0->leaf2", "delay", us)], windows=2,
+                             seed=seed)
+            assert triangulate(t, paths, stats, "nnls") == [], (us, seed)
+        stats = simulate(t, paths, [Fault("node3:eth0->leaf2", "delay", 24.0)], windows=2,
+                         seed=seed)
+        (f,) = triangulate(t, paths, stats, "nnls")
+        assert f["element"]["direction"] == "node3:eth0->leaf2"
+        assert f["evidence"]["estimate_delay_us"] >= 20.0
+
+
 def test_fault_in_one_window_only(lab):
     t, paths = lab
     clean = simulate(t, paths, [], windows=2, seed=1)
