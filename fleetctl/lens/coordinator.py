@@ -275,7 +275,8 @@ class Coordinator:
         self.clock.maybe_refit(b, background=True)
         model, epoch = self.clock.fit
         res = self.analyzer.analyze(probes, a, b, health, blind, model, epoch,
-                                    self.baselines.current())
+                                    self.baselines.current(),
+                                    [ev["element"] for ev in self.tracker.open_events()])
         if res.path_delay is not None and res.path_healthy is not None:
             self.baselines.update(res.path_delay, res.path_healthy)
         for st in self.supervisor.state.values():

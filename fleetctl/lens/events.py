@@ -10,6 +10,9 @@ confidence, evidence) or, by its absence, good. Per location:
   one event with metric `flapping`, its count and period (mean time between bad starts), whether
   or not any bad run was long enough to open an event; it closes only after the location stayed
   good for `m_close` windows and three periods;
+- explained: a finding whose bad paths nearly all cross the element of an open event
+  (`explained_by_open_event`, window.py) opens its own event only after `k_open_gray` bad windows
+  in a row: one window naming a twin of the open fault is not a second fault;
 - escalation: an open event whose metric or severity changes gets an `update` record (also when
   the flap count passes 10, 30, 100, ...), never a second event.
 A location is the element, with a NIC's cable folded into the NIC (a cable down is seen as
@@ -115,6 +118,9 @@ class EventTracker:
         if ev is None:
             need = r.k_open_down if f["metric"] == "down" else \
                 r.k_open_gray if f["metric"] in ("delay", "clock") else r.k_open
+            if (f.get("evidence") or {}).get("explained_by_open_event") and \
+                    st["bad"] < max(need, r.k_open_gray):
+                return []  # its bad paths are an open event's: a new fault only if it persists
             if flap is None and st["bad"] < need:
                 return []
             metric = "flapping" if flap else f["metric"]

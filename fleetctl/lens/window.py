@@ -27,6 +27,7 @@ from fleetctl.model.fabric import PathTable, Topology, WindowStats, group_quanti
 
 SEVERITY = {"critical": "critical", "major": "warning", "minor": "info"}
 FLAP_BIN_S = 0.1  # time resolution of down/up transitions within a window
+EXPLAINED_SHARE = 0.8  # of a finding's bad paths crossing an open event's element: explained
 
 
 @dataclass
@@ -79,7 +80,13 @@ class WindowAnalyzer:
 
     def analyze(self, probes: np.ndarray, t_start: float, t_end: float, health: dict,
                 blind: set[str], clock=None, clock_epoch_ns: int = 0,
-                baseline: np.ndarray | None = None) -> WindowResult:
+                baseline: np.ndarray | None = None,
+                open_elements: list[dict] | None = None) -> WindowResult:
+        """`open_elements`: the elements of the events open now. A finding elsewhere whose bad
+        paths nearly all cross one of them is marked `explained_by_open_event` (events.py then
+        waits for it to persist): with two leaves, a cable's direction and its twin on the other
+        leaf share every path but the loop probes', and a window with few loop losses can name
+        the twin once."""
         out = WindowResult(t_start, t_end, blind=sorted(blind))
         marks = overload_marks(health, self.hosts)
         out.overloaded = sorted(h for h, m in marks.items() if m.overloaded)
@@ -108,6 +115,7 @@ class WindowAnalyzer:
         found = self._findings(sig)
         out.findings = [f for f in found if not is_host_side(f)]
         out.host_side = [host_delay_note(f) for f in found if is_host_side(f)]
+        self._mark_explained(out.findings, sig, open_elements or [])
         bad_rows = sig.lossy | sig.delayed
         out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.group]
         out.elements = self._element_rows(sig, m_delay)
@@ -172,6 +180,28 @@ class WindowAnalyzer:
             if now is not None:
                 state = now
         return starts[-50:], state
+
+    def _through(self, element: dict) -> np.ndarray:
+        """Per merged path: does it cross the element?"""
+        cols = element_columns(self.topo, element)
+        if not cols:
+            return np.zeros(self.n_merged, dtype=bool)
+        return np.asarray(self.inc[:, cols].sum(axis=1)).ravel() > 0
+
+    def _mark_explained(self, findings: list[dict], sig, open_elements: list[dict]) -> None:
+        if not open_elements or not findings:
+            return
+        here = {self.location(el) for el in open_elements}
+        cover = np.zeros(self.n_merged, dtype=bool)
+        for el in open_elements:
+            cover |= self._through(el)
+        for f in findings:
+            if self.location(f["element"]) in here:
+                continue
+            bad = sig.delayed if f["metric"] == "delay" else sig.lossy
+            mine = self._through(f["element"]) & bad & sig.valid
+            if mine.any() and cover[mine].mean() >= EXPLAINED_SHARE:
+                f["evidence"]["explained_by_open_event"] = True
 
     def _merge(self, sent, lost, delay, base):
         n, g = self.n_merged, self.group

@@ -147,3 +147,24 @@ def test_defaults_open_loss_at_once_and_gray_delay_after_two():
     gray = {"type": "link", "id": "leaf2--spine1", "direction": "spine1->leaf2"}
     assert feed(tr, "B", el=gray, metric="delay", t0=1001.0) == []
     assert [r["kind"] for r in feed(tr, "B", el=gray, metric="delay", t0=1002.0)] == ["open"]
+
+
+def test_a_finding_an_open_event_explains_must_persist_to_open():
+    """CI saw it: a 2 % loss on leaf2--spine1 was open, and one window named leaf1->spine1 (the
+    twin of spine1->leaf2 but for the loop probes): a second event. Now it waits for a second."""
+    tr = EventTracker()  # loss opens at once...
+    assert [r["kind"] for r in feed(tr, "B")] == ["open"]
+    twin = {"type": "link", "id": "leaf1--spine1", "direction": "leaf1->spine1"}
+
+    def explained(t):
+        f = finding(twin)
+        f["evidence"]["explained_by_open_event"] = True
+        return tr.window(t, t + 1, [finding(), f], now=t + 1)
+
+    assert explained(1001.0) == []  # ... but not when an open event explains its paths
+    assert tr.window(1002.0, 1003.0, [finding()], now=1003.0) == []
+    for t in (1003.0, 1005.0, 1007.0):  # not as a flap either, one window at a time
+        assert explained(t) == []
+        assert tr.window(t + 1, t + 2, [finding()], now=t + 2) == []
+    recs = explained(1009.0) + explained(1010.0)  # it persists: a fault of its own
+    assert [(r["kind"], r["element"]["id"]) for r in recs] == [("open", "leaf1--spine1")]

@@ -249,3 +249,26 @@ def test_a_flap_on_the_window_edge_is_seen(fabric):
     assert len(starts) == 3, starts
     for s, i in zip(starts, (2, 4, 6)):
         assert edges[i] <= s <= edges[i] + 0.25, (starts, edges)
+
+
+def test_a_finding_whose_bad_paths_cross_an_open_event_is_marked_explained(fabric):
+    syn = run(fabric, [Fault("spine1->leaf2", "loss", 0.05)], duration=3.0)
+    twins = {"spine1->leaf2": {"type": "link", "id": "leaf1--spine1", "direction": "leaf1->spine1"},
+             "leaf1->spine1": {"type": "link", "id": "leaf2--spine1", "direction": "spine1->leaf2"}}
+    elsewhere = {"type": "link", "id": "leaf2--spine2", "direction": "both"}
+    topo, _ = fabric
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    marked = 0
+    for a, b, probes in windows(syn):
+        plain = an.analyze(probes, a, b, {}, set())
+        for f in plain.findings:
+            assert "explained_by_open_event" not in f["evidence"]
+        named = [f["element"]["direction"] for f in plain.findings]
+        if not named:
+            continue  # the run's last, short window
+        assert len(named) == 1 and named[0] in twins
+        res = an.analyze(probes, a, b, {}, set(), open_elements=[elsewhere])
+        assert all("explained_by_open_event" not in f["evidence"] for f in res.findings)
+        res = an.analyze(probes, a, b, {}, set(), open_elements=[twins[named[0]]])
+        marked += all(f["evidence"].get("explained_by_open_event") for f in res.findings)
+    assert marked >= 2
