@@ -231,8 +231,11 @@ def test_downed_link_is_one_event(lens):
     before = {e["id"] for e in lens.events()}
     faults.add("node3:eth1", "down")
     try:
-        ev = _one_event(lens, before, lambda e: "node3:eth1" in e["element"]["id"])
-        assert ev["metric"] == "down" and ev["severity"] == "critical"
+        # down at once, or (down in the last moments of a window) loss first and an update to
+        # down a window later: one event either way (expect_events below)
+        ev = _one_event(lens, before, lambda e: "node3:eth1" in e["element"]["id"]
+                        and e["metric"] == "down")
+        assert ev["severity"] == "critical"
         assert lens.job in [j["job_id"] for j in ev["jobs"]]
         time.sleep(3)
     finally:
