@@ -211,9 +211,9 @@ def overload_findings(marks: dict[str, HostOverload], rate: float | None = None)
     return out
 
 
-HOST_DELAY_FIX = ("look at the host's load (CPU, interrupts, the probe agent's CPU in `lens status` "
-                  "or the run's health table); a host that stays slow with nothing running is "
-                  "worth a node audit")
+HOST_DELAY_FIX = ("look at the host's load (CPU, interrupts, the probe agent's CPU in "
+                  "`lens status` or the run's health table); a host that stays slow with nothing "
+                  "running is worth a node audit")
 SIDE_WORDS = {"send": "from", "receive": "to", "both": "from and to"}
 
 
@@ -221,7 +221,8 @@ def host_delay_note(f: dict) -> dict:
     """`probe.host_delay`: a delay finding on a whole host (rollup.is_host_side) restated as what
     it is: every path from (or to) all of the host's NICs was slow at once, which its own
     sending or receiving side explains (software timestamps on a busy host; an error of its
-    clock estimate looks the same), so probes cannot blame its NICs or cables. A warning about the measurement, not a network fault."""
+    clock estimate looks the same), so probes cannot blame its NICs or cables. A warning about
+    the measurement, not a network fault."""
     ev = dict(f.get("evidence") or {})
     side = ev.get("side", "both")
     excess = ev.get("excess_delay_us_bad_median")

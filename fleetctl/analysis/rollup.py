@@ -9,8 +9,9 @@ Order matters, largest element first:
    of such a host slow in the same direction (evidence `side`: send, receive or both; some of
    them blamed and the others' paths nearly as slow counts too, `_host_wide`). That is the
    host's own sending or receiving side (its CPU, kernel or probe agent: timestamps are taken in
-   software; or an error of its clock estimate), not two cables degrading by the same microseconds at once, so `is_host_side`
-   findings are reported as a measurement note, never as a network fault;
+   software; or an error of its clock estimate), not two cables degrading by the same
+   microseconds at once, so `is_host_side` findings are reported as a measurement note, never as
+   a network fault;
 4. what remains is a link: one direction, or `both` when both directions are blamed.
 
 Confidence (0..1) = support * sqrt(lift), where support = 1 - 0.5^(bad paths through the element)

@@ -182,11 +182,8 @@ class WindowAnalyzer:
         return starts[-50:], state
 
     def _through(self, element: dict) -> np.ndarray:
-        """Per merged path: does it cross the element?"""
-        cols = element_columns(self.topo, element)
-        if not cols:
-            return np.zeros(self.n_merged, dtype=bool)
-        return np.asarray(self.inc[:, cols].sum(axis=1)).ravel() > 0
+        """Per merged path: does it cross the element (an event's or finding's element dict)?"""
+        return self.rollup.paths_through(element_columns(self.topo, element))
 
     def _mark_explained(self, findings: list[dict], sig, open_elements: list[dict]) -> None:
         if not open_elements or not findings:
