@@ -153,7 +153,8 @@ def expect_events(lens, before: set[str], n: int, why: str = "") -> None:
     if len(events) == n:
         return
     rows = [f"{e['id']} {e['element']['type']} "
-            f"{e['element'].get('direction') or e['element']['id']} {e['metric']} {e['severity']} {e['state']} evidence "
+            f"{e['element'].get('direction') or e['element']['id']} {e['metric']} "
+            f"{e['severity']} {e['state']} evidence "
             f"{json.dumps(e.get('evidence'), sort_keys=True)[:1500]}" for e in events]
     pytest.fail("\n".join([f"{len(events)} new events, expected {n}" + (f" ({why})" if why else "")]
                           + rows + ["--- lens.log ---", lens.log()]), pytrace=False)
