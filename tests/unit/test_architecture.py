@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "fleetctl"
 # Rank of every top-level package or module of fleetctl (docs/architecture.md, "Layers").
 RANKS = {
     # ground (__init__: the root package, which holds only the version)
-    "__init__": 0, "errors": 0, "nodeset": 1, "atomic": 1, "locks": 1, "registry": 1, "extras": 1, "model": 2,
+    "__init__": 0, "errors": 0, "nodeset": 1, "atomic": 1, "locks": 1, "filekit": 1, "registry": 1, "extras": 1, "model": 2,
     "config": 3,
     # reach
     "fanout": 4, "slurm": 4, "store": 4, "inventory": 5,
