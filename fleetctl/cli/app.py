@@ -83,6 +83,21 @@ class Application:
 
         return load_site(self.site_file())
 
+    def slurm_backend(self):
+        """The site's Slurm backend; without a site file, the CLI backend on SLURM_CONF or /etc/slurm
+        (ConfigError when there is neither)."""
+        if self.site_path or os.environ.get("FLEETCTL_SITE"):
+            from fleetctl.slurm import backend_for_site
+
+            return backend_for_site(self.site)
+        from fleetctl.inventory.from_slurm import slurm_configured
+
+        if not slurm_configured():
+            raise ConfigError(NO_SITE, hint="or point SLURM_CONF at a slurm.conf")
+        from fleetctl.slurm import get_backend
+
+        return get_backend("cli", slurm_conf=os.environ.get("SLURM_CONF", ""), timeout=15.0)
+
     def site_or_slurm(self, *, alone: bool = False):
         """The site file in use; without one (no --site, no FLEETCTL_SITE), the cluster as Slurm
         describes it when there is a slurm.conf to ask (SLURM_CONF or /etc/slurm). `alone`: with

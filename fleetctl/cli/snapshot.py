@@ -8,8 +8,6 @@ No torch here: the on-disk format is read with the standard library only.
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
@@ -49,13 +47,11 @@ def snapshot() -> None:
 def take(app: Application, target: str, registry: str | None, wait: bool, timeout: float, drain: bool,
          send_signal: bool, no_request: bool) -> int:
     """Ask the job (JOBID or snapshot DIR) for a snapshot at its next iteration boundary."""
-    from fleetctl.snapshot import SnapshotError
-    from fleetctl.snapshot.layout import read_latest, write_request
-    from fleetctl.snapshot.registry import resolve
+    from fleetctl.snapshot import SnapshotError, requests
 
     if no_request and not send_signal:
         raise SnapshotError("--no-request needs --signal (otherwise nothing asks the job)")
-    root, job_id = resolve(target, registry)
+    root, job_id = _resolve(app, target, registry)
     if send_signal and job_id is None:
         raise SnapshotError("--signal needs a job id, not a directory")
     backend = None
@@ -65,18 +61,23 @@ def take(app: Application, target: str, registry: str | None, wait: bool, timeou
         backend = backend_for_site(app.site)
         if not hasattr(backend, "run"):
             raise SnapshotError(f"the {backend.name} Slurm backend cannot signal a job")
-    before = read_latest(root) if no_request else None
-    request_id = None if no_request else write_request(root, "drain" if drain else "request")
+    asked = requests.ask(root, "drain" if drain else "request", write=not no_request)
+    if asked.problem:
+        raise SnapshotError(asked.problem)
     signalled = False
     if backend is not None:
-        backend.run("scancel", "--signal=USR2", job_id)
+        backend.signal_job(job_id, "USR2")
         signalled = True
+    request_id = asked.request_id
     app.info(f"requested a snapshot of {job_id or root}"
              + (f" (request {request_id})" if request_id else " (signal)"))
     data = {"job_id": job_id, "directory": str(root), "request": request_id, "signalled": signalled,
             "snapshot": None}
     if wait:
-        data["snapshot"] = _wait_for(root, request_id, timeout, newer_than=before)
+        requests.wait_all([asked], timeout)
+        if asked.answer is None:
+            raise asked.timeout_error(timeout)
+        data["snapshot"] = asked.answer
 
     def render(console):
         if data["snapshot"]:
@@ -91,39 +92,27 @@ def take(app: Application, target: str, registry: str | None, wait: bool, timeou
     return EXIT_OK
 
 
-def _wait_for(root, request_id: str | None, timeout: float, newer_than: int | None = None) -> dict:
-    """The published snapshot that answers `request_id` (LATEST names it, its manifest carries it);
-    without a request id, the first one LATEST names that is newer than `newer_than`."""
-    from fleetctl.snapshot import SnapshotError, manifest
-    from fleetctl.snapshot.layout import REQUEST, read_latest, step_name
+def _resolve(app: Application, target: str, registry: str | None):
+    """(directory, job id) of TARGET; a job's registry entry must be written by the job's owner: the
+    calling user, or for root the owner Slurm names (registry squatting, docs/security.md)."""
+    import os
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            latest = read_latest(root)
-        except SnapshotError:
-            latest = None
-        if latest is not None and request_id is None:
-            if newer_than is None or latest > newer_than:
-                return {"step": latest, "path": str(root / step_name(latest))}
-        elif latest is not None:
-            path = root / step_name(latest)
-            try:
-                doc = manifest.load(path)
-            except SnapshotError:
-                doc = {}
-            if doc.get("request") == request_id:
-                return {"step": latest, "path": str(path)}
-        time.sleep(0.2)
-    if request_id is None:
-        raise SnapshotError(f"no new snapshot within {timeout:g} s after the signal",
-                            hint="does every step of the job run the Snapshotter with its SIGUSR2 handler?")
-    still_queued = (root / REQUEST).exists()
-    raise SnapshotError(f"no snapshot answered request {request_id} within {timeout:g} s",
-                        hint="the job has not picked the request up (is it running, and does it call "
-                             "Snapshotter.step()?)" if still_queued else
-                             "the job took the request; the snapshot is still being written or failed "
-                             "(see the job's log)")
+    from fleetctl.snapshot.registry import is_job_id, resolve
+
+    owner = None
+    if is_job_id(target):
+        owner = os.geteuid() if os.geteuid() != 0 else _slurm_owner(app, target)
+    return resolve(target, registry, owner=owner)
+
+
+def _slurm_owner(app: Application, job_id: str) -> int | None:
+    from fleetctl.errors import FleetctlError
+    from fleetctl.snapshot.registry import job_owner
+
+    try:
+        return job_owner(app.slurm_backend(), job_id)
+    except FleetctlError:  # no site, no Slurm: entries of different owners are then refused
+        return None
 
 
 # ---------------------------------------------------------------- list
@@ -136,7 +125,7 @@ def _wait_for(root, request_id: str | None, timeout: float, newer_than: int | No
 def list_command(app: Application, target: str | None, registry: str | None, digests: bool) -> int:
     """Snapshots of a job (JOBID or DIR); without TARGET, the jobs in the registry."""
     from fleetctl.snapshot import catalog
-    from fleetctl.snapshot.registry import entries, resolve
+    from fleetctl.snapshot.registry import entries
 
     if target is None:
         data = {"jobs": entries(registry)}
@@ -151,7 +140,7 @@ def list_command(app: Application, target: str | None, registry: str | None, dig
 
         app.emit(data, render_jobs)
         return EXIT_OK
-    root, job_id = resolve(target, registry)
+    root, job_id = _resolve(app, target, registry)
     data = {"job_id": job_id, **catalog.describe(root, digests=digests)}
 
     def render(console):
@@ -187,7 +176,7 @@ def verify(app: Application, target: str, registry: str | None) -> int:
 
     from fleetctl.snapshot import SnapshotError, catalog, manifest
     from fleetctl.snapshot.layout import MANIFEST, parse_step, parse_tmp_step, scan
-    from fleetctl.snapshot.registry import is_job_id, resolve
+    from fleetctl.snapshot.registry import is_job_id
 
     path = Path(target).expanduser()
     single = not is_job_id(target) and (parse_step(path.name) is not None or (path / MANIFEST).exists()
@@ -203,7 +192,7 @@ def verify(app: Application, target: str, registry: str | None) -> int:
             verdicts = [manifest.verify(path)]
         root, job_id, chosen = path.parent, None, None
     else:
-        root, job_id = resolve(target, registry)
+        root, job_id = _resolve(app, target, registry)
         verdicts = [manifest.verify(e.path) for e in scan(root) if e.committed]
         chosen = catalog.choose(root).step if verdicts else None
     failed = [v for v in verdicts if not v.ok]
@@ -236,11 +225,11 @@ def verify(app: Application, target: str, registry: str | None) -> int:
 def restore(app: Application, job_id: str, registry: str | None, dry_run: bool) -> int:
     """Requeue JOB_ID (scontrol requeue) so that its Snapshotter restores the newest verified snapshot."""
     from fleetctl.snapshot import SnapshotError, catalog
-    from fleetctl.snapshot.registry import is_job_id, lookup
+    from fleetctl.snapshot.registry import is_job_id
 
     if not is_job_id(job_id):
         raise SnapshotError(f"{job_id[:40]!r} is not a Slurm job id")
-    root = lookup(job_id, registry)
+    root, _ = _resolve(app, job_id, registry)
     choice = catalog.choose(root)
     if choice.step is None:
         why = "; ".join(f"step {s['step']}: {s['reason']}" for s in choice.skipped[:4])
@@ -275,9 +264,8 @@ def restore(app: Application, job_id: str, registry: str | None, dry_run: bool) 
 def prune(app: Application, target: str, registry: str | None, keep: int, dry_run: bool) -> int:
     """Remove old snapshots beyond --keep and leftovers of interrupted writes."""
     from fleetctl.snapshot import catalog
-    from fleetctl.snapshot.registry import resolve
 
-    root, job_id = resolve(target, registry)
+    root, job_id = _resolve(app, target, registry)
     plan = catalog.prune_plan(root, keep)
     for entry in plan if not dry_run else ():
         catalog.remove(entry)
@@ -315,11 +303,10 @@ def interval(app: Application, target: str | None, registry: str | None, cost: f
     """The optimum snapshot interval: Young sqrt(2 C M) and Daly sqrt(2 C (R + M)), with their inputs."""
     from fleetctl.snapshot import interval as yd
     from fleetctl.snapshot.layout import read_status
-    from fleetctl.snapshot.registry import resolve
 
     status = {}
     if target is not None:
-        root, _ = resolve(target, registry)
+        root, _ = _resolve(app, target, registry)
         status = read_status(root) or {}
     cost_source = "--cost"
     if cost is None:

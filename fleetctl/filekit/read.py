@@ -99,13 +99,13 @@ def loads_json(data: str | bytes, what: str, *, max_depth: int = MAX_JSON_DEPTH,
     try:
         obj = json.loads(data)
     except RecursionError:
-        raise error(f"{what}: JSON nested deeper than {max_depth} levels") from None
+        raise error(f"{what} is JSON nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # UnicodeDecodeError is a ValueError
-        raise error(f"{what}: not valid JSON ({str(exc)[:120]})") from None
+        raise error(f"{what} is not valid JSON ({str(exc)[:120]})") from None
     if json_too_deep(obj, max_depth):
-        raise error(f"{what}: JSON nested deeper than {max_depth} levels")
+        raise error(f"{what} is JSON nested deeper than {max_depth} levels")
     if kind is not None and not isinstance(obj, kind):
-        raise error(f"{what}: not a JSON {'object' if kind is dict else kind.__name__}")
+        raise error(f"{what} is not a JSON {'object' if kind is dict else kind.__name__}")
     return obj
 
 

@@ -210,3 +210,7 @@ class SlurmBackend(abc.ABC):
     @abc.abstractmethod
     def requeue(self, job_id: str, *, hold: bool = False) -> None:
         """Requeue a batch job (optionally held)."""
+
+    def signal_job(self, job_id: str, signal: str) -> None:
+        """Send `signal` (a name: USR2) to every step of a job. Backends that cannot raise."""
+        raise SlurmError(f"the {self.name} Slurm backend cannot signal a job")

@@ -240,6 +240,12 @@ class CliBackend(SlurmBackend):
             raise UsageError(f"invalid job id {job_id!r}")
         self.run("scontrol", "requeuehold" if hold else "requeue", str(job_id))
 
+    def signal_job(self, job_id: str, signal: str) -> None:
+        _check_job_id(job_id)
+        if not re.fullmatch(r"[A-Z0-9]{1,8}", signal):
+            raise UsageError(f"invalid signal name {signal[:16]!r}")
+        self.run("scancel", f"--signal={signal}", str(job_id))
+
     # ---- moving a job off a node (fleetctl spares swap); Slurm 22.05 and 24.11 alike
     def job_record(self, job_id: str) -> dict[str, str]:
         """The job's `scontrol show job --oneliner` fields ({} when Slurm no longer knows it)."""

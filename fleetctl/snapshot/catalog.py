@@ -24,23 +24,57 @@ class Choice:
         return {"step": self.step, "path": self.path, "skipped": self.skipped}
 
 
-def choose(root: Path, *, digests: bool = True) -> Choice:
+def choose(root: Path, *, digests: bool = True, owner: int | None = None, below: int | None = None) -> Choice:
     """The newest committed snapshot that verifies; each newer one that does not is named with why.
 
     Only step_N directories are candidates (a step_N.tmp is an interrupted or running write). LATEST
     is not trusted blindly: a newer committed directory that verifies was confirmed by every rank
-    before its rename (the job died before moving LATEST), and a LATEST that fails falls back."""
+    before its rename (the job died before moving LATEST), and a LATEST that fails falls back.
+    `owner`: the uid whose snapshot a restore may load (the job's user): a snapshot holding a
+    directory or file owned by someone else, or writable by anyone but its owner, is passed over
+    (DCP's index is a pickle: loading it runs whatever its writer put there). `below`: only steps
+    below this one (a restore falling back past a snapshot that verified but failed to load)."""
     root = Path(root)
     choice = Choice(None, None)
     for entry in scan(root):
-        if not entry.committed:
+        if not entry.committed or (below is not None and entry.step >= below):
             continue
-        verdict = manifest.verify(entry.path, digests=digests)
-        if verdict.ok:
+        problem = trust_problem(entry.path, owner) if owner is not None else None
+        if problem is None:
+            verdict = manifest.verify(entry.path, digests=digests)
+            problem = None if verdict.ok else verdict.reason
+        if problem is None:
             choice.step, choice.path = entry.step, str(entry.path)
             return choice
-        choice.skipped.append({"step": entry.step, "path": str(entry.path), "reason": verdict.reason})
+        choice.skipped.append({"step": entry.step, "path": str(entry.path), "reason": problem})
     return choice
+
+
+def trust_problem(directory: Path, owner: int) -> str | None:
+    """Why a snapshot directory is not `owner`'s alone to have written (None when it is): the
+    directory and every entry in it must belong to `owner` and be writable by nobody else."""
+    def check(path: Path, st) -> str | None:
+        if st.st_uid != owner:
+            return f"{path.name} belongs to uid {st.st_uid}, not the job's uid {owner}"
+        if st.st_mode & 0o022:
+            return f"{path.name} is writable by {'others' if st.st_mode & 0o002 else 'its group'} " \
+                   f"(mode {stat.S_IMODE(st.st_mode):04o})"
+        return None
+
+    try:
+        why = check(directory, os.lstat(directory))
+        if why:
+            return why
+        with os.scandir(directory) as it:
+            for n, item in enumerate(it):
+                if n >= manifest.MAX_FILES:
+                    return f"more than {manifest.MAX_FILES} files"
+                why = check(Path(item.path), item.stat(follow_symlinks=False))
+                if why:
+                    return why
+    except OSError as exc:
+        return f"cannot check ownership: {exc.strerror or exc}"
+    return None
 
 
 def describe(root: Path, *, digests: bool = False) -> dict:
@@ -68,10 +102,12 @@ def describe(root: Path, *, digests: bool = False) -> dict:
             "snapshots": rows, "verified_digests": digests}
 
 
-def prune_plan(root: Path, keep: int) -> list[Entry]:
-    """Directories retention removes: committed snapshots beyond the newest `keep` (never the one
-    LATEST names), and step_N.tmp leftovers older than the newest committed snapshot (a write in
-    progress is always newer than every committed one)."""
+def prune_plan(root: Path, keep: int, *, digests: bool = True, newest_good: int | None = None) -> list[Entry]:
+    """Directories retention removes: committed snapshots beyond the newest `keep`, never the one
+    LATEST names and never the newest one that verifies (a corrupt newest snapshot must not push
+    the last good one out), and step_N.tmp leftovers older than the newest committed snapshot (a
+    write in progress is always newer than every committed one). `newest_good`: the step already
+    known to verify (the Snapshotter has just published it), else found by `choose`."""
     if keep < 1:
         raise SnapshotError(f"keep must be at least 1, not {keep}")
     root = Path(root)
@@ -80,9 +116,11 @@ def prune_plan(root: Path, keep: int) -> list[Entry]:
         latest = read_latest(root)
     except SnapshotError:
         latest = None
+    if newest_good is None:
+        newest_good = choose(root, digests=digests).step
     committed = [e for e in entries if e.committed]
     newest = committed[0].step if committed else None
-    doomed = [e for e in committed[keep:] if e.step != latest]
+    doomed = [e for e in committed[keep:] if e.step not in (latest, newest_good)]
     if newest is not None:
         doomed += [e for e in entries if not e.committed and e.step <= newest]
     return doomed
@@ -102,9 +140,9 @@ def remove(entry: Entry) -> None:
         raise SnapshotError(f"cannot remove {entry.path}: {exc.strerror or exc}") from None
 
 
-def prune(root: Path, keep: int) -> list[str]:
+def prune(root: Path, keep: int, *, newest_good: int | None = None) -> list[str]:
     removed = []
-    for entry in prune_plan(root, keep):
+    for entry in prune_plan(root, keep, newest_good=newest_good):
         remove(entry)
         removed.append(str(entry.path))
     return removed

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
+from fleetctl.filekit import read_json, read_text
 from fleetctl.snapshot import SnapshotError
 
 LATEST = "LATEST"
@@ -91,38 +92,26 @@ def scan(root: Path) -> list[Entry]:
 
 def read_small(path: Path, what: str) -> str | None:
     """A small regular file's text (None if missing); links, oversized or binary files refused."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise SnapshotError(f"{path}: cannot read {what}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SnapshotError(f"{path}: {what} is not a regular file")
-        data = os.read(fd, MAX_SMALL_FILE + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SMALL_FILE:
-        raise SnapshotError(f"{path}: {what} is larger than {MAX_SMALL_FILE} bytes")
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise SnapshotError(f"{path}: {what} is not UTF-8 text") from None
+    return read_text(path, what, max_bytes=MAX_SMALL_FILE, missing_ok=True, error=SnapshotError)
 
 
 def read_json_object(path: Path, what: str) -> dict | None:
-    text = read_small(path, what)
-    if text is None:
-        return None
+    """A small JSON object (None if missing); nesting bounded (filekit), never a RecursionError."""
+    return read_json(path, what, max_bytes=MAX_SMALL_FILE, missing_ok=True, kind=dict, error=SnapshotError)
+
+
+def check_not_link(path: Path) -> None:
+    """A snapshot directory given by path is used only if it is a real directory, not a link to one:
+    root pruning or writing through a user's link would act on another user's files."""
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise SnapshotError(f"{path}: {what} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise SnapshotError(f"{path}: {what} is not a JSON object")
-    return data
+        st = os.lstat(path)
+    except OSError as exc:
+        raise SnapshotError(f"{path}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SnapshotError(f"{path}: is a symbolic link; give the directory it points to, "
+                            f"{os.path.realpath(path)}, if that is meant (links are never followed)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SnapshotError(f"{path}: not a directory")
 
 
 # ---------------------------------------------------------------- LATEST

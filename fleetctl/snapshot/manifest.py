@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
+from fleetctl.filekit import read_json
 from fleetctl.snapshot import SnapshotError
 from fleetctl.snapshot.layout import MANIFEST, parse_step
 
@@ -100,24 +101,11 @@ def load(directory: Path) -> dict:
     """The parsed and schema-checked manifest of `directory`; SnapshotError naming what is wrong."""
     path = directory / MANIFEST
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise SnapshotError(f"no {MANIFEST}: not a complete snapshot") from None
-    except OSError as exc:
-        raise SnapshotError(f"{MANIFEST}: cannot read: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SnapshotError(f"{MANIFEST} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            raw = fh.read(MAX_MANIFEST + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_MANIFEST:
-        raise SnapshotError(f"{MANIFEST} is larger than {MAX_MANIFEST} bytes")
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise SnapshotError(f"{MANIFEST} is not valid JSON ({exc})") from None
+        data = read_json(path, MANIFEST, max_bytes=MAX_MANIFEST, error=SnapshotError)
+    except SnapshotError as exc:
+        # The verdict names the file, not the whole path: the snapshot directory is already shown.
+        raise SnapshotError(exc.message.replace(f"{path}: ", "", 1).replace(f"no such {MANIFEST}",
+                            f"no {MANIFEST}: not a complete snapshot")) from None
     _check_schema(data)
     return data
 

@@ -308,7 +308,7 @@ class Snapshotter:
         os.rename(pending.tmp, final)
         _fsync_dir(self.root)
         write_latest(self.root, pending.step)
-        removed = catalog.prune(self.root, self.keep)
+        removed = catalog.prune(self.root, self.keep, newest_good=pending.step)
         total_s = time.perf_counter() - pending.t0
         write_status(self.root, {
             "job_id": self.job_id, "world_size": self.world, "nodes": self.nodes, "step": pending.step, "bytes": size,
@@ -343,12 +343,35 @@ class Snapshotter:
     def restore(self) -> int | None:
         """Load the newest verified snapshot (collective); its iteration, or None when there is none.
 
-        Rank 0 verifies every file against the manifest and falls back past snapshots that fail,
-        logging why; every rank then loads the one chosen."""
+        Rank 0 verifies every file against the manifest and checks that the snapshot is this user's
+        alone (owner, no write bit for others: its index is a pickle), passing over snapshots that
+        fail; every rank then loads the one chosen. A snapshot that verifies but fails to load on
+        any rank (a DCP CheckpointException, a damaged rank state) is passed over too, for the next
+        older one, and the reason logged."""
+        below, skipped = None, []
+        while True:
+            info = self._choose(below)
+            skipped += info["skipped"]
+            if info["step"] is None:
+                self._restored(None, skipped)
+                return None
+            problem = self._load(info)
+            problems = self._gather_text(problem)
+            if not any(problems):
+                self._restored(info["step"], skipped)
+                return info["step"]
+            why = "; ".join(p for p in problems if p)[:500]
+            log.warning("fleetctl.snapshot: step %d verified but did not load: %s", info["step"], why)
+            skipped.append({"step": info["step"], "path": str(self.root / step_name(info["step"])),
+                            "reason": f"failed to load: {why}"})
+            below = info["step"]
+
+    def _choose(self, below: int | None) -> dict:
+        """Rank 0's choice, broadcast: {"step", "skipped", "world"}."""
         payload = [None]
         if self.rank == 0:
             try:
-                choice = catalog.choose(self.root)
+                choice = catalog.choose(self.root, owner=os.geteuid(), below=below)
                 world = None
                 if choice.step is not None:
                     world = manifest.load(Path(choice.path))["world_size"]
@@ -362,36 +385,70 @@ class Snapshotter:
             raise SnapshotError(f"restore from {self.root}: {info['error']}")
         for skipped in info["skipped"]:
             log.warning("fleetctl.snapshot: not restoring step %s: %s", skipped["step"], skipped["reason"])
-        self.restored = info
-        if info["step"] is None:
-            return None
-        if info["world"] != self.world:
+        if info["step"] is not None and info["world"] != self.world:
             raise SnapshotError(f"{self.root}/step_{info['step']} was taken by {info['world']} ranks; this "
                                 f"job has {self.world} (per-rank RNG and data positions cannot be mapped)")
+        return info
+
+    def _load(self, info: dict) -> str:
+        """Load step info["step"] into the model, optimizer, RNG and extra state; "" or the problem."""
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        from fleetctl.snapshot.safeload import SafeReader
+
         path = self.root / step_name(info["step"])
-        state = self._model_optim_state()
-        kwargs = {"storage_reader": dcp.FileSystemReader(str(path))}
-        if self.distributed:
-            kwargs["process_group"] = self.io
-        else:
-            kwargs["no_dist"] = True
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*single process.*")
-            dcp.load(state, **kwargs)
-        if self.optimizer is not None:
-            set_state_dict(self.model, [self.optimizer], model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
-        else:
-            set_state_dict(self.model, [], model_state_dict=state["model"], optim_state_dict={})
-        mine = torch.load(path / manifest.rank_state_name(self.rank), weights_only=True)
-        if mine.get("iteration") != info["step"] or mine.get("rank") != self.rank:
-            raise SnapshotError(f"{path}: rank state of rank {self.rank} does not match the snapshot")
-        restore_rng(mine["rng"])
-        self.extra.restore(mine.get("extra") or {})
+        try:
+            state = self._model_optim_state()
+            kwargs = {"storage_reader": SafeReader(str(path))}
+            if self.distributed:
+                kwargs["process_group"] = self.io
+            else:
+                kwargs["no_dist"] = True
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*single process.*")
+                dcp.load(state, **kwargs)
+            mine = torch.load(path / manifest.rank_state_name(self.rank), weights_only=True)
+            if not isinstance(mine, dict) or mine.get("iteration") != info["step"] \
+                    or mine.get("rank") != self.rank:
+                return f"rank {self.rank}: its rank state does not match the snapshot"
+            if self.optimizer is not None:
+                set_state_dict(self.model, [self.optimizer], model_state_dict=state["model"],
+                               optim_state_dict=state["optim"])
+            else:
+                set_state_dict(self.model, [], model_state_dict=state["model"], optim_state_dict={})
+            restore_rng(mine["rng"])
+            self.extra.restore(mine.get("extra") or {})
+        except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+            return f"rank {self.rank}: {_describe(exc)}"
+        return ""
+
+    def _gather_text(self, text: str) -> list[str]:
+        if not self.distributed:
+            return [text]
+        out: list = [None] * self.world
+        dist.all_gather_object(out, text, group=self.ctl)
+        return [str(t or "") for t in out]
+
+    def _restored(self, step: int | None, skipped: list[dict]) -> None:
+        self.restored = {"step": step, "skipped": skipped, "world": self.world}
         self._since = time.monotonic()
         self._barrier()
-        log.info("fleetctl.snapshot: restored step %d from %s", info["step"], path)
-        return info["step"]
+        if step is not None:
+            log.info("fleetctl.snapshot: restored step %d from %s", step, self.root / step_name(step))
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a load failure; a DCP CheckpointException by the first error of each rank
+    (its str() is every rank's whole traceback)."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        parts = []
+        for rank, wrapped in sorted(failures.items())[:4]:
+            inner = getattr(wrapped, "exc", wrapped)
+            parts.append(f"rank {rank}: {type(inner).__name__}: {str(inner).splitlines()[0][:200] if str(inner) else ''}")
+        return f"{type(exc).__name__} ({'; '.join(parts)})"
+    text = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 def _int_env(*names: str) -> int:

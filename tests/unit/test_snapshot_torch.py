@@ -187,3 +187,87 @@ def test_the_spank_option_names_the_directory(tmp_path, monkeypatch):
     snap = Snapshotter(model, periodic=False, signal_number=None)
     snap.close()
     assert snap.root == tmp_path / "explicit"
+
+
+# ---------------------------------------------------------------- hostile snapshots (issue 20)
+class _Planted:
+    """A pickle that runs code when loaded: what a planted DCP `.metadata` does with pickle.load."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _two_snapshots(tmp_path):
+    """step_2 and step_3 (keep=2) of a single-process job; the job's model and the root."""
+    snap = _single(tmp_path, interval_s=0.0, signal_number=None)
+    for it in range(4):
+        snap.step(it)
+    snap.close()
+    return tmp_path / "s"
+
+
+def _replace_with_manifest(path: Path, data: bytes) -> None:
+    """Replace a snapshot file and recompute its manifest entry: the snapshot still verifies."""
+    import hashlib
+    import json
+
+    path.write_bytes(data)
+    doc = json.loads((path.parent / "MANIFEST.json").read_text())
+    doc["files"][path.name].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (path.parent / "MANIFEST.json").write_text(json.dumps(doc))
+
+
+def _restore(tmp_path):
+    snap = _single(tmp_path, periodic=False, signal_number=None)
+    try:
+        return snap.restore(), snap.restored
+    finally:
+        snap.close()
+
+
+def test_a_planted_index_owned_by_another_user_is_never_loaded(tmp_path):
+    import pickle
+
+    root = _two_snapshots(tmp_path)
+    marker = tmp_path / "pwned"
+    planted = root / "step_3" / manifest.DCP_METADATA
+    _replace_with_manifest(planted, pickle.dumps(_Planted(marker)))
+    os.chown(planted, 54321, 54321)
+    assert manifest.verify(root / "step_3").ok  # a recomputed manifest is no proof of origin
+    step, info = _restore(tmp_path)
+    assert step == 2 and not marker.exists()
+    assert "belongs to uid 54321" in info["skipped"][0]["reason"]
+
+
+def test_a_snapshot_writable_by_others_is_passed_over(tmp_path):
+    root = _two_snapshots(tmp_path)
+    os.chmod(root / "step_3", 0o777)
+    step, info = _restore(tmp_path)
+    assert step == 2 and "writable by others" in info["skipped"][0]["reason"]
+
+
+def test_a_planted_index_of_the_users_own_is_refused_by_the_unpickler(tmp_path):
+    """Same owner, so the ownership rule cannot tell: the restricted unpickler refuses anything but
+    checkpoint-index classes, the load fails, and restore falls back (defect 24's path)."""
+    import pickle
+
+    root = _two_snapshots(tmp_path)
+    marker = tmp_path / "pwned"
+    _replace_with_manifest(root / "step_3" / manifest.DCP_METADATA, pickle.dumps(_Planted(marker)))
+    step, info = _restore(tmp_path)
+    assert step == 2 and not marker.exists()
+    assert "failed to load" in info["skipped"][0]["reason"] and "refused" in info["skipped"][0]["reason"]
+
+
+def test_a_snapshot_that_verifies_but_fails_to_load_falls_back(tmp_path):
+    """A damaged shard whose manifest entry was recomputed (the writer's own bug, or a copy tool):
+    DCP raises CheckpointException, a BaseException; restore takes the next older snapshot."""
+    root = _two_snapshots(tmp_path)
+    shard = next(p for p in (root / "step_3").iterdir() if p.name.endswith(".distcp"))
+    _replace_with_manifest(shard, b"\0" * 7)
+    step, info = _restore(tmp_path)
+    assert step == 2
+    assert "CheckpointException" in info["skipped"][0]["reason"] or "Error" in info["skipped"][0]["reason"]
