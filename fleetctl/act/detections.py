@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from fleetctl.errors import DataError
 from fleetctl.nodeset import is_node_name
 
 SEVERITY_OF_STATUS = {"fail": "critical", "warn": "warning", "error": "info", "ok": "info"}
@@ -41,6 +42,42 @@ class Detection:
         return {"id": self.id, "source": self.source, "code": self.code, "severity": self.severity,
                 "confidence": self.confidence, "nodes": self.nodes,
                 "element": self.element, "message": self.message[:300]}
+
+
+def check_report(report) -> None:
+    """DataError naming the first field of an audit report (`fleetctl.audit/1`) that is not of the
+    documented shape, for every field the detections read: a report is input like any other file."""
+    if not isinstance(report, dict):
+        raise DataError("audit report: not a JSON object")
+    for when in ("started", "finished"):
+        value = report.get(when)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
+            raise DataError(f"audit report: {when} is not a time")
+    for section in ("nodes", "fleet"):
+        if not isinstance(report.get(section, []), list):
+            raise DataError(f"audit report: {section} is not a list")
+    for i, node in enumerate(report.get("nodes", [])):
+        where = f"nodes[{i}]"
+        if not isinstance(node, dict):
+            raise DataError(f"audit report: {where} is not an object")
+        _check_fields(node, where, ("node", "transport", "error", "status"))
+        if not isinstance(node.get("results", []), list):
+            raise DataError(f"audit report: {where}.results is not a list")
+        for j, res in enumerate(node.get("results", [])):
+            if not isinstance(res, dict):
+                raise DataError(f"audit report: {where}.results[{j}] is not an object")
+            _check_fields(res, f"{where}.results[{j}]", ("code", "status", "subject", "message"))
+    for i, finding in enumerate(report.get("fleet", [])):
+        if not isinstance(finding, dict):
+            raise DataError(f"audit report: fleet[{i}] is not an object")
+        _check_fields(finding, f"fleet[{i}]", ("code", "status", "subject", "message", "nodes"))
+
+
+def _check_fields(obj: dict, where: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = obj.get(name)
+        if value is not None and not isinstance(value, str):
+            raise DataError(f"audit report: {where}.{name} is not a string")
 
 
 def from_audit_report(report: dict) -> list[Detection]:

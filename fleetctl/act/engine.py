@@ -68,6 +68,12 @@ class Engine:
             phase = "done" if done else "abandoned"
             why = ("recovered after a crash: Slurm shows the drain" if done else
                    "the process stopped before this action finished: check its target by hand")
+            spare = rec.get("spare") if rec["action"] == "swap" else None
+            if isinstance(spare, str) and spare:
+                # The spare left the pool before the crash: the record says which, so that
+                # `act undo` can return it (it is never lost to the pool).
+                base["undo"] = {"return_spare": spare, "job": (rec.get("targets", {}).get("jobs") or [None])[0]}
+                why += f"; spare {spare} was released (act undo {rec['id']} returns it once free)"
             out.append(self.log.append({**base, "phase": phase, "why": why}))
         return out
 
@@ -122,20 +128,42 @@ class Engine:
 
     # ---- actions
     def _act_snapshot(self, policy, det, jobs, _done) -> list[dict]:
-        from fleetctl.snapshot import SnapshotError
+        """Ask every job at once, wait once (snapshot_timeout_s in all, not per job): the drain that
+        follows waits for at most one timeout, whatever the number of jobs. A job whose registry
+        entry cannot be used is refused; a request that fails is that job's `failed`, never the end
+        of the policy."""
+        from fleetctl.snapshot import requests
         from fleetctl.snapshot.registry import lookup
 
-        out = []
+        out, started = [], []
         for job in jobs:
             targets = {"jobs": [job["job_id"]], "nodes": det.nodes}
             try:
-                root = lookup(job["job_id"], self.registry)
-            except SnapshotError as exc:
+                root = lookup(job["job_id"], self.registry, owner=_uid(job.get("user")))
+            except FleetctlError as exc:
                 out.append(self._refuse(policy, det, "snapshot", targets,
                                         f"job {job['job_id']} does not use the snapshot library ({exc.message})"))
                 continue
-            out += self._take(policy, det, "snapshot", targets, lambda root=root: _snapshot(
-                root, self.config.snapshot_timeout_s), f"snapshot job {job['job_id']} in {root}")
+            what = f"snapshot job {job['job_id']} in {root}"
+            if self.dry_run:
+                out.append(self.log.append({**self._base(policy, det, "snapshot", targets), "phase": "dry-run",
+                                            "why": f"would {what} (dry run)"}))
+                continue
+            base = self._base(policy, det, "snapshot", targets)
+            self.log.append({**base, "phase": "pending", "why": what})
+            started.append((base, what, requests.ask(root, "drain"), time.monotonic()))
+        if started:
+            _fault("snapshot", "after-pending")
+            requests.wait_all([a for _, _, a, _ in started], self.config.snapshot_timeout_s)
+        for base, what, asked, t0 in started:
+            seconds = round(time.monotonic() - t0, 3)
+            if asked.answer is not None:
+                out.append(self.log.append({**base, "phase": "done", "why": what, "seconds": seconds,
+                                            "result": {**asked.answer, "request": asked.request_id}}))
+            else:
+                why = asked.problem or asked.timeout_error(self.config.snapshot_timeout_s).message
+                out.append(self.log.append({**base, "phase": "failed", "why": f"{what}: {why}",
+                                            "seconds": seconds}))
         return [r for r in out if r]
 
     def _act_drain(self, policy, det, jobs, _done) -> list[dict]:
@@ -180,9 +208,11 @@ class Engine:
                     out.append(self._refuse(policy, det, "swap", targets, f"cannot swap: {exc.message}"))
                     continue
 
-                def do(aid, plan=plan):
+                def do(aid, plan=plan, targets=targets):
                     plan.text = f"{aid} {det.message}"
-                    run_swap(plan, self.backend, self.pool)
+                    run_swap(plan, self.backend, self.pool,
+                             after_step=lambda step: self._progress(aid, policy, det, "swap", targets, plan,
+                                                                    step))
                     if not plan.ok:
                         failed = [s for s in plan.steps if s.status == "failed"]
                         raise SlurmError(f"swap step {failed[0].step} failed: {failed[0].result}")
@@ -212,10 +242,13 @@ class Engine:
                           f"notify {policy.webhook}")
 
     # ---- the pending -> action -> done frame
+    def _base(self, policy, det, action, targets, aid: str | None = None) -> dict:
+        return {"id": aid or new_action_id(self.clock()), "policy": policy.name, "action": action,
+                "detection": det.summary(), "targets": targets}
+
     def _take(self, policy, det, action, targets, do, what, *, pass_id=False, undo=None) -> list[dict]:
-        aid = new_action_id(self.clock())
-        base = {"id": aid, "policy": policy.name, "action": action, "detection": det.summary(),
-                "targets": targets}
+        base = self._base(policy, det, action, targets)
+        aid = base["id"]
         if self.dry_run:
             if action == "drain":
                 self._planned_drains += targets.get("nodes", [])
@@ -228,6 +261,11 @@ class Engine:
         except FleetctlError as exc:
             return [self.log.append({**base, "phase": "failed", "why": f"{what}: {exc.message}",
                                      "seconds": round(time.monotonic() - started, 3)})]
+        except Exception as exc:  # fleetctl's own failure: logged, never the end of act or of the policy
+            return [self.log.append({**base, "phase": "failed",
+                                     "why": f"{what}: internal error ({type(exc).__name__}: {str(exc)[:300]}); "
+                                            "check its target by hand",
+                                     "seconds": round(time.monotonic() - started, 3)})]
         _fault(action, "after-action")
         rec = {**base, "phase": "done", "why": what, "result": result,
                "seconds": round(time.monotonic() - started, 3)}
@@ -235,6 +273,16 @@ class Engine:
             rec["undo"] = ({"return_spare": result.get("spare"), "job": targets.get("jobs", [None])[0]}
                            if "return_spare" in undo else undo)
         return [self.log.append(rec)]
+
+    def _progress(self, aid, policy, det, action, targets, plan, step) -> None:
+        """A step of a multi-step action done: recorded (still `pending`) with what it changed, so a
+        crash before `done` still knows, e.g., which spare left the pool."""
+        rec = {**self._base(policy, det, action, targets, aid), "phase": "pending",
+               "why": f"{action}: step {step.step} {step.status}: {step.result}"}
+        if getattr(plan, "spare", None):
+            rec["spare"] = plan.spare
+        self.log.append(rec)
+        _fault(action, f"after-{step.step}")
 
     def _refuse(self, policy, det, action, targets, why) -> dict | None:
         key = (policy.name, det.id, action, why)
@@ -285,25 +333,16 @@ def _resume(backend, node: str) -> dict:
     return {"resumed": result.resumed}
 
 
-def _snapshot(root, timeout_s: float) -> dict:
-    """Ask the job for a snapshot (a `drain` request) and wait until one answering it is published."""
-    from fleetctl.snapshot import SnapshotError, manifest
-    from fleetctl.snapshot.layout import read_latest, step_name, write_request
+def _uid(user) -> int | None:
+    """The uid of a job's user (its registry entry must be theirs), None when unknown here."""
+    import pwd
 
-    started = time.monotonic()
-    request = write_request(root, "drain")
-    while time.monotonic() - started < timeout_s:
-        try:
-            latest = read_latest(root)
-            doc = manifest.load(root / step_name(latest)) if latest is not None else {}
-        except SnapshotError:
-            latest, doc = None, {}
-        if doc.get("request") == request:
-            return {"step": latest, "path": str(root / step_name(latest)), "request": request,
-                    "seconds": round(time.monotonic() - started, 3)}
-        time.sleep(0.1)
-    raise SnapshotError(f"no snapshot answered request {request} within {timeout_s:g} s "
-                        "(the job goes on from its previous snapshot)")
+    if not isinstance(user, str) or not user:
+        return None
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
 
 
 def _clock(t: float) -> str:

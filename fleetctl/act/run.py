@@ -18,6 +18,7 @@ from fleetctl.act import detections, eventlog
 from fleetctl.act.engine import Engine
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import DataError, SlurmError
+from fleetctl.filekit import read_json
 
 MAX_REPORT_BYTES = 64 << 20
 
@@ -31,20 +32,14 @@ class Sources:
 
 
 def read_report(path: str) -> dict:
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            data = fh.read(MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise DataError(f"cannot read audit report {path}: {exc.strerror}") from None
-    if len(data) > MAX_REPORT_BYTES:
-        raise DataError(f"audit report {path}: larger than {MAX_REPORT_BYTES >> 20} MiB")
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise DataError(f"audit report {path}: not JSON") from None
+    """An audit report file, bounded (size, nesting: filekit) and checked field by field."""
+    doc = read_json(path, "audit report", max_bytes=MAX_REPORT_BYTES)
     if not isinstance(doc, dict) or doc.get("schema") != "fleetctl.audit/1":
         raise DataError(f"audit report {path}: not a fleetctl.audit/1 report")
+    try:
+        detections.check_report(doc)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc.message}") from None
     return doc
 
 

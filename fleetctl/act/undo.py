@@ -5,6 +5,7 @@
 - swap: put the released spare back into the pool, only while it runs no job; the bad node stays
   drained (it is still bad: `fleetctl spares replenish` returns it after repair).
 - resume: drain the node again.
+- an abandoned swap (act stopped after the spare left the pool): return the spare, as for a swap.
 - snapshot, notify: nothing to undo (said so).
 A successful undo is logged as `undone` on the action's id; a refused or failed one changes nothing.
 """
@@ -19,8 +20,9 @@ def undo(log: ActionLog, action_id: str, backend, pool=None, *, dry_run: bool = 
     rec = log.current().get(action_id)
     if rec is None:
         raise UsageError(f"no action {action_id!r} in {log.path}")
-    if rec["phase"] != "done":
-        raise UsageError(f"action {action_id} is {rec['phase']}: only a done action can be undone")
+    if rec["phase"] != "done" and not (rec["phase"] == "abandoned" and rec.get("undo")):
+        raise UsageError(f"action {action_id} is {rec['phase']}: only a done action (or an abandoned "
+                         "swap whose spare was released) can be undone")
     action = rec["action"]
     base = {k: rec[k] for k in ("id", "policy", "action", "detection", "targets") if k in rec}
     # A failed undo raises and logs nothing: the action stays `done`, as it is.

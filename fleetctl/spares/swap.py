@@ -90,10 +90,11 @@ def plan_swap(backend, pool, job_id: str, bad_node: str, *, code: str = "spares.
     return plan
 
 
-def run_swap(plan: SwapPlan, backend, pool, *, on_step=None) -> SwapPlan:
+def run_swap(plan: SwapPlan, backend, pool, *, on_step=None, after_step=None) -> SwapPlan:
     """Do the planned steps in order; stop at the first failure (later steps stay `planned`).
 
-    `on_step(step)` is called before each step is done (the action log records it as pending)."""
+    `on_step(step)` is called before each step is done, `after_step(step)` after each step that
+    changed something (act's log records the released spare there, before the next step)."""
     if plan.dry_run:
         return plan
     code, text = plan.code, plan.text
@@ -122,6 +123,8 @@ def run_swap(plan: SwapPlan, backend, pool, *, on_step=None) -> SwapPlan:
             step.seconds = round(time.monotonic() - started, 3)
             break
         step.seconds = round(time.monotonic() - started, 3)
+        if after_step is not None:
+            after_step(step)
     return plan
 
 

@@ -1,0 +1,67 @@
+"""JSON lines appended by several processes: one record per line, one write() per record under an
+exclusive flock, fsynced. A writer that crashed mid-line leaves a partial last line; the next writer
+ends it with a newline first, so the partial line is skipped by readers and never swallows a good
+record. Readers skip (and count) lines that are too long or not JSON; they never see a cut record
+from a live writer, since each record is one write() of a whole line.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from fleetctl.errors import DataError
+from fleetctl.filekit.read import open_regular
+
+
+def append_line(path: str | os.PathLike, line: bytes, *, what: str = "log", mode: int = 0o640,
+                error: type = DataError) -> None:
+    """Append one record (`line` without its newline) to `path`, creating it with `mode`."""
+    if b"\n" in line:
+        raise error(f"{path}: a {what} record may not hold a newline")
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode, what=what, error=error)
+    except OSError as exc:
+        raise error(f"cannot open the {what} {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        data = line + b"\n"
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # a crashed writer's partial line: end it, keep ours whole
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError as exc:
+        raise error(f"cannot write the {what} {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: str | os.PathLike, *, max_line: int, what: str = "log",
+               error: type = DataError) -> Iterator[bytes | None]:
+    """Every line of `path` under a shared flock, newline stripped; None for a line longer than
+    `max_line` (the caller counts it). Nothing when the file does not exist."""
+    try:
+        fd = open_regular(path, os.O_RDONLY, what=what, error=error)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise error(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+        while True:
+            line = fh.readline(max_line + 1)
+            if not line:
+                return
+            if len(line) > max_line and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):  # skip the rest of the long line
+                    line = fh.readline(1 << 20)
+                yield None
+                continue
+            yield line.rstrip(b"\n")
