@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from fleetctl.checks.payload.common import ACTIONS
 from fleetctl.errors import ConfigError, DataError, UsageError
+from fleetctl.filekit import clean_text
 from fleetctl.model.cluster import Cluster, NodeClass
 from fleetctl.nodeset import check_node_name, empty
 
@@ -117,6 +118,9 @@ def run_payload_subprocess(args: dict, python: str | list[str] = "python3", time
                                 proc.stderr.decode("utf-8", "replace"))
 
 
+MAX_ERROR_TEXT = 500  # characters of a node's own error message kept (it was taken whole: 16 MiB)
+
+
 def parse_payload_output(stdout: str, rc: int | None = 0, stderr: str = "") -> dict:
     """The one JSON document a payload printed, or DataError naming what came back instead."""
     from fleetctl.fanout.payload import last_json_document
@@ -129,8 +133,9 @@ def parse_payload_output(stdout: str, rc: int | None = 0, stderr: str = "") -> d
     if not isinstance(doc, dict):
         tail = (stderr.strip() or text)[-200:] or "no output"
         raise DataError(f"node payload (exit {rc}) did not print a result document: {tail}")
-    if "error" in doc:
-        raise DataError(doc["error"])
+    if "error" in doc:  # the payload's own failure, in its words: any JSON value, bounded, one line
+        what = clean_text(doc["error"], MAX_ERROR_TEXT).strip() if doc["error"] not in (None, "") else ""
+        raise DataError(f"node payload failed: {what or 'no message'}")
     return doc
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
+from fleetctl.cli.params import seconds
 from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
 
@@ -39,7 +40,8 @@ def act() -> None:
 @click.option("--audit", "audit_nodes", metavar="NODESET", default=None,
               help="Also audit these nodes (quick level) at every pass.")
 @click.option("--once", is_flag=True, help="One pass over the inputs, then exit.")
-@click.option("--duration", type=float, default=None, metavar="SECONDS", help="Stop after this long.")
+@click.option("--duration", type=seconds(0.0, 366 * 86_400.0), default=None, metavar="SECONDS",
+              help="Stop after this long (default: until SIGTERM or SIGINT).")
 @click.option("--dry-run", is_flag=True, help="Decide and log, act on nothing (the default until act.enabled).")
 @click.option("--spares-state-dir", metavar="DIR", default=None, help="The spare pool's state (spares.state_dir).")
 @click.option("--registry", metavar="DIR", default=None, help="Snapshot registry (FLEETCTL_SNAPSHOT_REGISTRY).")

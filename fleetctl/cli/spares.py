@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.params import seconds
 from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
 
@@ -158,7 +159,7 @@ def replenish_cmd(app: Application, state_dir, dry_run: bool) -> int:
 @click.argument("job_id")
 @click.argument("bad_node")
 @click.option("--dry-run", is_flag=True, help="Show every step; do none.")
-@click.option("--wait", "wait_s", type=float, default=0.0, metavar="SECONDS",
+@click.option("--wait", "wait_s", type=seconds(0.0, 86_400.0), default=0.0, metavar="SECONDS",
               help="Wait up to this long for the job to run again, and say where.")
 @pass_app
 def swap(app: Application, state_dir, job_id: str, bad_node: str, dry_run: bool, wait_s: float) -> int:

@@ -47,9 +47,7 @@ class LabParams:
     slurm_from: str = "system"
 
     def validate(self) -> None:
-        limits = {"hosts": (1, 200), "nics_per_host": (1, 8), "leaves": (1, 16), "spines": (1, 16),
-                  "gpus_per_host": (0, 16)}
-        for name, (lo, hi) in limits.items():
+        for name, (lo, hi) in SIZE_LIMITS.items():
             value = getattr(self, name)
             if not lo <= value <= hi:
                 flag = "--" + name.replace("_", "-")
@@ -67,6 +65,10 @@ class LabParams:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+SIZE_LIMITS = {"hosts": (1, 200), "nics_per_host": (1, 8), "leaves": (1, 16), "spines": (1, 16),
+               "gpus_per_host": (0, 16)}
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,30 @@ def test_a_document_nested_past_the_stack_is_that_node_s_error_not_a_recursion_e
             last_json_document(text)
         r = HostResult("n1", OK, 0, text)
         assert json_output(r) is None and r.status == ERROR and "not JSON" in r.error
+
+
+@pytest.mark.parametrize("error, expected", [
+    ({"a": [1, 2]}, "node payload failed: {'a': [1, 2]}"),
+    (None, "node payload failed: no message"),
+    ("", "node payload failed: no message"),
+    (12, "node payload failed: 12"),
+    ("line one\nline two\x1b[31m", "node payload failed: line one line two [31m"),
+])
+def test_a_nodes_own_error_is_stringified_and_one_line(error, expected):
+    """A node's {"error": X} was taken verbatim: an object made the human render raise TypeError
+    (after the drains), null and "" gave an error with no message."""
+    from fleetctl.checks.builder import parse_payload_output
+
+    with pytest.raises(DataError) as info:
+        parse_payload_output(json.dumps({"error": error}))
+    assert info.value.message == expected
+
+
+@pytest.mark.parametrize("size", [50_000, 200_000, 16 << 20])
+def test_a_nodes_huge_error_is_bounded(size):
+    """50,000 characters made the human render take 15 s (200,000: 234 s); 16 MiB was accepted."""
+    from fleetctl.checks.builder import MAX_ERROR_TEXT, parse_payload_output
+
+    with pytest.raises(DataError) as info:
+        parse_payload_output(json.dumps({"error": "x" * size}))
+    assert len(info.value.message) <= MAX_ERROR_TEXT + 40

@@ -7,15 +7,16 @@ import click
 from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.lab.common import refuse_if_session_busy, site_path, slurm_from
 from fleetctl.errors import EXIT_OK
+from fleetctl.lab.topology import SIZE_LIMITS
 
 
 @click.command("up")
 @common_options
-@click.option("--hosts", default=4, show_default=True, help="Emulated hosts node1..nodeN.")
-@click.option("--nics-per-host", default=2, show_default=True, help="Fabric NICs eth0.. per host.")
-@click.option("--leaves", default=2, show_default=True, help="Leaf switches (hosts spread over them).")
-@click.option("--spines", default=2, show_default=True, help="Spine switches (every leaf to every spine).")
-@click.option("--gpus-per-host", default=0, show_default=True, help="Simulated GPUs per host (0: none).")
+@click.option("--hosts", type=click.IntRange(*SIZE_LIMITS["hosts"]), default=4, show_default=True, help="Emulated hosts node1..nodeN.")
+@click.option("--nics-per-host", type=click.IntRange(*SIZE_LIMITS["nics_per_host"]), default=2, show_default=True, help="Fabric NICs eth0.. per host.")
+@click.option("--leaves", type=click.IntRange(*SIZE_LIMITS["leaves"]), default=2, show_default=True, help="Leaf switches (hosts spread over them).")
+@click.option("--spines", type=click.IntRange(*SIZE_LIMITS["spines"]), default=2, show_default=True, help="Spine switches (every leaf to every spine).")
+@click.option("--gpus-per-host", type=click.IntRange(*SIZE_LIMITS["gpus_per_host"]), default=0, show_default=True, help="Simulated GPUs per host (0: none).")
 @click.option("--clock-skew", is_flag=True, help="Give each host a known clock offset and drift.")
 @click.option("--no-slurm", is_flag=True, help="No munge, slurmctld, slurmd.")
 @click.option("--no-ssh", is_flag=True, help="No sshd (site file then uses the local transport).")
