@@ -180,18 +180,30 @@ def _env_ib(groups, by_name, version, warnings):
     return env, reqs
 
 
+def site_settings(site: Cluster) -> dict:
+    """The site's [failover] table, checked beyond the schema (config check runs this too)."""
+    settings = site.data.get("failover") or {}
+    if settings.get("plugin_dir") and not str(settings["plugin_dir"]).startswith("/"):
+        # a relative NCCL_NET_PLUGIN would be loaded from each job's working directory
+        raise ConfigError(f"{settings['plugin_dir']!r}: not an absolute path", path=site.source,
+                          key="failover.plugin_dir")
+    if settings.get("nccl_version"):
+        try:
+            versions.parse(settings["nccl_version"], what="failover.nccl_version")
+        except UsageError as exc:
+            raise ConfigError(exc.message, path=site.source, key="failover.nccl_version") from None
+    return settings
+
+
 def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: str | None = None,
                plugin_dir: str | None = None, group_size: int | None = None,
                affinity: Callable[[str], Affinity] | None = None, hostname: str | None = None,
                detected: tuple[versions.Version | None, str] | None = None) -> Plan:
     """The plan for every class with a node in `nodeset` (all classes without one). `affinity` reads
     this node's sysfs (fleetctl.failover.sysfs.affinity) for the class this host belongs to."""
-    settings = site.data.get("failover") or {}
+    settings = site_settings(site)
     if plugin_dir is not None and not plugin_dir.startswith("/"):
         raise UsageError(f"--plugin-dir {plugin_dir!r}: not an absolute path")
-    if settings.get("plugin_dir") and not str(settings["plugin_dir"]).startswith("/"):
-        # a relative NCCL_NET_PLUGIN would be loaded from each job's working directory
-        raise ConfigError(f"{settings['plugin_dir']!r}: not an absolute path", key="failover.plugin_dir")
     plugin_dir = plugin_dir or settings.get("plugin_dir") or "/usr/lib/fleetctl"
     size = group_size or settings.get("group_size") or 2
     here = hostname if hostname is not None else socket.gethostname().split(".")[0]

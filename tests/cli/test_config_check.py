@@ -60,3 +60,37 @@ def test_missing_file_json_error(tmp_path, capsys):
     assert run(["config", "check", str(tmp_path / "nope.toml"), "--format", "json"]) == 3
     out = capsys.readouterr().out
     assert json.loads(out) == {"error": {"kind": "config", "message": f"{tmp_path / 'nope.toml'}: site file not found"}}
+
+
+BASE = '[cluster]\nname = "t"\n[[node_classes]]\nname = "gpu"\nnodes = "node[1-2]"\n'
+
+
+@pytest.mark.parametrize("extra, section, runtime", [
+    ('[checks]\nxid_policy = { "63" = "fatal:reboot" }\n', "checks", "audit"),
+    ('[checks]\nxid_policy = { "x63" = "fail:reboot" }\n', "checks", "audit"),
+    ('[[act.policies]]\nname = "p"\nsource = "audit"\nactions = ["reboot"]\n', "act", "act"),
+    ('[[act.policies]]\nname = "p"\nsource = "audit"\nactions = ["notify"]\n', "act", "act"),
+    ('[failover]\nplugin_dir = "lib"\n', "failover", "failover"),
+    ('[failover]\nnccl_version = "two.eighteen"\n', "failover", "failover"),
+])
+def test_config_check_refuses_what_the_runtime_refuses(tmp_path, capsys, extra, section, runtime):
+    """config check said ok to files every audit and Prolog then rejected (xid_policy values,
+    act.policies[].actions): the Prolog fails open, and GPU gating was silently off fleet-wide."""
+    site = tmp_path / "site.toml"
+    site.write_text(BASE + extra)
+    assert run(["config", "check", str(site)]) == 3
+    err = capsys.readouterr().err
+    assert f"[{section}]" in err and "Traceback" not in err, err
+    argv = {"audit": ["audit", "--local", "--node", "node1", "--site", str(site)],
+            "act": ["act", "run", "--once", "--dry-run", "--site", str(site), "--state-dir", str(tmp_path / "a")],
+            "failover": ["failover", "plan", "--site", str(site)]}[runtime]
+    assert run(argv) == 3  # the runtime refuses it the same way
+    assert capsys.readouterr().err.strip()
+
+
+def test_config_check_lists_every_section_it_refuses(tmp_path, capsys):
+    site = tmp_path / "site.toml"
+    site.write_text(BASE + '[checks]\nxid_policy = { "63" = "fatal:reboot" }\n'
+                    '[failover]\nplugin_dir = "lib"\n')
+    assert run(["config", "check", str(site)]) == 3
+    assert "and 1 more: failover" in capsys.readouterr().err

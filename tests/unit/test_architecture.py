@@ -31,8 +31,10 @@ RANKS = {
     "audit": 8, "snapshot": 8, "lab": 8, "failover": 8, "lens": 8,
     # the loop: spares build on audit; act (policies, explain) on lens, snapshot and spares
     "spares": 9, "act": 10,
+    # every domain's reader of the site file, for `config check`
+    "sitecheck": 11,
     # face
-    "cli": 11, "__main__": 12,
+    "cli": 12, "__main__": 13,
 }
 FACE = {"cli", "__main__"}
 UI_LIBRARIES = {"click", "rich"}

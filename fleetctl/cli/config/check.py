@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
-from fleetctl.errors import EXIT_OK
+from fleetctl.errors import EXIT_OK, ConfigError
 
 
 @click.command("check")
@@ -13,10 +13,21 @@ from fleetctl.errors import EXIT_OK
 @click.argument("path", required=False)
 @pass_app
 def check(app: Application, path: str | None) -> int:
-    """Validate a site file (default: the one in use) against the schema."""
+    """Validate a site file (default: the one in use): the schema, then every check the commands
+    make when they read their sections (the Prolog's payload arguments, act's policies, lens, ...).
+    Exit 3 when anything would be refused at run time."""
     from fleetctl.config import load_site
+    from fleetctl.sitecheck import check_site
 
     site = load_site(path or app.site_file())
+    problems = check_site(site)
+    if problems:
+        first = problems[0]
+        first["message"] = first["message"].removeprefix(f"{site.source}: ")
+        more = f" (and {len(problems) - 1} more: {'; '.join(p['section'] for p in problems[1:])})" \
+            if len(problems) > 1 else ""
+        raise ConfigError(f"[{first['section']}] {first['message']}{more}", path=site.source,
+                          hint="every command that reads this section refuses it the same way")
     summary = {
         "file": site.source, "cluster": site.name, "valid": True,
         "nodes": len(site.nodes), "node_classes": [c.name for c in site.node_classes],
