@@ -1,5 +1,10 @@
 """Write a discovery as a commented site file, valid by the schema (it is parsed back before it is
-written), never overwriting an existing file unless asked."""
+written), never overwriting an existing file unless asked.
+
+Every text here that a node reported (kernel and driver versions, GPU models, switch names, LLDP
+errors, deviations) is data: a value is a TOML basic string with every control character escaped,
+and a comment is one line with every non-printable character blanked. A kernel string holding
+"\n[lens]\n..." once became a live [lens] table that parse_site accepted."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from fleetctl.atomic import write_atomic
 from fleetctl.discover.classes import ClassSpec
 from fleetctl.discover.fabric import FabricSpec
 from fleetctl.errors import UsageError
+from fleetctl.filekit import clean_text
 
 
 def _v(value) -> str:
@@ -22,17 +28,31 @@ def _v(value) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
+        return toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_v(x) for x in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_v(x)}" for k, x in value.items()) + " }"
+        return "{ " + ", ".join(f"{toml_string(str(k))} = {_v(x)}" for k, x in value.items()) + " }"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string holding exactly `text`. JSON's escapes are TOML's for what must be escaped
+    (quote, backslash, C0 controls); DEL, which JSON leaves raw and TOML forbids, is escaped too.
+    Other characters stay as they are (UTF-8): JSON's ASCII mode would write a character beyond
+    U+FFFF as a surrogate pair, which TOML refuses. (A lone surrogate has no escape in either:
+    parse_facts refuses it.)"""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def comment(text: object) -> str:
+    """One comment line: a node's text can never end the comment and start a table."""
+    return "# " + clean_text(text, 400)
 
 
 def _table(lines: list[str], header: str, values: dict, comments: list[str] = ()) -> None:
     lines.append("")
-    lines.extend(f"# {c}" for c in comments)
+    lines.extend(comment(c) for c in comments)
     lines.append(header)
     lines.extend(f"{k} = {_v(v)}" for k, v in values.items() if v not in (None, ""))
 
@@ -43,11 +63,11 @@ def render(*, cluster: str, classes: list[ClassSpec], fabric: FabricSpec, access
     nodes = sum(len(c.nodes) for c in classes)
     lines = [f"# Written by `fleetctl site discover` on {stamp}: {nodes} nodes in {len(classes)} classes, "
              f"{len(fabric.switches)} switches, {len(fabric.links)} links.",
-             f"# Sources: {', '.join(sources) or 'nodes only'}. Every value below was observed or inferred; "
-             "refine it and keep it under version control.",
+             comment(f"Sources: {', '.join(sources) or 'nodes only'}. Every value below was observed or "
+                     "inferred; refine it and keep it under version control."),
              "# Expected values are each class's majority; `observed` comments show what is not pinned "
              "(empty means: only fleet consistency is checked)."]
-    lines += [f"# note: {n}" for n in notes]
+    lines += [comment(f"note: {n}") for n in notes]
     _table(lines, "[cluster]", {"name": cluster, "description": "discovered by fleetctl site discover"})
     _table(lines, "[access]", {k: v for k, v in access.items() if not isinstance(v, dict)})
     for sub, values in access.items():
