@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
+from fleetctl.cli.app import Application, common_options, esc, pass_app, stop_on_signals
 from fleetctl.cli.params import seconds
 from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
@@ -96,7 +96,7 @@ def run(app: Application, state_dir, reports, events, hooks, audit_nodes, once, 
         if engine.dry_run:
             console.print("[dim]dry run: act.enabled is not set (or --dry-run); nothing was changed[/dim]")
         for rec in recovered:
-            console.print(f"recovered {rec['id']}: {rec['phase']} ({rec['why']})")
+            console.print(f"recovered {esc(rec['id'])}: {esc(rec['phase'])} ({esc(rec['why'], 2000)})")
         if once:
             for rec in decisions:
                 console.print(_line(rec))
@@ -109,8 +109,10 @@ def run(app: Application, state_dir, reports, events, hooks, audit_nodes, once, 
 
 
 def _line(rec: dict) -> str:
+    """One decision as a markup-safe line (codes, policies and reasons come from files and nodes)."""
     det = rec.get("detection") or {}
-    return f"{rec['phase']:9} {rec['action']:8} {rec['id']}  {det.get('code')} [{rec.get('policy')}]: {rec.get('why', '')}"
+    return (f"{esc(rec['phase']):9} {esc(rec['action']):8} {esc(rec['id'])}  {esc(det.get('code'))} "
+            f"\\[{esc(rec.get('policy'))}]: {esc(rec.get('why', ''), 2000)}")
 
 
 @act.command("log")
@@ -146,5 +148,5 @@ def undo_cmd(app: Application, state_dir, action_id: str, dry_run: bool, spares_
     pool = SparePool(backend, SparesConfig.from_site(app.site, spares_state_dir))
     out = undo(ActionLog(_config(app, state_dir).state_dir), action_id, backend, pool, dry_run=dry_run)
     app.emit(out, lambda console: console.print(f"{'would ' if dry_run else 'undone: '}"
-                                                f"{out.get('would') or out.get('why')}"))
+                                                f"{esc(out.get('would') or out.get('why'), 2000)}"))
     return EXIT_OK

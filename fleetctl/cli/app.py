@@ -60,11 +60,11 @@ class Application:
     def info(self, message: str) -> None:
         """Progress and notes go to stderr so that stdout stays machine-readable."""
         if not self.json or self.verbose:
-            self.err_console.print(message)
+            self.err_console.print(message, markup=False, highlight=False)
 
     def debug(self, message: str) -> None:
         if self.verbose:
-            self.err_console.print(f"[dim]{message}[/dim]")
+            self.err_console.print(message, style="dim", markup=False, highlight=False)
 
     # ---- site
     def site_file(self) -> str:
@@ -145,6 +145,17 @@ def stop_on_signals() -> StopSignal:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     return stop
+
+
+def esc(value: Any, limit: int = 4096) -> str:
+    """An untrusted value (a path, a node's message, a reason, a registry entry) ready to print with
+    rich markup on: one line of printable text (filekit.clean_text), cut at `limit`, its `[` escaped
+    so that `ckpt[/b]` prints as itself instead of raising MarkupError."""
+    from rich.markup import escape
+
+    from fleetctl.filekit import clean_text
+
+    return escape(clean_text(value, limit))
 
 
 def _json_default(value: Any) -> Any:

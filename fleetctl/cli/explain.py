@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.app import Application, common_options, esc, pass_app
 from fleetctl.errors import EXIT_OK
 
 
@@ -44,17 +44,19 @@ def explain(app: Application, target: str, report, events, state_dir, no_slurm: 
     out = explain_target(target, ctx)
 
     def render(console):
-        console.print(f"[bold]{out['kind']} {out['subject']}[/bold]")
+        console.print(f"[bold]{esc(out['kind'])} {esc(out['subject'])}[/bold]")
         for key, label in (("what", "what"), ("where", "where"), ("since", "since"), ("how_sure", "how sure")):
-            console.print(f"  {label:9} {out[key] or 'unknown'}")
+            console.print(f"  {label:9} {esc(out[key] or 'unknown', 2000)}")
         for line in out["why"]:
-            console.print(f"  evidence  {line}")
-        console.print(f"  jobs      {', '.join(str(j.get('job_id')) for j in out['jobs']) or 'none'}")
+            console.print(f"  evidence  {esc(line, 2000)}")
+        jobs = ", ".join(str(j.get("job_id")) for j in out["jobs"] if isinstance(j, dict))
+        console.print(f"  jobs      {esc(jobs or 'none')}")
         for a in out["fleetctl"]:
-            console.print(f"  fleetctl  {a['action']} {a['phase']} {a['id']}: {a['why']}")
+            console.print(f"  fleetctl  {esc(a.get('action'))} {esc(a.get('phase'))} {esc(a.get('id'))}: "
+                          f"{esc(a.get('why'), 2000)}")
         if not out["fleetctl"]:
             console.print("  fleetctl  no action")
-        console.print(f"  next      {out['next']}")
+        console.print(f"  next      {esc(out['next'], 2000)}")
 
     app.emit(out, render)
     return EXIT_OK

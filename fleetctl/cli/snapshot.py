@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.app import Application, common_options, esc, pass_app
 from fleetctl.cli.params import FiniteFloatRange, seconds
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK
 
@@ -82,11 +82,11 @@ def take(app: Application, target: str, registry: str | None, wait: bool, timeou
     def render(console):
         if data["snapshot"]:
             snap = data["snapshot"]
-            console.print(f"snapshot step {snap['step']} published: {snap['path']}", markup=False)
+            console.print(f"snapshot step {snap['step']} published: {esc(snap['path'])}")
         elif request_id:
-            console.print(f"request {request_id} written to {root}", markup=False)
+            console.print(f"request {esc(request_id)} written to {esc(root)}")
         else:
-            console.print(f"SIGUSR2 sent to the steps of job {job_id}", markup=False)
+            console.print(f"SIGUSR2 sent to the steps of job {esc(job_id)}")
 
     app.emit(data, render)
     return EXIT_OK
@@ -135,7 +135,7 @@ def list_command(app: Application, target: str | None, registry: str | None, dig
 
             table = Table("job", "directory", "problem", box=None)
             for row in data["jobs"]:
-                table.add_row(row["job_id"], row["directory"] or "-", row["problem"] or "")
+                table.add_row(esc(row["job_id"]), esc(row["directory"] or "-"), esc(row["problem"] or ""))
             console.print(table if data["jobs"] else "no job in the snapshot registry")
 
         app.emit(data, render_jobs)
@@ -147,15 +147,15 @@ def list_command(app: Application, target: str | None, registry: str | None, dig
         from rich.table import Table
 
         table = Table("step", "state", "size", "reason", "latest", "problems", box=None,
-                      title=str(root))
+                      title=esc(root))
         for row in data["snapshots"]:
             style = {"ok": "green", "bad": "red", "partial": "yellow"}[row["state"]]
             table.add_row(str(row["step"]), f"[{style}]{row['state']}[/{style}]", _size(row["bytes"]),
-                          row["reason"] or "", "LATEST" if row["latest"] else "",
-                          "; ".join(row["problems"]))
-        console.print(table if data["snapshots"] else f"no snapshot in {root}")
+                          esc(row["reason"] or ""), "LATEST" if row["latest"] else "",
+                          esc("; ".join(row["problems"]), 2000))
+        console.print(table if data["snapshots"] else f"no snapshot in {esc(root)}")
         if data["latest_problem"]:
-            app.err_console.print(f"[yellow]warning:[/yellow] {data['latest_problem']}", markup=True)
+            app.err_console.print(f"[yellow]warning:[/yellow] {esc(data['latest_problem'])}")
 
     app.emit(data, render)
     return EXIT_OK
@@ -201,12 +201,12 @@ def verify(app: Application, target: str, registry: str | None) -> int:
 
     def render(console):
         if not verdicts:
-            console.print(f"no committed snapshot in {root}", markup=False)
+            console.print(f"no committed snapshot in {esc(root)}")
         for v in verdicts:
             if v.ok:
-                console.print(f"[green]ok[/green]   {v.path} ({_size(v.bytes)})")
+                console.print(f"[green]ok[/green]   {esc(v.path)} ({_size(v.bytes)})")
             else:
-                console.print(f"[red]FAIL[/red] {v.path}: {v.reason}")
+                console.print(f"[red]FAIL[/red] {esc(v.path)}: {esc(v.reason, 2000)}")
         if not single and verdicts:
             console.print(f"restore would use step {chosen}" if chosen is not None else
                           "restore would find no usable snapshot", markup=False)
@@ -244,9 +244,9 @@ def restore(app: Application, job_id: str, registry: str | None, dry_run: bool) 
 
     def render(console):
         for skipped in choice.skipped:
-            app.err_console.print(f"[yellow]skipping[/yellow] step {skipped['step']}: {skipped['reason']}")
+            app.err_console.print(f"[yellow]skipping[/yellow] step {skipped['step']}: {esc(skipped['reason'], 2000)}")
         verb = "would restore" if dry_run else "requeued; it will restore"
-        console.print(f"job {job_id} {verb} step {choice.step} ({choice.path})", markup=False)
+        console.print(f"job {job_id} {verb} step {choice.step} ({esc(choice.path)})")
 
     app.emit(data, render)
     return EXIT_OK
@@ -275,7 +275,7 @@ def prune(app: Application, target: str, registry: str | None, keep: int, dry_ru
     def render(console):
         verb = "would remove" if dry_run else "removed"
         for path in data["removed"]:
-            console.print(f"{verb} {path}", markup=False)
+            console.print(f"{verb} {esc(path)}")
         if not plan:
             console.print("nothing to prune", markup=False)
 
@@ -337,7 +337,7 @@ def interval(app: Application, target: str | None, registry: str | None, cost: f
         console.print(f"Young  {_duration(data['young_s'])}  = sqrt(2 x {cost:g} s x {mtbf_s:g} s)", markup=False)
         console.print(f"Daly   {_duration(data['daly_s'])}  = sqrt(2 x {cost:g} s x ({restart:g} s + {mtbf_s:g} s))",
                       markup=False)
-        console.print(f"cost: {cost_source}; MTBF: {mtbf_source}", markup=False)
+        console.print(f"cost: {esc(cost_source)}; MTBF: {esc(mtbf_source)}")
 
     app.emit(data, render)
     return EXIT_OK

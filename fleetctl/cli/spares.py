@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.app import Application, common_options, esc, pass_app
 from fleetctl.cli.params import seconds
 from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
@@ -55,16 +55,17 @@ def status(app: Application, state_dir: str | None) -> int:
     def render(console):
         from rich.table import Table
 
-        table = Table(title=f"spare pool {st.reservation} (floor {st.floor})", title_justify="left")
+        table = Table(title=f"spare pool {esc(st.reservation)} (floor {st.floor})", title_justify="left")
         for col in ("node", "state", "use", "last audit", "age"):
             table.add_column(col)
         for m in st.members:
             age = f"{m['audit_age_s']:.0f} s" if m["audit_age_s"] is not None else "-"
-            table.add_row(m["node"], m["state"], "in use" if m["in_use"] else ("free" if m["free"] else "unusable"),
-                          m["verdict"] or "none", age)
-        console.print(table if st.members else f"spare pool {st.reservation}: empty")
+            table.add_row(esc(m["node"]), esc(m["state"]),
+                          "in use" if m["in_use"] else ("free" if m["free"] else "unusable"),
+                          esc(m["verdict"] or "none"), age)
+        console.print(table if st.members else f"spare pool {esc(st.reservation)}: empty")
         for w in st.warnings:
-            console.print(f"[yellow]warning[/yellow]: {w}")
+            console.print(f"[yellow]warning[/yellow]: {esc(w)}")
 
     app.emit(data, render)
     return EXIT_WARNINGS if st.warnings else EXIT_OK
@@ -111,12 +112,12 @@ def _change_cmd(name: str, doc: str):
 
         def render(console):
             verb = "would " + name if dry_run else name + "ed" if name == "add" else "removed"
-            console.print(f"{verb}: {','.join(change.changed) or 'nothing'}; pool now "
-                          f"{','.join(change.members_after) or 'empty'}")
+            console.print(f"{verb}: {esc(','.join(change.changed) or 'nothing')}; pool now "
+                          f"{esc(','.join(change.members_after) or 'empty')}")
             for node, why in change.refused.items():
-                console.print(f"  refused {node}: {why}")
+                console.print(f"  refused {esc(node)}: {esc(why)}")
             for w in change.warnings:
-                console.print(f"[yellow]warning[/yellow]: {w}")
+                console.print(f"[yellow]warning[/yellow]: {esc(w)}")
 
         app.emit(data, render)
         return EXIT_WARNINGS if change.warnings or change.refused else EXIT_OK
@@ -142,12 +143,13 @@ def replenish_cmd(app: Application, state_dir, dry_run: bool) -> int:
     out = replenish(pool, backend, lambda nodes: _audit(app, pool, nodes), dry_run=dry_run)
 
     def render(console):
-        console.print(f"candidates: {','.join(out.candidates) or 'none'}; passed: {','.join(out.passed) or 'none'}; "
-                      f"added to the pool: {','.join(out.added) or 'none'}")
+        console.print(f"candidates: {esc(','.join(out.candidates) or 'none')}; "
+                      f"passed: {esc(','.join(out.passed) or 'none')}; "
+                      f"added to the pool: {esc(','.join(out.added) or 'none')}")
         for node, why in {**out.failed, **out.refused}.items():
-            console.print(f"  {node}: {why}")
+            console.print(f"  {esc(node)}: {esc(why)}")
         for w in out.warnings:
-            console.print(f"[yellow]warning[/yellow]: {w}")
+            console.print(f"[yellow]warning[/yellow]: {esc(w)}")
 
     app.emit(out.to_dict(), render)
     return EXIT_WARNINGS if out.warnings or out.failed else EXIT_OK
@@ -176,11 +178,11 @@ def swap(app: Application, state_dir, job_id: str, bad_node: str, dry_run: bool,
 
     def render(console):
         for s in plan.steps:
-            console.print(f"{s.status:8} {s.step:8} {s.detail}" + (f" -> {s.result}" if s.result else ""))
+            console.print(f"{s.status:8} {s.step:8} {esc(s.detail)}" + (f" -> {esc(s.result)}" if s.result else ""))
         if plan.running_on:
-            console.print(f"job {job_id} running on {','.join(plan.running_on)}")
+            console.print(f"job {job_id} running on {esc(','.join(plan.running_on))}")
         for w in plan.warnings:
-            console.print(f"[yellow]warning[/yellow]: {w}")
+            console.print(f"[yellow]warning[/yellow]: {esc(w)}")
 
     app.emit(plan.to_dict(), render)
     if not plan.ok:

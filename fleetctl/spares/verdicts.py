@@ -7,11 +7,12 @@ atomically under the pool lock; read as hostile input (bounded size, bad entries
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
-from fleetctl.errors import DataError
+from fleetctl.filekit import read_json
 from fleetctl.nodeset import is_node_name
 
 MAX_FILE_BYTES = 8 << 20
@@ -24,25 +25,14 @@ class VerdictStore:
         self.path = Path(state_dir) / "audits.json"
 
     def load(self) -> dict[str, dict]:
-        try:
-            with open(self.path, "rb") as fh:
-                data = fh.read(MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
+        raw = read_json(self.path, "audit verdicts file", max_bytes=MAX_FILE_BYTES, missing_ok=True,
+                        kind=dict)
+        if raw is None:
             return {}
-        except OSError as exc:
-            raise DataError(f"cannot read {self.path}: {exc.strerror}") from None
-        if len(data) > MAX_FILE_BYTES:
-            raise DataError(f"{self.path}: larger than {MAX_FILE_BYTES >> 20} MiB")
-        try:
-            raw = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
-            raise DataError(f"{self.path}: not JSON (remove it; the next audit rewrites it)") from None
-        if not isinstance(raw, dict):
-            raise DataError(f"{self.path}: not a JSON object")
         out = {}
         for node, entry in raw.items():
             if (is_node_name(node) and isinstance(entry, dict) and isinstance(entry.get("status"), str)
-                    and isinstance(entry.get("time"), (int, float))):
+                    and isinstance(entry.get("time"), (int, float)) and math.isfinite(entry["time"])):
                 out[node] = entry
         return out
 

@@ -130,7 +130,7 @@ def test_verdict_file_is_hostile_input(tmp_path):
     (tmp_path / "audits.json").write_text('{"node1": {"status": "ok", "time": 1}, "../x": {}, "node2": 5}')
     assert list(pool.verdicts.load()) == ["node1"]
     (tmp_path / "audits.json").write_text("not json")
-    with pytest.raises(DataError, match="not JSON"):
+    with pytest.raises(DataError, match="not valid JSON"):
         pool.verdicts.load()
 
 
