@@ -1,5 +1,6 @@
-"""How long the property tests run: a bounded number of examples per property in CI (seconds each),
-`FLEETCTL_FUZZ=N` for N examples per property on demand (e.g. 100000 for an overnight run).
+"""How long the property tests run: a bounded number of examples per property in CI (seconds each);
+`FLEETCTL_FUZZ=N` runs N times as many (e.g. 1000 for an overnight hunt before a release). The C
+fuzzers (tests/unit/test_c_fuzz.py) read the same knob as a multiple of their time budget.
 
     from tests.support.fuzz import fuzz_settings
     @fuzz_settings(200)
@@ -14,17 +15,21 @@ from datetime import timedelta
 from hypothesis import HealthCheck, settings
 
 
-def examples(default: int) -> int:
-    """`default` examples, or FLEETCTL_FUZZ's number when set (a positive integer)."""
+def scale() -> int:
+    """FLEETCTL_FUZZ as a positive integer multiple (1 when unset or not a positive integer)."""
     raw = os.environ.get("FLEETCTL_FUZZ", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
+
+
+def examples(default: int) -> int:
+    return default * scale()
 
 
 def fuzz_settings(default: int, deadline_s: float = 2.0) -> settings:
-    """Settings for one property: no example database, derandomized in CI (a failure is replayable),
-    random when FLEETCTL_FUZZ asks for a long run (new inputs every run)."""
-    long_run = examples(default) != default
+    """Settings for one property: no example database; derandomized in CI (a failure replays the
+    same way), random on a long run (new inputs every run)."""
     return settings(max_examples=examples(default), deadline=timedelta(seconds=deadline_s), database=None,
-                    derandomize=not long_run,
+                    derandomize=scale() == 1,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                           HealthCheck.data_too_large])
+                                           HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
