@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetctl.snapshot import SnapshotError, manifest
-from fleetctl.snapshot.layout import Entry, read_latest, scan
+from fleetctl.snapshot.layout import Entry, parse_step, parse_tmp_step, read_latest, scan
 
 
 @dataclass
@@ -75,6 +75,27 @@ def trust_problem(directory: Path, owner: int) -> str | None:
     except OSError as exc:
         return f"cannot check ownership: {exc.strerror or exc}"
     return None
+
+
+def single_snapshot(path: Path) -> list[manifest.Verdict] | None:
+    """The verdict of `path` when it names one snapshot (step_N, step_N.tmp, or a directory with a
+    manifest); None when it is a directory of snapshots."""
+    path = Path(path)
+    tmp_step = parse_tmp_step(path.name)
+    if parse_step(path.name) is None and tmp_step is None and not (path / manifest.MANIFEST).exists():
+        return None
+    if not (path.exists() or path.is_symlink()):
+        raise SnapshotError(f"{path}: no such snapshot directory")
+    if tmp_step is not None:
+        return [manifest.Verdict(str(path), tmp_step, False, ["a step_N.tmp directory is an unfinished or "
+                                                              "interrupted write, never a snapshot"])]
+    return [manifest.verify(path)]
+
+
+def verify_all(root: Path) -> tuple[list[manifest.Verdict], int | None]:
+    """Every committed snapshot under `root`, verified, and the one a restore would use."""
+    verdicts = [manifest.verify(e.path) for e in scan(root) if e.committed]
+    return verdicts, (choose(root).step if verdicts else None)
 
 
 def describe(root: Path, *, digests: bool = False) -> dict:

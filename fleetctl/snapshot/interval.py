@@ -57,3 +57,36 @@ def mtbf_from_env(nodes: int) -> tuple[float, str]:
 
 def clamp(interval_s: float) -> float:
     return min(max(interval_s, MIN_INTERVAL_S), MAX_INTERVAL_S)
+
+
+def _usable(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and 0 < value < 1e12
+
+
+def advise(status: dict, *, cost: float | None = None, mtbf_hours: float | None = None,
+           node_mtbf_hours: float | None = None, nodes: int | None = None, restart: float = 0.0) -> dict:
+    """Young's and Daly's intervals with their inputs and where each came from: the options given,
+    else the job's STATUS.json (measured cost, its MTBF, its node count), else the defaults."""
+    cost_source = "--cost"
+    if cost is None:
+        measured = status.get("cost_s")
+        if _usable(measured) and measured < 86_400:
+            cost, cost_source = float(measured), "measured by the job (STATUS.json)"
+        else:
+            cost, cost_source = DEFAULT_COST_S, "default (no measurement)"
+    job_mtbf = status.get("mtbf_s")
+    if mtbf_hours is not None:
+        mtbf_s, mtbf_source = mtbf_hours * 3600.0, "--mtbf-hours"
+    elif node_mtbf_hours is None and nodes is None and _usable(job_mtbf):
+        mtbf_s, mtbf_source = float(job_mtbf), f"the job's: {str(status.get('mtbf_source'))[:80]}"
+    else:
+        job_nodes = status.get("nodes")
+        if nodes is None:
+            nodes = job_nodes if isinstance(job_nodes, int) and 0 < job_nodes <= 1_000_000 else 1
+        node_h = node_mtbf_hours or DEFAULT_NODE_MTBF_H
+        mtbf_s, mtbf_source = job_mtbf_s(nodes, node_h), f"node MTBF {node_h:g} h / {nodes} node(s)"
+    return {"young_s": round(young(cost, mtbf_s), 3), "daly_s": round(daly(cost, mtbf_s, restart), 3),
+            "inputs": {"cost_s": cost, "cost_source": cost_source, "mtbf_s": mtbf_s,
+                       "mtbf_source": mtbf_source, "restart_s": restart},
+            "job_interval_s": status.get("interval_s")}

@@ -92,3 +92,27 @@ def wait_all(asks: list[Ask], timeout_s: float, *, poll_s: float = POLL_S, clock
         if not open_asks or clock() >= deadline:
             return
         sleep(min(poll_s, max(0.0, deadline - clock())))
+
+
+def request_snapshot(root: Path, *, reason: str = "request", job_id: str | None = None, backend=None,
+                     write: bool = True, wait_s: float | None = None) -> dict:
+    """`fleetctl snapshot take`: write a request (unless `write` is False), signal the job's steps
+    with SIGUSR2 through `backend` when given, and wait up to `wait_s` for the answer. The backend is
+    checked before anything is written."""
+    if not write and backend is None:
+        raise SnapshotError("--no-request needs --signal (otherwise nothing asks the job)")
+    if backend is not None and job_id is None:
+        raise SnapshotError("--signal needs a job id, not a directory")
+    asked = ask(root, reason, write=write)
+    if asked.problem:
+        raise SnapshotError(asked.problem)
+    if backend is not None:
+        backend.signal_job(job_id, "USR2")
+    out = {"job_id": job_id, "directory": str(root), "request": asked.request_id,
+           "signalled": backend is not None, "snapshot": None}
+    if wait_s is not None:
+        wait_all([asked], wait_s)
+        if asked.answer is None:
+            raise asked.timeout_error(wait_s)
+        out["snapshot"] = asked.answer
+    return out

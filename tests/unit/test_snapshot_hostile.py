@@ -97,9 +97,9 @@ def test_root_resolves_a_job_through_its_owner_in_slurm(tmp_path, reg, monkeypat
     registry.register("88", mine, 2, str(reg))
     assert run(["snapshot", "list", "88", "--format", "json"]) == 3
     assert "cannot tell which is the job's" in capsys.readouterr().err
-    import fleetctl.cli.snapshot as cli_snapshot
+    import fleetctl.cli.snapshot.common as cli_snapshot
 
-    monkeypatch.setattr(cli_snapshot, "_slurm_owner", lambda app, job: os.geteuid())
+    monkeypatch.setattr(cli_snapshot, "slurm_owner", lambda app, job: os.geteuid())
     assert run(["snapshot", "list", "88", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["directory"] == str(mine)
 
