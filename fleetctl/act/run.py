@@ -116,3 +116,56 @@ class Runner:
                 time.sleep(wait)
             elif stop.wait(wait):
                 return count
+
+
+@dataclass
+class RunOptions:
+    """`fleetctl act run`'s options."""
+
+    state_dir: str | None = None
+    reports: tuple[str, ...] = ()
+    events: str | None = None  # None: act.lens_events
+    hooks: bool = False
+    audit_nodes: str | None = None  # also audit these nodes (quick level) at every pass
+    dry_run: bool = False
+    spares_state_dir: str | None = None
+    registry: str | None = None
+
+
+def start(site, opts: RunOptions, backend=None) -> tuple[Runner, list[dict]]:
+    """The engine for the site's policies and pool, its inputs, and what recovery of a previous
+    crash decided (act's start-up, for `act run`)."""
+    from fleetctl.act.config import ActConfig
+    from fleetctl.act.policies import policies_from_site
+    from fleetctl.spares import SparePool, SparesConfig
+
+    config = ActConfig.from_site(site, **({"state_dir": opts.state_dir} if opts.state_dir else {}))
+    if backend is None:
+        from fleetctl.slurm import backend_for_site
+
+        backend = backend_for_site(site)
+    pool = SparePool(backend, SparesConfig.from_site(site, opts.spares_state_dir))
+    engine = Engine(backend, policies_from_site(site), config, pool=pool,
+                    dry_run=opts.dry_run or not config.enabled, registry=opts.registry)
+    recovered = engine.recover()
+    sources = Sources(reports=list(opts.reports),
+                      events=opts.events if opts.events is not None else config.lens_events,
+                      hooks=opts.hooks, audit=_audit_source(site, opts.audit_nodes))
+    return Runner(engine, sources, config.state_dir), recovered
+
+
+def _audit_source(site, nodeset: str | None):
+    """A callable giving a quick audit report of `nodeset` (None: no own audits)."""
+    if not nodeset:
+        return None
+    from fleetctl.audit import build_report, collect
+    from fleetctl.audit.runner import site_nodes
+
+    nodes = site_nodes(site, nodeset)
+
+    def audit() -> dict:
+        started = time.time()
+        return build_report(site, collect(site, nodes, "quick", since=started - 300), level="quick",
+                            started=started).to_dict()
+
+    return audit
