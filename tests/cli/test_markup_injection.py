@@ -105,7 +105,7 @@ def test_a_hostile_latest_is_a_warning_printed_as_text(hostile_snapshots, capsys
 
 
 def test_spares_status_prints_hostile_verdicts_as_text(tmp_path, site, capsys, monkeypatch):
-    import fleetctl.cli.spares as cli_spares
+    import fleetctl.cli.spares.status as cli_spares
     from fleetctl.spares import SparePool, SparesConfig
 
     from actfixtures import MemSlurm
@@ -115,7 +115,7 @@ def test_spares_status_prints_hostile_verdicts_as_text(tmp_path, site, capsys, m
     state = tmp_path / "spares"
     state.mkdir()
     (state / "audits.json").write_text(json.dumps({"node1": {"status": HOSTILE, "time": 1.0}}))
-    monkeypatch.setattr(cli_spares, "_pool", lambda app, d: (slurm_, SparePool(
+    monkeypatch.setattr(cli_spares, "pool", lambda app, d: (slurm_, SparePool(
         slurm_, SparesConfig(state_dir=str(state)))))
     run(["spares", "status"])
     captured = capsys.readouterr()

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.act.log import log_cmd
-from fleetctl.cli.act.run import run
-from fleetctl.cli.act.undo import undo_cmd
+from fleetctl.cli.act import log, run, undo
 
 
 @click.group("act")
@@ -19,5 +17,5 @@ def act() -> None:
     """Detections to actions, by the site's policies, with a budget, a log and undo."""
 
 
-for _command in (run, log_cmd, undo_cmd):
+for _command in (log.log_cmd, run.run, undo.undo_cmd):
     act.add_command(_command)

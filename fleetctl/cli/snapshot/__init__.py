@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.snapshot.interval import interval
-from fleetctl.cli.snapshot.listing import list_command
-from fleetctl.cli.snapshot.prune import prune
-from fleetctl.cli.snapshot.restore import restore
-from fleetctl.cli.snapshot.take import take
-from fleetctl.cli.snapshot.verify import verify
+from fleetctl.cli.snapshot import interval, listing, prune, restore, take, verify
 
 
 @click.group("snapshot")
@@ -23,5 +18,5 @@ def snapshot() -> None:
     """Coordinated, verified snapshots of training jobs (docs/snapshot.md)."""
 
 
-for _command in (take, list_command, verify, restore, prune, interval):
+for _command in (interval.interval, listing.list_command, prune.prune, restore.restore, take.take, verify.verify):
     snapshot.add_command(_command)

@@ -1,0 +1,26 @@
+"""What the spares subcommands share: the pool, its state directory option, warnings."""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import Application, esc
+
+
+def pool(app: Application, state_dir: str | None):
+    """(Slurm backend, SparePool) of the site in use."""
+    from fleetctl.slurm import backend_for_site
+    from fleetctl.spares import SparePool, SparesConfig
+
+    backend = backend_for_site(app.site)
+    return backend, SparePool(backend, SparesConfig.from_site(app.site, state_dir))
+
+
+def state_dir_option(func):
+    return click.option("--state-dir", metavar="DIR", default=None,
+                        help="The pool's lock and audit verdicts (default: spares.state_dir).")(func)
+
+
+def print_warnings(console, warnings) -> None:
+    for w in warnings:
+        console.print(f"[yellow]warning[/yellow]: {esc(w)}")
