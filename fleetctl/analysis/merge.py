@@ -16,6 +16,15 @@ def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTab
                                                                         np.ndarray]:
     """(merged paths, merged stats, group of each original path). Sent and lost add up; a
     merged window delay is the median of its members' delays (nearest rank)."""
+    merged, group = path_groups(paths)
+    if len(merged) == len(paths):
+        return paths, stats, group
+    return merged, merge_stats(stats, group, len(merged)), group
+
+
+def path_groups(paths: PathTable) -> tuple[PathTable, np.ndarray]:
+    """(merged paths, group of each original path): traced paths with the same elements share a
+    row; untraced paths stay alone. Depends on the plan only: computed once per plan."""
     # a traced path is identified by its element set: hash it as a sum of random 64-bit
     # values per element (wrapping), with its length; collisions have odds of ~2^-64
     rng = np.random.default_rng(0x5EED)
@@ -33,17 +42,20 @@ def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTab
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     group = rank[group]
-    keep = list(np.sort(first))
+    keep = np.sort(first)
     n = len(keep)
     if n == len(paths):
-        return paths, stats, group
-    keep = np.asarray(keep)
+        return paths, group
     lens = lengths[keep]
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=indptr[1:])
     take = np.repeat(paths.indptr[keep] - indptr[:-1], lens) + np.arange(indptr[-1])
-    merged = PathTable(indptr, paths.elements[take], paths.weights[take], paths.src_nic[keep],
-                       paths.dst_nic[keep], paths.traced[keep])
+    return PathTable(indptr, paths.elements[take], paths.weights[take], paths.src_nic[keep],
+                     paths.dst_nic[keep], paths.traced[keep]), group
+
+
+def merge_stats(stats: WindowStats, group: np.ndarray, n: int) -> WindowStats:
+    """Per-path figures summed (sent, lost) or medianed (delay, baseline) over merged rows."""
     w = stats.n_windows
     sent = np.zeros((w, n), dtype=np.int64)
     lost = np.zeros((w, n), dtype=np.int64)
@@ -51,8 +63,8 @@ def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTab
         sent[k] = np.bincount(group, weights=stats.sent[k], minlength=n)
         lost[k] = np.bincount(group, weights=stats.lost[k], minlength=n)
     keys = (np.arange(w)[:, None] * n + group[None, :]).ravel()
-    delay = group_quantiles(keys, stats.delay.ravel(), [0.5], w * n)[0].reshape(w, n)
+    delay = group_quantiles(keys, np.asarray(stats.delay, float).ravel(), [0.5], w * n)[0].reshape(w, n)
     base = None
     if stats.baseline is not None:
         base = group_quantiles(group, np.asarray(stats.baseline, dtype=float), [0.5], n)[0]
-    return merged, WindowStats(sent, lost, delay, base), group
+    return WindowStats(sent, lost, delay, base)

@@ -18,16 +18,14 @@ import json
 import math
 import os
 import queue
-import secrets
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
 
 from fleetctl.atomic import write_atomic
-from fleetctl.errors import DataError, UsageError
+from fleetctl.errors import DataError
 from fleetctl.lens.agents import AgentSupervisor
 from fleetctl.lens.baseline import PathBaselines
 from fleetctl.lens.clocktrack import ClockTracker
@@ -37,72 +35,29 @@ from fleetctl.lens.jobs import JobMap
 from fleetctl.lens.options import LensOptions
 from fleetctl.lens.window import WindowAnalyzer
 from fleetctl.mesh import agent as agent_module
-from fleetctl.mesh import discovery, trace_agent
-from fleetctl.mesh.collect import lab_clock
-from fleetctl.mesh.loops import plan_loops
-from fleetctl.mesh.plan import plan_probes
-from fleetctl.meshrun.probe_run import fan_out, payload
-from fleetctl.model.fabric import Topology
+from fleetctl.meshrun.setup import SetupOptions, payload, prepare
 
 STATE_VERSION = 1
 MAX_BEHIND_WINDOWS = 10  # further behind than this: skip ahead (counted) rather than pile up
 STATUS_ELEMENTS = 200
 
 
-class Plan:
-    """One probe plan: NIC pairs, flows, traced paths, the agents' shared configuration."""
+class LensPlan:
+    """The probe engine's plan (meshrun.setup, as `audit --mesh`), with lens's streaming agents."""
 
     def __init__(self, site, nodes: list[str], transport, opts: LensOptions, log):
-        self.topo = topo = Topology.from_site(site)
-        nics = discovery.nic_table(site, topo)
-        chosen = set(nodes)
-        usable = {n: i for n, i in nics.items() if i.node in chosen and topo.attached(n)}
-        idx = {i.index for i in usable.values()}
-        self.plan = plan_probes(topo, idx, budget_pps=opts.budget_pps, k=opts.coverage_k,
-                                duration=opts.window_s, rate=opts.rate)
-        if not self.plan.pairs:
-            raise UsageError("no NIC pairs to probe: lens needs NICs with addresses in the site "
-                             "file on at least two of the chosen nodes")
-        self.rate = float(self.plan.rate)
-        sports = [opts.sport_base + j for j in range(opts.sports)]
-        fplan = discovery.FlowPlan(self.plan.pairs, sports, opts.port)
-        self.hosts = sorted({topo.nic_host[a] for p in self.plan.pairs for a in p})
-        warnings: list[str] = []
-        log(f"tracing {len(fplan.flows)} flows from {len(self.hosts)} nodes")
-        tcfg = discovery.trace_config(topo, fplan, usable, site)
-        tcfg["limit"] = 60
-        traces = fan_out(transport, self.hosts, trace_agent, tcfg, 90, "path tracing", warnings,
-                         set())
-        for w in warnings:
+        setup = prepare(site, nodes, transport, SetupOptions(
+            budget_pps=opts.budget_pps, coverage_k=opts.coverage_k, duration=opts.window_s, rate=opts.rate,
+            sports=opts.sports, port=opts.port, sport_base=opts.sport_base), log)
+        for w in setup.warnings:
             log(w)
-        self.disc = discovery.resolve(topo, site, fplan, traces)
-        # loops to the neighbouring switches tell apart link directions that NIC pairs always
-        # cross together (with two leaves: leaf1->spine1 and spine1->leaf2)
-        self.disc, loops = plan_loops(topo, site, self.disc, usable, len(fplan.flows),
-                                      opts.port + 2)
-        self.flows = self.disc.flows
-        self.paths = self.disc.paths
-        _truth, clocks = lab_clock(site)
-        node_cfg: dict[str, dict] = {}
-        for info in usable.values():
-            entry = node_cfg.setdefault(info.node, {"nics": []})
-            entry["nics"].append([info.index, info.address, info.device])
-            if info.node in clocks:
-                entry["clock"] = clocks[info.node]
-        self.agent_cfg = {
-            "run_id": uuid.uuid4().hex[:16], "key": secrets.token_hex(32), "port": opts.port,
-            "sports": sports, "rate": self.rate, "duration": opts.agent_hours * 3600,
-            "linger": opts.echo_timeout_s, "echo_timeout_s": opts.echo_timeout_s,
-            "health_window_s": opts.health_window_s, "output": "stream", "nodes": node_cfg,
-            "pairs": [[p * len(sports), a, b, nics[topo.nics[b]].address]
-                      for p, (a, b) in enumerate(self.plan.pairs)],
-            "loops": loops, "loop_port": opts.port + 2}
+        self.setup, self.topo, self.plan, self.disc = setup, setup.topo, setup.plan, setup.disc
+        self.rate, self.hosts = setup.rate, setup.hosts
+        self.flows, self.paths = setup.disc.flows, setup.disc.paths
+        self.agent_cfg = setup.agent_config(
+            duration=opts.agent_hours * 3600, linger=opts.echo_timeout_s, echo_timeout_s=opts.echo_timeout_s,
+            health_window_s=opts.health_window_s, output="stream")
         self.t0 = time.time()
-        self.nic_of_link = {}
-        for lid, (a, b) in topo.links.items():
-            for end in (a, b):
-                if end in topo.nics:
-                    self.nic_of_link[lid] = end
         self.fingerprint = f"{len(self.paths)}:{len(self.flows)}:{len(self.plan.pairs)}"
 
     def script(self, node: str, start_at: float) -> str:
@@ -142,7 +97,7 @@ class Coordinator:
     # ------------------------------------------------------------------ setup
     def _build(self, nodes: list[str]) -> None:
         o = self.opts
-        self.plan = Plan(self.site, nodes, self.transport, o, self.log)
+        self.plan = LensPlan(self.site, nodes, self.transport, o, self.log)
         self.log(f"plan: {json.dumps(self.plan.summary())}")
         self.outputs.set_plan(self.plan)
         self.analyzer = WindowAnalyzer(self.plan.topo, self.plan.paths, self.plan.flows, o.solver)
@@ -156,9 +111,9 @@ class Coordinator:
                            m_close=o.m_close, flap_count=o.flap_count,
                            flap_window_s=o.flap_window_s)
         if self.tracker is None:
-            self.tracker = EventTracker(rules, self.plan.nic_of_link, self.jobs.affected)
+            self.tracker = EventTracker(rules, self.plan.topo.location, self.jobs.affected)
         else:  # a re-plan keeps the events
-            self.tracker.nic_of_link = self.plan.nic_of_link
+            self.tracker.locate = self.plan.topo.location
             self.tracker.jobs_for = self.jobs.affected
 
     def _on_batch(self, node: str, batch: dict) -> None:

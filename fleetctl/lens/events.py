@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from fleetctl.model.findings import EVENT_SEVERITY
+
 METRIC_RANK = {"delay": 1, "loss": 2, "down": 3, "clock": 1, "flapping": 4}
 SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
 FLAP_MILESTONES = (10, 30, 100, 300, 1000, 3000, 10000)
@@ -48,19 +50,16 @@ class EventRules:
 
 
 class EventTracker:
-    def __init__(self, rules: EventRules | None = None, nic_of_link: dict[str, str] | None = None,
-                 jobs_for=None):
+    def __init__(self, rules: EventRules | None = None, location=None, jobs_for=None):
         self.rules = rules or EventRules()
-        self.nic_of_link = nic_of_link or {}  # NIC cable link id -> NIC id
+        self.locate = location or _plain_location  # the topology's (Topology.location)
         self.jobs_for = jobs_for or (lambda _el: [])
         self.loc: dict[str, dict] = {}  # location key -> its state
         self.seq = 0
 
     # ------------------------------------------------------------------ keys
     def location(self, element: dict) -> str:
-        if element["type"] == "link" and element["id"] in self.nic_of_link:
-            return "nic:" + self.nic_of_link[element["id"]]
-        return f"{element['type']}:{element['id']}"
+        return self.locate(element)
 
     # ------------------------------------------------------------------ windows
     def window(self, t_start: float, t_end: float, findings: list[dict],
@@ -223,10 +222,15 @@ def _elem_rank(el: dict) -> int:
     return {"link": 1, "port": 1, "nic": 2, "host": 3, "switch": 3}.get(el.get("type"), 0)
 
 
+def _plain_location(element: dict) -> str:
+    return f"{element['type']}:{element['id']}"
+
+
 def _sev(f: dict, metric: str) -> str:
     if metric in ("down", "flapping"):
         return "critical"
-    return f.get("severity", "warning") if f.get("severity") in SEV_RANK else "warning"
+    sev = f.get("severity", "warning")
+    return sev if sev in SEV_RANK else EVENT_SEVERITY.get(sev, "warning")
 
 
 def _evidence(f: dict, t_end: float) -> dict:

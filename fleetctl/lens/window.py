@@ -10,22 +10,19 @@ host's NICs is that host's own side (rollup.is_host_side), kept as a note, never
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fleetctl.analysis.integrity import host_delay_note, overload_marks, probes_kept
-from fleetctl.analysis.merge import merge_identical_paths
-from fleetctl.analysis.rollup import Rollup, is_host_side
-from fleetctl.analysis.signals import Thresholds, window_signals
-from fleetctl.analysis.solvers import Problem, get_solver
+from fleetctl.analysis.rollup import is_host_side
+from fleetctl.analysis.signals import Thresholds
+from fleetctl.analysis.step import WindowStep, element_stats
 from fleetctl.analysis.windows import build_windows
 from fleetctl.lens.jobs import element_columns
 from fleetctl.mesh.loops import add_loop_stats
-from fleetctl.model.fabric import PathTable, Topology, WindowStats, group_quantiles
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
 
-SEVERITY = {"critical": "critical", "major": "warning", "minor": "info"}
 FLAP_BIN_S = 0.1  # time resolution of down/up transitions within a window
 EXPLAINED_SHARE = 0.8  # of a finding's bad paths crossing an open event's element: explained
 
@@ -51,28 +48,12 @@ class WindowAnalyzer:
     def __init__(self, topo: Topology, paths: PathTable, flows: np.ndarray, solver: str = "nnls",
                  th: Thresholds | None = None):
         self.topo, self.paths, self.flows = topo, paths, flows
-        self.th = th or Thresholds()
-        self.solver = get_solver(solver)
-        self.hosts = list(dict.fromkeys(topo.nic_host))
-        hpos = {h: i for i, h in enumerate(self.hosts)}
-        self.nic_host = np.array([hpos[h] for h in topo.nic_host])
-        one = WindowStats(np.zeros((1, len(paths)), np.int64), np.zeros((1, len(paths)), np.int64),
-                          np.zeros((1, len(paths))))
-        self.merged, _, self.group = merge_identical_paths(paths, one)
-        n = len(self.merged)
-        self.n_merged = n
-        inc = self.merged.matrix(topo.n_elements).tocsc()
-        self.inc = inc
-        is_link = topo.element_types() == 0
-        self.link_cols = np.flatnonzero(is_link)
-        self.links_only = inc[:, self.link_cols].tocsr()
-        self.rollup = Rollup(topo, inc, self.th)
+        self.step = WindowStep(topo, paths, solver, th)  # the probe engine's window step, as audit's
+        self.th = self.step.th
+        self.hosts, self.nic_host = topo.hosts, topo.nic_host_index
         self.inc_orig = paths.matrix(topo.n_elements).tocsc()
-        self.report_cols = [e for e, el in enumerate(topo.elements)
-                            if el.type in ("link", "switch", "nic")]
-        nics = set(topo.nics)
-        self.nic_of_link = {lid: next(e for e in ends if e in nics)
-                            for lid, ends in topo.links.items() if any(e in nics for e in ends)}
+        self.report_cols = np.array([e for e, el in enumerate(topo.elements)
+                                     if el.type in ("link", "switch", "nic")], dtype=np.int64)
         # location -> "up"/"down"/None at the end of the last window that judged it: a flap whose
         # down moment falls in the first bin of a window is still seen (a link toggled on a
         # fixed rhythm keeps its phase against the windows, so this would repeat every time)
@@ -110,14 +91,15 @@ class WindowAnalyzer:
         sent, lost, delay = w.path_sent[0], w.path_lost[0], w.path_p50_us[0]
         out.path_delay = delay
         base = baseline if baseline is not None else np.full(len(self.paths), np.nan)
-        m_sent, m_lost, m_delay, m_base = self._merge(sent, lost, delay, base)
-        sig = window_signals(m_sent, m_lost, m_delay, m_base, self.th)
+        m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], base))
+        sig = self.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
+        m_delay = m.delay[0]
         found = self._findings(sig)
         out.findings = [f for f in found if not is_host_side(f)]
         out.host_side = [host_delay_note(f) for f in found if is_host_side(f)]
         self._mark_explained(out.findings, sig, open_elements or [])
         bad_rows = sig.lossy | sig.delayed
-        out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.group]
+        out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.step.group]
         out.elements = self._element_rows(sig, m_delay)
         ends: dict[str, str | None] = {}
         for f in out.findings:
@@ -139,10 +121,7 @@ class WindowAnalyzer:
         return out
 
     def location(self, element: dict) -> str:
-        """A NIC's cable folded into the NIC, as the event tracker does: one place, one state."""
-        if element.get("type") == "link" and element.get("id") in self.nic_of_link:
-            return "nic:" + self.nic_of_link[element["id"]]
-        return f"{element.get('type')}:{element.get('id')}"
+        return self.topo.location(element)
 
     def _down_starts(self, element: dict, probes: np.ndarray, state: str | None = None
                      ) -> tuple[list[float], str | None]:
@@ -183,13 +162,13 @@ class WindowAnalyzer:
 
     def _through(self, element: dict) -> np.ndarray:
         """Per merged path: does it cross the element (an event's or finding's element dict)?"""
-        return self.rollup.paths_through(element_columns(self.topo, element))
+        return self.step.rollup.paths_through(element_columns(self.topo, element))
 
     def _mark_explained(self, findings: list[dict], sig, open_elements: list[dict]) -> None:
         if not open_elements or not findings:
             return
         here = {self.location(el) for el in open_elements}
-        cover = np.zeros(self.n_merged, dtype=bool)
+        cover = np.zeros(self.step.n_rows, dtype=bool)
         for el in open_elements:
             cover |= self._through(el)
         for f in findings:
@@ -200,61 +179,30 @@ class WindowAnalyzer:
             if mine.any() and cover[mine].mean() >= EXPLAINED_SHARE:
                 f["evidence"]["explained_by_open_event"] = True
 
-    def _merge(self, sent, lost, delay, base):
-        n, g = self.n_merged, self.group
-        s = np.bincount(g, weights=sent, minlength=n).astype(np.int64)
-        lo = np.bincount(g, weights=lost, minlength=n).astype(np.int64)
-        d = group_quantiles(g, np.asarray(delay, float), [0.5], n)[0]
-        b = group_quantiles(g, np.asarray(base, float), [0.5], n)[0]
-        return s, lo, d, b
-
     def _findings(self, sig) -> list[dict]:
-        from dataclasses import replace
-
+        """The window step's findings (every rule), one verdict per element: a loss (or down)
+        finding hides a delay finding of the same place; the window number is not lens's."""
         out: dict[tuple, dict] = {}
-        for metric in ("loss", "delay"):
-            msig = replace(sig, valid=sig.valid & ~sig.lossy) if metric == "delay" else sig
-            bad = msig.lossy if metric == "loss" else msig.delayed
-            rows = np.flatnonzero(msig.valid)
-            if bad[rows].sum() < self.th.min_bad_paths:
-                continue
-            y = msig.y_loss if metric == "loss" else msig.y_delay
-            problem = Problem(self.links_only[rows], self.link_cols, bad[rows], y[rows], self.th)
-            blamed = {int(self.link_cols[c]): v for c, v in self.solver.blame(problem).items()}
-            if not blamed:
-                continue
-            for f in self.rollup.findings(blamed, metric, msig, 0):
-                d = f.to_dict()
-                d["evidence"].pop("window", None)
-                key = (d["element"]["type"], d["element"]["id"], d["element"].get("direction", ""))
-                if key not in out:  # loss (or down) before delay: one verdict per element
-                    out[key] = d
+        for f in self.step.findings(sig, 0):
+            d = f.to_dict()
+            d["evidence"].pop("window", None)
+            key = (d["element"]["type"], d["element"]["id"], d["element"].get("direction", ""))
+            if key not in out:
+                out[key] = d
         return list(out.values())
 
     def _element_rows(self, sig, m_delay) -> list[dict]:
-        """Per link direction, switch and NIC: probes through it, loss %, median path delay."""
-        inc = self.inc
-        sent = inc.T @ sig.sent.astype(float)
-        lost = inc.T @ sig.lost.astype(float)
+        """Per link direction, switch and NIC: probes through it, loss %, path delay p50/p99."""
+        st = element_stats(self.step.inc, sig.sent, sig.lost, m_delay)
         rows = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for e in self.report_cols:
-                if sent[e] <= 0:
-                    continue
-                col = inc.getcol(e)
-                d = m_delay[col.indices]
-                d = d[np.isfinite(d)]
-                el = self.topo.elements[e]
-                row = {"type": el.type, "id": el.id, "loss_pct": round(100 * lost[e] / sent[e], 3),
-                       "delay_p50_us": round(float(np.median(d)), 1) if d.size else None,
-                       "delay_p99_us": round(float(np.percentile(d, 99)), 1) if d.size else None,
-                       "probes": int(round(sent[e]))}
-                if el.direction:
-                    row["direction"] = el.direction
-                rows.append(row)
+        for e in self.report_cols[st["sent"][self.report_cols] > 0]:
+            el = self.topo.elements[e]
+            p50, p99 = st["delay"][0, e], st["delay"][1, e]
+            row = {"type": el.type, "id": el.id, "loss_pct": round(100 * st["lost"][e] / st["sent"][e], 3),
+                   "delay_p50_us": round(float(p50), 1) if np.isfinite(p50) else None,
+                   "delay_p99_us": round(float(p99), 1) if np.isfinite(p99) else None,
+                   "probes": int(round(st["sent"][e]))}
+            if el.direction:
+                row["direction"] = el.direction
+            rows.append(row)
         return rows
-
-
-def event_severity(finding_severity: str) -> str:
-    return SEVERITY.get(finding_severity, "info")

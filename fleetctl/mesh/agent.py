@@ -1,7 +1,7 @@
 """The probe agent: stdlib-only, shipped to every node with `run_python` (nothing installed there).
 
 The payload is wire.py + health.py + records.py + this file (PAYLOAD_PARTS, joined by
-probe_run._payload), one script. One process per node, one thread, one epoll. Per NIC: a responder socket bound to (NIC address, port) and one
+meshrun.setup.payload), one script. One process per node, one thread, one epoll. Per NIC: a responder socket bound to (NIC address, port) and one
 sender socket per source port (the set of source ports spreads a pair's flows over the ECMP paths;
 one socket per port keeps each flow's 5-tuple fixed, so its traced path stays valid). Packets:
 wire.py (version 2, keyed BLAKE2b MAC). Foreign, garbled, forged and replayed packets (responder:
@@ -47,7 +47,7 @@ from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, MAX_DATAGRAM  
 from fleetctl.mesh.wire import PROBE, PROBE_LEN, TIMES, Codec, run_tag  # payload-local
 
 # the shipped script: these modules of this package, in this order, lines marked payload-local
-# left out (probe_run._payload joins them); each only uses names of the modules before it
+# left out (meshrun.setup.payload joins them); each only uses names of the modules before it
 PAYLOAD_PARTS = ("wire", "health", "records", "agent")
 
 _EMBEDDED_CONFIG = None  # replaced by the collector with the run's configuration (a JSON string)

@@ -21,6 +21,7 @@ from fleetctl.analysis.integrity import (IntegrityThresholds, budget_finding, ho
 from fleetctl.analysis.rollup import is_host_side
 from fleetctl.analysis.significance import DEFAULT_FDR, significant
 from fleetctl.analysis.solvers import get_solver
+from fleetctl.analysis.step import element_stats
 from fleetctl.analysis.triangulate import triangulate
 from fleetctl.analysis.windows import build_windows, host_clock
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS, DataError
@@ -71,9 +72,7 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     if run.probes.size == 0:
         raise DataError(f"run {run.run_id}: no probe records (did any agent run?)")
     topo = run.topo
-    hosts = list(dict.fromkeys(topo.nic_host))
-    hpos = {h: i for i, h in enumerate(hosts)}
-    nic_host = np.array([hpos[h] for h in topo.nic_host])
+    hosts, nic_host = topo.hosts, topo.nic_host_index
     window_s = float(window_s or run.parameters.get("window_s") or 5.0)
     marks = overload_marks(run.health, hosts, IntegrityThresholds(
         echo_timeout_s=echo_timeout_s(run.parameters)))
@@ -176,27 +175,21 @@ def reanalyze(file: str | Path, solver: str | None = None, out: str | Path | Non
 def health_table(topo: Topology, paths: PathTable, w) -> dict:
     """Per switch-to-switch link direction, NIC cable direction and switch: probes over it (traced
     paths count 1, candidate rows their crossing probability), lost %, median path delay."""
-    inc = paths.matrix(topo.n_elements).tocsc()
-    sent = w.path_sent.sum(axis=0).astype(float)
-    lost = w.path_lost.sum(axis=0).astype(float)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a path dead in every window: NaN
         p50 = np.nanmedian(np.where(w.path_sent > 0, w.path_p50_us, np.nan), axis=0) \
             if w.path_sent.shape[0] else np.full(len(paths), np.nan)
-    el_sent = inc.T @ sent
-    el_lost = inc.T @ lost
+    st = element_stats(paths.matrix(topo.n_elements), w.path_sent.sum(axis=0), w.path_lost.sum(axis=0),
+                       p50, (50.0,))
     rows = {"links": [], "switches": []}
     for e, el in enumerate(topo.elements):
         if el.type not in ("link", "switch"):
             continue
-        col = inc.getcol(e)
-        through = col.indices[col.data > 0]
-        delays = p50[through]
-        delays = delays[np.isfinite(delays)]
-        entry = {"id": el.id, "probes": int(round(el_sent[e])),
-                 "loss_pct": round(100 * el_lost[e] / el_sent[e], 3) if el_sent[e] else None,
-                 "paths": int(through.size),
-                 "p50_us": round(float(np.median(delays)), 1) if delays.size else None}
+        sent, lost, median = st["sent"][e], st["lost"][e], st["delay"][0, e]
+        entry = {"id": el.id, "probes": int(round(sent)),
+                 "loss_pct": round(100 * lost / sent, 3) if sent else None,
+                 "paths": int(st["paths"][e]),
+                 "p50_us": round(float(median), 1) if np.isfinite(median) else None}
         if el.type == "link":
             entry["direction"] = el.direction
             rows["links"].append(entry)

@@ -3,11 +3,8 @@
     result = probe_run(site, nodes, transport, MeshOptions(duration=5, rate=50))
     data = to_dict(result.run, result.analysis, path)
 
-1. plan (plan.py): pairs and rate per pair from the per-host probe budget (full mesh while it
-   fits, covering design beyond), over the NICs of the chosen nodes with an address in the site
-   file;
-2. flows: one per pair and source port (the ports spread a pair over its ECMP paths);
-3. discovery: the tracer payload on every node at once (discovery.py maps hops to elements);
+1-3. the probe engine's plan (setup.py, shared with lens): pairs and rate per pair from the
+   per-host probe budget, flows (one per pair and source port), paths traced from every node;
 4. probing: the agent payload on every node at once, all starting at one wall-clock instant;
 5. records -> analysis (analyze.py). Agents that fail are reported and their NICs left out.
 The per-run HMAC key and the configuration travel inside the payload text (stdin), never argv.
@@ -15,24 +12,17 @@ The per-run HMAC key and the configuration travel inside the payload text (stdin
 
 from __future__ import annotations
 
-import secrets
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetctl.errors import DataError, UsageError
-from fleetctl.fanout import run_python
-from fleetctl.fanout.payload import bundle, json_output, with_config
 from fleetctl.mesh import agent as agent_module
-from fleetctl.mesh import discovery, trace_agent
-from fleetctl.mesh.collect import health_table, lab_clock, probe_records
-from fleetctl.mesh.loops import plan_loops
-from fleetctl.mesh.pairs import select_pairs
-from fleetctl.mesh.plan import DEFAULT_BUDGET_PPS, plan_probes
+from fleetctl.mesh.collect import health_table, probe_records
+from fleetctl.mesh.plan import DEFAULT_BUDGET_PPS
 from fleetctl.meshrun.analyze import Analysis, RunData, analyze, run_window, to_dict, write_run
+from fleetctl.meshrun.setup import SetupOptions, fan_out, prepare
 from fleetctl.model.cluster import Cluster
-from fleetctl.model.fabric import Topology
 
 
 @dataclass
@@ -80,118 +70,53 @@ class ProbeResult:
     health: dict = field(default_factory=dict)
 
 
-def _payload(module, config: dict) -> str:
-    """The module as a payload (with the modules its PAYLOAD_PARTS names, for the probe agent),
-    the configuration embedded."""
-    package, _, name = module.__name__.rpartition(".")
-    parts = getattr(module, "PAYLOAD_PARTS", None) or (name,)
-    return with_config(bundle(package, parts, f"{name} payload"), config)
-
-
-def _fan_out(transport, nodes, module, config, timeout, what, warnings, failed) -> dict[str, dict]:
-    docs = {}
-    for r in run_python(transport, nodes, _payload(module, config), timeout=timeout):
-        doc = json_output(r)
-        if doc is None:
-            why = r.error or (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1]
-            warnings.append(f"{r.node}: {what} failed ({r.status}): {why[:200]}")
-            failed.add(r.node)
-        else:
-            docs[r.node] = doc
-    return docs
-
-
 def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
               progress=lambda _m: None) -> ProbeResult:
     opts.validate()
     get_started = time.monotonic()
-    topo = Topology.from_site(site)
-    nics = discovery.nic_table(site, topo)
-    chosen = set(nodes)
-    usable = {n: i for n, i in nics.items() if i.node in chosen and topo.attached(n)}
-    warnings: list[str] = []
-    missing = sorted({n for n in chosen} - {i.node for i in usable.values()})
-    if missing:
-        warnings.append(f"no NIC with an address in the site file: {', '.join(missing[:8])}")
-    idx = {i.index for i in usable.values()}
-    plan = plan_probes(topo, idx, budget_pps=opts.budget_pps, k=opts.coverage_k,
-                       duration=opts.duration, rate=opts.rate)
-    pairs = plan.pairs
-    rate = plan.rate
-    if not pairs:
-        raise UsageError("no NIC pairs to probe: the mesh needs NICs with addresses in the site "
-                         "file (links' a_address/b_address) on at least two nodes")
-    sports = [opts.sport_base + j for j in range(opts.sports)]
-    fplan = discovery.FlowPlan(pairs, sports, opts.port)
-    hosts_used = sorted({topo.nic_host[a] for p in pairs for a in p})
-    failed: set[str] = set()
-
-    traces = {}
-    if opts.trace:
-        progress(f"tracing {len(fplan.flows)} flows from {len(hosts_used)} nodes")
-        tcfg = discovery.trace_config(topo, fplan, usable, site)
-        tcfg["limit"] = 60
-        traces = _fan_out(transport, hosts_used, trace_agent, tcfg, 90, "path tracing",
-                          warnings, set())
-    disc = discovery.resolve(topo, site, fplan, traces)
-    loop_list: list[list] = []
-    if opts.loops:
-        disc, loop_list = plan_loops(topo, site, disc, usable, len(fplan.flows), opts.port + 2)
-
-    run_id = uuid.uuid4().hex[:16]
-    truth, clocks = lab_clock(site)
-    node_cfg = {}
-    for nic_id, info in usable.items():
-        entry = node_cfg.setdefault(info.node, {"nics": []})
-        entry["nics"].append([info.index, info.address, info.device])
-        if info.node in clocks:
-            entry["clock"] = clocks[info.node]
+    setup = prepare(site, nodes, transport, SetupOptions(
+        budget_pps=opts.budget_pps, coverage_k=opts.coverage_k, duration=opts.duration, rate=opts.rate,
+        sports=opts.sports, port=opts.port, sport_base=opts.sport_base, trace=opts.trace,
+        loops=opts.loops), progress)
+    plan, warnings, failed = setup.plan, list(setup.warnings), set()
     start_at = time.time() + opts.start_delay
-    acfg = {"run_id": run_id, "key": secrets.token_hex(32), "port": opts.port, "sports": sports,
-            "rate": rate, "duration": opts.duration, "linger": opts.linger,
-            "start_at": start_at, "max_records": opts.max_records, "nodes": node_cfg,
-            "pairs": [[p * len(sports), a, b, nics[topo.nics[b]].address]
-                      for p, (a, b) in enumerate(pairs)],
-            "loops": loop_list, "loop_port": opts.port + 2}
-    progress(f"probing {len(pairs)} NIC pairs ({plan.design}) for {opts.duration:g} s at "
-             f"{rate:.3g}/s per pair, up to {plan.max_host_pps:.0f} probes/s per host (budget "
+    acfg = setup.agent_config(duration=opts.duration, linger=opts.linger, start_at=start_at,
+                              max_records=opts.max_records)
+    progress(f"probing {len(plan.pairs)} NIC pairs ({plan.design}) for {opts.duration:g} s at "
+             f"{setup.rate:.3g}/s per pair, up to {plan.max_host_pps:.0f} probes/s per host (budget "
              f"{opts.budget_pps:g})")
     timeout = opts.start_delay + opts.duration + opts.linger + 30
-    docs = _fan_out(transport, hosts_used, agent_module, acfg, timeout, "probe agent", warnings,
-                    failed)
-    agents, health = {}, {}
-    for node, doc in docs.items():
-        agents[node] = {"counters": doc.get("counters", {}),
-                        "rx_timestamps": doc.get("rx_timestamps"),
-                        "errors": doc.get("errors", []),
-                        "health": (doc.get("health") or {}).get("run", {})}
-        try:
-            fields, rows = health_table(doc)
-        except DataError as exc:  # a node's bad health table costs only that table
-            warnings.append(str(exc))
-            fields, rows = [], []
-        health[node] = {"fields": fields, "windows": rows,
-                        "window_s": (doc.get("health") or {}).get("window_s")}
-        warnings += [f"{node}: {e}" for e in doc.get("errors", [])]
-    probes = probe_records(docs, disc.flows, [topo.nic_host[i] for i in range(len(topo.nics))],
-                           failed)
+    docs = fan_out(transport, setup.hosts, agent_module, acfg, timeout, "probe agent", warnings, failed)
+    agents, health = _agent_reports(docs, warnings)
+    topo, disc = setup.topo, setup.disc
+    probes = probe_records(docs, disc.flows, [topo.nic_host[i] for i in range(len(topo.nics))], failed)
     if probes.size == 0:
         raise DataError("no probe records: " + ("; ".join(warnings[:3]) or "no agent reported"))
-    params = {**asdict(opts), "rate": rate, "plan": plan.to_dict(),
-              "pairs_design": plan.design, "pairs": len(pairs),
-              "nodes": hosts_used, "transport": getattr(transport, "name", "")}
-    run = RunData(run_id, site.name, topo, disc.paths, disc.flows, probes,
-                  int(start_at * 1e9), params, disc.switch_results, agents, disc.summary(topo),
-                  truth, warnings, health)
+    params = {**asdict(opts), "rate": setup.rate, "plan": plan.to_dict(), "pairs_design": plan.design,
+              "pairs": len(plan.pairs), "nodes": setup.hosts, "transport": getattr(transport, "name", "")}
+    run = RunData(acfg["run_id"], site.name, topo, disc.paths, disc.flows, probes, int(start_at * 1e9),
+                  params, disc.switch_results, agents, disc.summary(topo), setup.clock_truth, warnings,
+                  health)
     progress("analysing")
     result = analyze(run, opts.solver, run_window(opts.window_s, opts.duration, opts.linger),
                      opts.statistic)
     return ProbeResult(run, result, time.monotonic() - get_started, health)
 
 
-# lens (a long-running coordinator) plans, traces and ships agents the same way
-payload = _payload
-fan_out = _fan_out
+def _agent_reports(docs: dict, warnings: list[str]) -> tuple[dict, dict]:
+    """Per node: the agent's counters, timestamps, errors and health, and its health table."""
+    agents, health = {}, {}
+    for node, doc in docs.items():
+        agents[node] = {"counters": doc.get("counters", {}), "rx_timestamps": doc.get("rx_timestamps"),
+                        "errors": doc.get("errors", []), "health": (doc.get("health") or {}).get("run", {})}
+        try:
+            fields, rows = health_table(doc)
+        except DataError as exc:  # a node's bad health table costs only that table
+            warnings.append(str(exc))
+            fields, rows = [], []
+        health[node] = {"fields": fields, "windows": rows, "window_s": (doc.get("health") or {}).get("window_s")}
+        warnings += [f"{node}: {e}" for e in doc.get("errors", [])]
+    return agents, health
 
 
 def mesh_audit(site, nodes: list[str], transport, opts: MeshOptions, out: str | Path | None = None,

@@ -231,6 +231,37 @@ class Topology:
     def n_elements(self) -> int:
         return len(self.elements)
 
+    @property
+    def hosts(self) -> list[str]:
+        """Hosts in order of their first NIC: the host index of every per-host array."""
+        if getattr(self, "_hosts", None) is None:
+            self._hosts = list(dict.fromkeys(self.nic_host))
+        return self._hosts
+
+    @property
+    def nic_host_index(self) -> np.ndarray:
+        """Per NIC index, its host's index in `hosts`."""
+        if getattr(self, "_nic_host_index", None) is None:
+            pos = {h: i for i, h in enumerate(self.hosts)}
+            self._nic_host_index = np.array([pos[h] for h in self.nic_host], dtype=np.int64)
+        return self._nic_host_index
+
+    @property
+    def nic_of_link(self) -> dict[str, str]:
+        """The NIC at the end of each host cable: link id -> NIC id."""
+        if getattr(self, "_nic_of_link", None) is None:
+            nics = set(self.nics)
+            self._nic_of_link = {lid: next(e for e in ends if e in nics)
+                                 for lid, ends in self.links.items() if any(e in nics for e in ends)}
+        return self._nic_of_link
+
+    def location(self, element: dict) -> str:
+        """Where a finding or event is, for state kept per place: a NIC's cable folded into the NIC
+        (`nic:node1:eth0`), anything else as `type:id`. Both directions of a link are one place."""
+        if element.get("type") == "link" and element.get("id") in self.nic_of_link:
+            return "nic:" + self.nic_of_link[element["id"]]
+        return f"{element.get('type')}:{element.get('id')}"
+
     def element_types(self) -> np.ndarray:
         return np.array([ELEMENT_TYPES.index(e.type) for e in self.elements], dtype=np.int8)
 

@@ -173,7 +173,7 @@ class RunWriter:
 
     @_guarded
     def write_topology(self, topo: Topology) -> None:
-        hosts = list(dict.fromkeys(topo.nic_host))
+        hosts = topo.hosts
         hpos = {h: i for i, h in enumerate(hosts)}
         nics = np.array([(n, h, hpos[h]) for n, h in zip(topo.nics, topo.nic_host)],
                         dtype=[("name", STR), ("host", STR), ("host_index", "<i4")])

@@ -55,7 +55,11 @@ def test_down_opens_at_once_and_escalates_one_event():
 
 
 def test_nic_and_its_cable_are_one_location():
-    tr = EventTracker(EventRules(k_open=1, k_open_down=1), nic_of_link={CABLE["id"]: NIC["id"]})
+    from fleetctl.model.fabric import Topology
+
+    topo = Topology.build("t", [(NIC["id"], NIC["id"].split(":")[0])], {"leaf2": 1},
+                          [(CABLE["id"], NIC["id"], "leaf2")])
+    tr = EventTracker(EventRules(k_open=1, k_open_down=1), location=topo.location)
     recs = tr.window(0, 1, [finding(CABLE, "down")], now=1)
     recs += tr.window(1, 2, [finding(NIC, "down")], now=2)
     assert [r["kind"] for r in recs] == ["open", "update"]

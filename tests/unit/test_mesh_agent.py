@@ -17,7 +17,7 @@ import pytest
 
 from fleetctl.mesh import agent
 from fleetctl.mesh.collect import decode, probe_records
-from fleetctl.meshrun.probe_run import _payload
+from fleetctl.meshrun.setup import payload as _payload
 from fleetctl.model.fabric import FLOW_DTYPE
 
 KEY = bytes(range(32))

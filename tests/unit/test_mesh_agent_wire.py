@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fleetctl.mesh import agent, wire
-from fleetctl.meshrun.probe_run import _payload
+from fleetctl.meshrun.setup import payload as _payload
 
 KEY = bytes(range(32))
 TAG = wire.run_tag("run-1")

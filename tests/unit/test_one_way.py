@@ -105,7 +105,7 @@ def test_bundle_refuses_a_payload_that_imports_fleetctl(tmp_path, monkeypatch):
 def test_the_three_payloads_are_built_one_way():
     from fleetctl.audit.runner import payload_source
     from fleetctl.mesh import agent, trace_agent
-    from fleetctl.meshrun.probe_run import _payload
+    from fleetctl.meshrun.setup import payload as _payload
 
     for text in (payload_source(), _payload(agent, {"x": 1}), _payload(trace_agent, {"x": 1})):
         compile(text, "payload", "exec")

@@ -1,0 +1,146 @@
+"""The window step of the probe engine, shared by `audit --mesh` (analysis.triangulate, every window
+of a run) and lens (lens.window, one window at a time): per-path signals of one window -> findings.
+
+    step = WindowStep(topo, paths, solver="nnls")      # once per plan: merged paths, incidence, roll-up
+    sig = step.signals(sent, lost, delay, baseline)     # per merged path (sums of the traced paths)
+    findings = step.findings(sig, window=0)             # Finding objects, every rule applied
+
+Everything that depends only on the plan (the merge of identical paths, the incidence matrix, the
+link columns, the roll-up's indexes) is computed once here. A finding rule is a function
+`rule(step, sig, window) -> list[Finding]` in RULES: a new kind of network finding is written once,
+as a rule, and both `audit --mesh` and lens report it. Triangulation (solver + roll-up, for loss
+and for delay) is the first rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import replace
+
+import numpy as np
+
+from fleetctl.analysis.merge import merge_stats, path_groups
+from fleetctl.analysis.rollup import Rollup
+from fleetctl.analysis.signals import PathSignals, Thresholds, window_signals
+from fleetctl.analysis.solvers import Problem, get_solver
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from fleetctl.model.findings import Finding
+
+Rule = Callable[["WindowStep", PathSignals, int], list[Finding]]
+
+
+class WindowStep:
+    """Built once per plan; `signals` and `findings` per window."""
+
+    def __init__(self, topo: Topology, paths: PathTable, solver: str = "nnls", th: Thresholds | None = None,
+                 merge: bool = True):
+        self.topo, self.paths = topo, paths
+        self.th = th or Thresholds()
+        self.solver = get_solver(solver)
+        if merge:
+            self.merged, self.group = path_groups(paths)
+        else:
+            self.merged, self.group = paths, np.arange(len(paths))
+        self.n_rows = len(self.merged)
+        self.inc = self.merged.matrix(topo.n_elements).tocsc()
+        self.link_cols = np.flatnonzero(topo.element_types() == 0)
+        self.links_only = self.inc[:, self.link_cols].tocsr()
+        self.hop_class = np.rint(np.asarray(self.links_only.sum(axis=1)).ravel()).astype(np.int64)
+        self.rollup = Rollup(topo, self.inc, self.th)
+
+    # ------------------------------------------------------------------ per window
+    def merge(self, stats: WindowStats) -> WindowStats:
+        """Per-path figures (every window) summed or medianed over the merged rows."""
+        return merge_stats(stats, self.group, self.n_rows)
+
+    def signals(self, sent, lost, delay, baseline) -> PathSignals:
+        """Signals of merged rows (`sent`, `lost`, `delay`, `baseline` already per merged row)."""
+        return window_signals(sent, lost, delay, baseline, self.th)
+
+    def findings(self, sig: PathSignals, window: int = 0) -> list[Finding]:
+        """Every rule's findings for one window."""
+        out: list[Finding] = []
+        for rule in RULES:
+            out += rule(self, sig, window)
+        return out
+
+    def blame(self, sig: PathSignals, metric: str) -> dict[int, float]:
+        """The solver's blamed link directions (element index -> magnitude) for one metric."""
+        bad = sig.lossy if metric == "loss" else sig.delayed
+        rows = np.flatnonzero(sig.valid)
+        if bad[rows].sum() < self.th.min_bad_paths:
+            return {}
+        y = sig.y_loss if metric == "loss" else sig.y_delay
+        problem = Problem(self.links_only[rows], self.link_cols, bad[rows], y[rows], self.th)
+        return {int(self.link_cols[c]): v for c, v in self.solver.blame(problem).items()}
+
+
+def for_metric(sig: PathSignals, metric: str) -> PathSignals:
+    """A lossy path's delay figure comes from the probes that survived: for a delay finding it is
+    neither bad nor clean."""
+    return replace(sig, valid=sig.valid & ~sig.lossy) if metric == "delay" else sig
+
+
+def triangulation(step: WindowStep, sig: PathSignals, window: int) -> list[Finding]:
+    """Loss, then delay: bad paths -> the solver's blamed link directions -> the roll-up (switches,
+    NICs, hosts)."""
+    out: list[Finding] = []
+    for metric in ("loss", "delay"):
+        msig = for_metric(sig, metric)
+        blamed = step.blame(msig, metric)
+        if blamed:
+            out += step.rollup.findings(blamed, metric, msig, window)
+    return out
+
+
+RULES: list[Rule] = [triangulation]
+
+
+@contextmanager
+def extra_rule(rule: Rule):
+    """Add a finding rule for the duration of a block (tests; a site's own rules)."""
+    RULES.append(rule)
+    try:
+        yield rule
+    finally:
+        RULES.remove(rule)
+
+
+def element_stats(inc, sent: np.ndarray, lost: np.ndarray, delay: np.ndarray,
+                  percentiles: tuple[float, ...] = (50.0, 99.0)) -> dict[str, np.ndarray]:
+    """Per element of the incidence `inc` (paths x elements): probes through it (weighted by the
+    crossing probability of candidate rows), probes lost, paths crossing it, and percentiles
+    (linear interpolation, as numpy's) of the delays of the paths crossing it with a finite
+    delay. Vectorized: one sort of the incidence's entries, no loop over elements."""
+    inc = inc.tocsc()
+    out = {"sent": inc.T @ np.asarray(sent, float), "lost": inc.T @ np.asarray(lost, float)}
+    coo = inc.tocoo()
+    keep = coo.data > 0
+    cols, rows = coo.col[keep], coo.row[keep]
+    out["paths"] = np.bincount(cols, minlength=inc.shape[1])
+    values = np.asarray(delay, float)[rows]
+    ok = np.isfinite(values)
+    out["delay"] = percentiles_by_group(cols[ok], values[ok], percentiles, inc.shape[1])
+    return out
+
+
+def percentiles_by_group(keys: np.ndarray, values: np.ndarray, percentiles: tuple[float, ...],
+                         n_groups: int) -> np.ndarray:
+    """(len(percentiles), n_groups): numpy's linear-interpolation percentile of each group's
+    values; NaN for empty groups."""
+    out = np.full((len(percentiles), n_groups), np.nan)
+    if keys.size == 0:
+        return out
+    order = np.lexsort((values, keys))
+    keys, values = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    counts = np.diff(np.r_[starts, keys.size])
+    for i, p in enumerate(percentiles):
+        pos = (p / 100.0) * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, counts - 1)
+        frac = pos - lo
+        v_lo, v_hi = values[starts + lo], values[starts + hi]
+        out[i, keys[starts]] = v_lo + (v_hi - v_lo) * frac
+    return out
