@@ -14,14 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-from fleetctl.errors import FleetctlError, UsageError
+from fleetctl.errors import DataError, FleetctlError, UsageError
+from fleetctl.filekit import read_text
 from fleetctl.locks import open_lock
 
 
 def _start_ticks(pid: int) -> str | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        stat = read_text(f"/proc/{pid}/stat", "process status", max_bytes=4096) or ""
+    except DataError:
         return None
     fields = stat.rsplit(")", 1)[-1].split()
     if len(fields) < 20 or fields[0] == "Z":  # a zombie is no coordinator
@@ -31,10 +32,10 @@ def _start_ticks(pid: int) -> str | None:
 
 def running_pid(pid_file: Path) -> int | None:
     """The pid of the coordinator that owns `pid_file`, or None."""
-    try:
-        text = pid_file.read_text()[:100].split()
+    try:  # a planted FIFO, link or huge file is no pid file (never a hang)
+        text = (read_text(pid_file, "lens pid file", max_bytes=100, missing_ok=True) or "").split()
         pid, ticks = int(text[0]), text[1]
-    except (OSError, ValueError, IndexError):
+    except (DataError, ValueError, IndexError):
         return None
     return pid if pid > 1 and _start_ticks(pid) == ticks else None
 
