@@ -29,7 +29,8 @@ class Outputs:
             from fleetctl.lens.metrics import LensMetrics
 
             self.metrics = LensMetrics()
-            self.metrics.serve(opts.metrics_address, int(opts.metrics_port))
+            self.metrics.serve(opts.metrics_address, int(opts.metrics_port),
+                               max_connections=int(opts.metrics_max_connections))
             log(f"metrics on http://{opts.metrics_address}:{opts.metrics_port}/metrics")
         self.topo, self.site = topo, site
 
