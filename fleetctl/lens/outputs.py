@@ -66,7 +66,7 @@ class Outputs:
             self.opts.path("segments"), topo=plan.topo, paths=plan.paths, flows=plan.flows,
             cluster=self.site.name if self.site is not None else "", parameters=params,
             segment_s=self.opts.segment_s, retention=self.opts.segment_retention,
-            switch_results=plan.disc.switch_results)))
+            switch_results=plan.disc.switch_results, log=self.log)))
 
     def _guard(self, what: str, fn) -> None:
         try:
