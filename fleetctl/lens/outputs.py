@@ -24,7 +24,7 @@ class Outputs:
         if opts.webhook_url:
             from fleetctl.lens.webhook import WebhookOutbox
 
-            self.webhook = WebhookOutbox(opts.webhook_url, opts.path("webhook.spool"))
+            self.webhook = WebhookOutbox(opts.webhook_url, opts.path("webhook.spool"), log=log)
         if opts.metrics_port:
             from fleetctl.lens.metrics import LensMetrics
 
