@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -49,7 +50,13 @@ class PidLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_lock(self.path, mode=0o644)
+        try:
+            fd = open_lock(self.path, mode=0o644)
+        except OSError as exc:  # a planted symbolic link (never followed), a directory
+            raise DataError(f"{self.path}: cannot open the lens pid file: {exc.strerror}") from None
+        if fd is not None and not stat.S_ISREG(os.fstat(fd).st_mode):  # a planted FIFO
+            os.close(fd)
+            raise DataError(f"{self.path}: the lens pid file is not a regular file")
         if fd is None:
             raise UsageError(f"a lens coordinator already runs for {self.path.parent} "
                              f"(pid {running_pid(self.path) or '?'})",

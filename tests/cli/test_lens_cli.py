@@ -221,3 +221,17 @@ def test_untrusted_strings_are_printed_literally(tmp_path, capsys, monkeypatch):
             .replace("\\r", "\r").replace("\\u202e", "\u202e").replace("\\n", "\n") \
             or HOSTILE in json.dumps(json.loads(out), ensure_ascii=False)
         assert "\x1b" not in out
+
+
+def test_a_planted_pid_file_is_a_clear_refusal(tmp_path):
+    import pytest
+
+    from fleetctl.errors import DataError
+    from fleetctl.lens.daemon import PidLock
+
+    os.mkfifo(tmp_path / "fifo.pid")
+    (tmp_path / "link.pid").symlink_to(tmp_path / "victim")
+    for name, why in (("fifo.pid", "not a regular file"), ("link.pid", "cannot open")):
+        with pytest.raises(DataError, match=why):
+            PidLock(tmp_path / name).acquire()
+    assert not (tmp_path / "victim").exists()
