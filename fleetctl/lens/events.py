@@ -216,7 +216,7 @@ class EventTracker:
                 continue
             self.loc[key] = {"bad": st["bad"], "good": st["good"],
                              "episodes": [float(x) for x in st["episodes"]][-MAX_EPISODES:],
-                             "event": st["event"]}
+                             "event": st.get("event")}
             for name in ("first_seen", "last_seen"):
                 if _is_time(st.get(name)):
                     self.loc[key][name] = float(st[name])

@@ -97,7 +97,9 @@ def valid_state(**over) -> dict:
 
 
 def test_a_valid_state_is_resumed(tmp_path):
-    (tmp_path / "state.json").write_text(json.dumps(valid_state()))
+    state = valid_state()
+    state["tracker"]["loc"]["switch:spine9"] = {"bad": 0, "good": 2, "episodes": []}  # no event
+    (tmp_path / "state.json").write_text(json.dumps(state))
     logs: list[str] = []
     c, _ = run_until_a_window_closes(tmp_path, logs)
     assert c.counters["windows"] == 12 + 1
