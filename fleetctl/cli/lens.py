@@ -14,6 +14,7 @@ running.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
@@ -24,6 +25,8 @@ from fleetctl.cli.params import FiniteFloatRange
 from fleetctl.errors import EXIT_ERROR, EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS, UsageError
 
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+MAX_STATUS_BYTES = 16 << 20  # status.json: 200 elements and an entry per agent and clock
+MAX_CELL = 200  # characters of one untrusted value printed
 
 
 def _state_dir(app: Application, state_dir: str | None):
@@ -142,26 +145,22 @@ def _serve(app, site, nodes, transport_name, opts) -> int:
 @pass_app
 def status_cmd(app: Application, state_dir) -> int:
     """Health per element now, agents, clock offsets and drift, open events."""
+    from fleetctl.errors import DataError
+    from fleetctl.filekit import read_json
     from fleetctl.lens.daemon import running_pid
+    from fleetctl.lens.eventlog import read_events
 
     opts, directory = _state_dir(app, state_dir)
     pid = running_pid(directory / "lens.pid")
-    try:
-        with open(directory / "status.json", "rb") as fh:  # bounded: a file is input too
-            doc = json.loads(fh.read(16 << 20))
-        if not isinstance(doc, dict):
-            raise ValueError("not an object")
-    except FileNotFoundError:
-        doc = {}
-    except (OSError, ValueError) as exc:
-        doc = {"error": f"status.json unreadable: {exc}"}
+    try:  # bounded, a regular file only (a planted FIFO never hangs), nesting bounded
+        doc = read_json(directory / "status.json", "lens status file", max_bytes=MAX_STATUS_BYTES,
+                        missing_ok=True, kind=dict, error=DataError) or {}
+    except DataError as exc:
+        doc = {"error": exc.message}
     doc["running"] = bool(pid)
     doc["pid"] = pid
     doc["state_dir"] = str(directory)
-    from fleetctl.lens.eventlog import read_events
-
-    doc["open_events"] = read_events(directory / "events.jsonl", open_only=True) \
-        if (directory / "events.jsonl").exists() else []
+    doc["open_events"] = read_events(directory / "events.jsonl", open_only=True)
     code = _status_code(doc)
     doc["exit_code"] = code
     app.emit(doc, lambda c: _render_status(c, doc))
@@ -174,66 +173,128 @@ def _status_code(doc: dict) -> int:
     events = doc.get("open_events") or []
     if any(e.get("severity") == "critical" for e in events):
         return EXIT_FAILURES
-    agents = doc.get("agents") or []
-    if events or any(not a.get("alive") or a.get("overloaded") for a in agents):
+    if events or any(not a.get("alive") or a.get("overloaded") for a in _dicts(doc.get("agents"))):
         return EXIT_WARNINGS
     return EXIT_OK
 
 
+# What the renderers print comes from files anybody may have planted: every value goes through
+# _text (one printable line, bounded, a rich Text: never parsed as markup) or _number.
+
+def _text(value, limit: int = MAX_CELL, style: str = ""):
+    from rich.text import Text
+
+    from fleetctl.filekit import clean_text
+
+    return Text(clean_text("-" if value is None else value, limit), style=style)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number(value) -> str:
+    return f"{value:g}" if _finite(value) else "-"
+
+
+def _dicts(value) -> list[dict]:
+    """The objects of a list read from a file (anything else: none)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _element(el: dict):
+    """A (validated) record's element, or a status file's element row."""
+    return _text(f"{el.get('type')} {el.get('direction') or el.get('id')}")
+
+
+def _jobs(e: dict):
+    return _text(", ".join(j["job_id"] for j in e.get("jobs") or []) or "-")
+
+
+def _metric(e: dict) -> str:
+    return e["metric"] + (f" x{e['flap']['count']}" if e.get("flap") else "")
+
+
+def _severity(e: dict):
+    return _text(e["severity"], style=SEV_STYLE.get(e["severity"], ""))
+
+
 def _render_status(console, doc: dict) -> None:
-    from rich.markup import escape
+    from rich.text import Text
+
+    if doc.get("error"):
+        console.print(Text.assemble(("status file: ", "bold red"), _text(doc["error"], 1024)))
+    if not doc.get("running"):
+        console.print(Text.assemble(("lens is not running", "bold red"), " (",
+                                    _text(doc["state_dir"], 1024), ")"))
+    else:
+        lw = doc.get("last_window") if isinstance(doc.get("last_window"), dict) else {}
+        console.print(Text.assemble(
+            ("fleetctl lens", "bold"), " ", _text(doc.get("cluster", "")), f": pid {doc['pid']}, "
+            "window ", _text(doc.get("window_s")), " s, last window ", _text(lw.get("t_end", "-")),
+            " (", _text(lw.get("probes", 0)), " probes, ", _text(lw.get("set_aside", 0)),
+            " set aside)"))
+    _render_open_events(console, doc.get("open_events") or [])
+    _render_agents(console, _dicts(doc.get("agents")), _dicts(doc.get("clock")))
+    _render_loss(console, _dicts(doc.get("elements")))
+
+
+def _render_open_events(console, events: list[dict]) -> None:
     from rich.table import Table
 
-    if not doc.get("running"):
-        console.print(f"[bold red]lens is not running[/bold red] ({escape(doc['state_dir'])})")
-    else:
-        lw = doc.get("last_window") or {}
-        console.print(f"[bold]fleetctl lens[/bold] {escape(str(doc.get('cluster', '')))}: pid "
-                      f"{doc['pid']}, window {doc.get('window_s')} s, last window "
-                      f"{lw.get('t_end', '-')} ({lw.get('probes', 0)} probes, "
-                      f"{lw.get('set_aside', 0)} set aside)")
-    events = doc.get("open_events") or []
-    if events:
-        t = Table(title="Open events", show_edge=False)
-        for col in ("id", "element", "metric", "severity", "since", "jobs"):
-            t.add_column(col)
-        for e in events:
-            el = e["element"]
-            t.add_row(e["id"], escape(f"{el['type']} {el.get('direction') or el['id']}"),
-                      e["metric"] + (f" x{e['flap']['count']}" if e.get("flap") else ""),
-                      f"[{SEV_STYLE.get(e['severity'], '')}]{e['severity']}[/]", e["first_seen"],
-                      escape(", ".join(j["job_id"] for j in e.get("jobs") or []) or "-"))
-        console.print(t)
-    else:
+    if not events:
         console.print("no open events")
-    agents = doc.get("agents") or []
-    if agents:
-        t = Table(title="Agents", show_edge=False)
-        for col in ("host", "alive", "restarts", "pps", "cpu %", "overloaded", "last error"):
+        return
+    t = Table(title="Open events", show_edge=False)
+    for col in ("id", "element", "metric", "severity", "since", "jobs"):
+        t.add_column(col)
+    for e in events:
+        t.add_row(e["id"], _element(e["element"]), _metric(e), _severity(e), e["first_seen"],
+                  _jobs(e))
+    console.print(t)
+
+
+def _render_agents(console, agents: list[dict], clocks: list[dict]) -> None:
+    from rich.table import Table
+
+    if not agents:
+        return
+    t = Table(title="Agents", show_edge=False)
+    for col in ("host", "alive", "restarts", "pps", "cpu %", "overloaded", "last error"):
+        t.add_column(col)
+    for a in agents:
+        t.add_row(_text(a.get("host")), _yes(a.get("alive"), bad=False),
+                  _number(a.get("restarts")), _number(a.get("pps")), _number(a.get("cpu_pct")),
+                  _yes(a.get("overloaded"), bad=True), _text(a.get("last_error") or "", 60))
+    console.print(t)
+    if clocks:
+        t = Table(title="Clocks (relative to the reference host)", show_edge=False)
+        for col in ("host", "offset us", "drift ppm"):
             t.add_column(col)
-        clock = {c["host"]: c for c in doc.get("clock") or []}
-        for a in agents:
-            t.add_row(a["host"], "yes" if a["alive"] else "[red]no[/red]", str(a["restarts"]),
-                      f"{a['pps']:g}", f"{a['cpu_pct']:g}",
-                      "[red]yes[/red]" if a.get("overloaded") else "no",
-                      escape((a.get("last_error") or "")[:60]))
+        for c in clocks:
+            t.add_row(_text(c.get("host")), _number(c.get("offset_us")), _number(c.get("drift_ppm")))
         console.print(t)
-        if clock:
-            t = Table(title="Clocks (relative to the reference host)", show_edge=False)
-            for col in ("host", "offset us", "drift ppm"):
-                t.add_column(col)
-            for h, c in clock.items():
-                t.add_row(h, f"{c['offset_us']:g}", f"{c['drift_ppm']:g}")
-            console.print(t)
-    rows = [r for r in doc.get("elements") or [] if (r.get("loss_pct") or 0) > 0][:20]
-    if rows:
-        t = Table(title="Elements with loss (last window)", show_edge=False)
-        for col in ("element", "loss %", "delay p50 us", "probes"):
-            t.add_column(col)
-        for r in rows:
-            t.add_row(escape(f"{r['type']} {r.get('direction') or r['id']}"), f"{r['loss_pct']:g}",
-                      str(r.get("delay_p50_us")), str(r["probes"]))
-        console.print(t)
+
+
+def _yes(value, bad: bool):
+    """yes/no; red when it is the bad answer (alive: no, overloaded: yes)."""
+    on = value is True
+    return _text("yes" if on else "no", style="red" if on == bad else "")
+
+
+def _render_loss(console, elements: list[dict]) -> None:
+    from rich.table import Table
+
+    rows = [r for r in elements if _finite(r.get("loss_pct")) and r["loss_pct"] > 0][:20]
+    if not rows:
+        return
+    t = Table(title="Elements with loss (last window)", show_edge=False)
+    for col in ("element", "loss %", "delay p50 us", "probes"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(_element(r), _number(r["loss_pct"]), _number(r.get("delay_p50_us")),
+                  _number(r.get("probes")))
+    console.print(t)
 
 
 @lens.command("events")
@@ -252,7 +313,7 @@ def events_cmd(app: Application, since, follow, open_only, state_dir) -> int:
     _opts, directory = _state_dir(app, state_dir)
     path = directory / "events.jsonl"
     cut = _since(since)
-    events = read_events(path, since=cut, open_only=open_only) if path.exists() else []
+    events = read_events(path, since=cut, open_only=open_only)
     if not follow:
         app.emit({"events": events, "log": str(path)}, lambda c: _render_events(c, events))
         return EXIT_OK
@@ -282,19 +343,20 @@ def _since(text: str | None):
 
 
 def _print_record(app, rec: dict) -> None:
+    from fleetctl.filekit import clean_text
+
     if app.json:
         click.echo(json.dumps(rec, sort_keys=False))
     else:
         el = rec["element"]
         jobs = ", ".join(j["job_id"] for j in rec.get("jobs") or []) or "-"
         click.echo(f"{rec['time']} {rec['kind']:6} {rec['id']} {el['type']} "
-                   f"{el.get('direction') or el['id']} {rec['metric']} {rec['severity']} "
-                   f"jobs: {jobs}")
+                   f"{clean_text(el.get('direction') or el['id'], MAX_CELL)} {rec['metric']} "
+                   f"{rec['severity']} jobs: {clean_text(jobs, MAX_CELL)}")
     sys.stdout.flush()
 
 
 def _render_events(console, events: list[dict]) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     if not events:
@@ -305,12 +367,8 @@ def _render_events(console, events: list[dict]) -> None:
     for col in ("state", "metric", "severity", "first seen", "jobs", "id"):
         t.add_column(col)
     for e in events:
-        el = e["element"]
-        t.add_row(escape(f"{el['type']} {el.get('direction') or el['id']}"), e["state"],
-                  e["metric"] + (f" x{e['flap']['count']}" if e.get("flap") else ""),
-                  f"[{SEV_STYLE.get(e['severity'], '')}]{e['severity']}[/]",
-                  e["first_seen"][:19].replace("T", " "),
-                  escape(", ".join(j["job_id"] for j in e.get("jobs") or []) or "-"), e["id"])
+        t.add_row(_element(e["element"]), e["state"], _metric(e), _severity(e),
+                  e["first_seen"][:19].replace("T", " "), _jobs(e), e["id"])
     console.print(t)
 
 

@@ -10,6 +10,8 @@ down at once by `alpha_down`, one above pulls it up by `alpha`, so queuing burst
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -38,9 +40,20 @@ class PathBaselines:
         return {"value": [None if not np.isfinite(v) else round(float(v), 3) for v in self.value],
                 "count": [int(c) for c in self.count]}
 
-    def load_state(self, state: dict) -> None:
-        value, count = state.get("value") or [], state.get("count") or []
+    def load_state(self, state: dict) -> list[str]:
+        """A saved state (to_state()) of the same path table; returns one line per part dropped
+        as invalid (then the baselines are learnt again)."""
+        value, count = state.get("value"), state.get("count")
+        if not isinstance(value, list) or not all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                              and math.isfinite(v)) for v in value):
+            return ["baselines.value: not a list of numbers or nulls"]
+        if not isinstance(count, list) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**53 for c in count):
+            return ["baselines.count: not a list of integers >= 0"]
         if len(value) != len(self.value) or len(count) != len(self.count):
-            return  # another path table (a re-plan): learn again
-        self.value = np.array([np.nan if v is None else float(v) for v in value])
-        self.count = np.array([max(0, int(c)) for c in count], dtype=np.int64)
+            return [f"baselines: {len(value)} values and {len(count)} counts for "
+                    f"{len(self.value)} paths"]
+        self.value = np.array([np.nan if v is None else float(v) for v in value], dtype=float)
+        self.count = np.array(count, dtype=np.int64)
+        return []

@@ -15,7 +15,6 @@ analysing a window twice and without a second record of an event (events.adopt).
 from __future__ import annotations
 
 import json
-import math
 import os
 import queue
 import threading
@@ -33,11 +32,11 @@ from fleetctl.lens.events import EventRules, EventTracker, iso
 from fleetctl.lens.ingest import Ingest
 from fleetctl.lens.jobs import JobMap
 from fleetctl.lens.options import LensOptions
+from fleetctl.lens.state import STATE_VERSION, first_window_end, read_state, resume
 from fleetctl.lens.window import WindowAnalyzer
 from fleetctl.mesh import agent as agent_module
 from fleetctl.meshrun.setup import SetupOptions, payload, prepare
 
-STATE_VERSION = 1
 MAX_BEHIND_WINDOWS = 10  # further behind than this: skip ahead (counted) rather than pile up
 STATUS_ELEMENTS = 200
 
@@ -130,24 +129,15 @@ class Coordinator:
 
     # ------------------------------------------------------------------ state
     def _resume(self) -> float | None:
-        """Load state.json (and the event log's open events); the end of the last closed
-        window, or None on a first start."""
+        """Load state.json (validated: what is invalid is logged and dropped) and the event log's
+        open events; the end of the last closed window, or None on a first start."""
         path = self.opts.path("state.json")
-        last = None
-        try:
-            state = json.loads(path.read_text())
-        except FileNotFoundError:
-            state = None
-        except (OSError, ValueError) as exc:
-            self.log(f"{path}: unreadable ({exc}); starting without it")
-            state = None
-        if isinstance(state, dict) and state.get("version") == STATE_VERSION:
-            self.tracker.load_state(state.get("tracker") or {})
-            if state.get("fingerprint") == self.plan.fingerprint:
-                self.baselines.load_state(state.get("baselines") or {})
-            last = float(state.get("last_window_end") or 0) or None
-            self.counters["windows"] = int(state.get("windows", 0))
+        state = read_state(path, now=time.time(), log=self.log)
+        resumed = resume(path, state, self.tracker, self.baselines, self.plan.fingerprint,
+                         log=self.log)
+        self.counters["windows"] = resumed.windows
         self.tracker.adopt(self.outputs.open_events())
+        last = resumed.last_window_end
         if last:
             self.log(f"resumed: last closed window ended {iso(last)}, "
                      f"{len(self.tracker.open_events())} open events")
@@ -168,10 +158,7 @@ class Coordinator:
         self._refresh_jobs(force=True)
         self._start_agents()
         w = self.opts.window_s
-        first = time.time() + 1.0  # agents start 0.5 s from now
-        next_end = math.ceil(first / w) * w + w
-        if last:
-            next_end = max(next_end, last + w)
+        next_end = first_window_end(time.time(), w, last)  # agents start 0.5 s from now
         try:
             while not stop.is_set():
                 self._drain(0.05)

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
 
-from fleetctl.errors import FleetctlError, UsageError
+from fleetctl.errors import DataError, FleetctlError, UsageError
+from fleetctl.filekit import read_text
 from fleetctl.locks import open_lock
 
 
 def _start_ticks(pid: int) -> str | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        stat = read_text(f"/proc/{pid}/stat", "process status", max_bytes=4096) or ""
+    except DataError:
         return None
     fields = stat.rsplit(")", 1)[-1].split()
     if len(fields) < 20 or fields[0] == "Z":  # a zombie is no coordinator
@@ -31,10 +33,10 @@ def _start_ticks(pid: int) -> str | None:
 
 def running_pid(pid_file: Path) -> int | None:
     """The pid of the coordinator that owns `pid_file`, or None."""
-    try:
-        text = pid_file.read_text()[:100].split()
+    try:  # a planted FIFO, link or huge file is no pid file (never a hang)
+        text = (read_text(pid_file, "lens pid file", max_bytes=100, missing_ok=True) or "").split()
         pid, ticks = int(text[0]), text[1]
-    except (OSError, ValueError, IndexError):
+    except (DataError, ValueError, IndexError):
         return None
     return pid if pid > 1 and _start_ticks(pid) == ticks else None
 
@@ -48,7 +50,13 @@ class PidLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_lock(self.path, mode=0o644)
+        try:
+            fd = open_lock(self.path, mode=0o644)
+        except OSError as exc:  # a planted symbolic link (never followed), a directory
+            raise DataError(f"{self.path}: cannot open the lens pid file: {exc.strerror}") from None
+        if fd is not None and not stat.S_ISREG(os.fstat(fd).st_mode):  # a planted FIFO
+            os.close(fd)
+            raise DataError(f"{self.path}: the lens pid file is not a regular file")
         if fd is None:
             raise UsageError(f"a lens coordinator already runs for {self.path.parent} "
                              f"(pid {running_pid(self.path) or '?'})",

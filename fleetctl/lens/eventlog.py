@@ -25,7 +25,6 @@ import math
 import os
 import re
 import secrets
-import stat
 import threading
 import time
 from collections import Counter
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from fleetctl.atomic import fsync_dir
 from fleetctl.errors import DataError, UsageError
+from fleetctl.filekit import loads_json, open_regular
 
 VERSION = 1
 MAX_LINE = 64 * 1024  # bytes of one record, newline included
@@ -44,6 +44,7 @@ DEFAULT_KEEP = 5  # rotated files kept (events.jsonl.1 .. .5)
 MAX_KEEP = 100
 MAX_JOBS = 200
 MAX_TEXT = 512  # an id, direction, job field
+MAX_JOB_FIELDS = 16  # keys of one job object
 
 KINDS = ("open", "update", "close")
 STATES = ("open", "closed")
@@ -151,11 +152,13 @@ def problem(rec) -> str | None:
     jobs = rec.get("jobs", [])
     if not isinstance(jobs, list) or len(jobs) > MAX_JOBS:
         return f"jobs is not a list of at most {MAX_JOBS}"
-    for job in jobs:
-        if not isinstance(job, dict) or any(
-                not isinstance(k, str) or not isinstance(v, (str, int)) or isinstance(v, bool)
-                or len(str(v)) > MAX_TEXT for k, v in job.items()):
-            return "jobs holds an entry that is not an object of strings"
+    for job in jobs:  # what the renderers print (cli/lens.py) holds for every valid record
+        if not isinstance(job, dict) or len(job) > MAX_JOB_FIELDS or any(
+                not isinstance(k, str) or len(k) > 64 or not isinstance(v, str)
+                or len(v) > MAX_TEXT for k, v in job.items()):
+            return f"jobs holds an entry that is not an object of at most {MAX_JOB_FIELDS} strings"
+        if not job.get("job_id"):
+            return "jobs holds an entry without a job_id"
     return None
 
 
@@ -182,8 +185,8 @@ def decode(line: bytes) -> tuple[dict | None, str | None]:
     if len(line) > MAX_LINE:
         return None, "too long"
     try:
-        rec = json.loads(line)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        rec = loads_json(line, "event record")  # nesting bounded: renderers recurse
+    except DataError:
         return None, "not JSON"
     why = problem(rec)
     return (None, why.split(" ")[0] if why else None) if why else (rec, None)
@@ -202,15 +205,6 @@ def log_files(path: str | os.PathLike, keep: int = MAX_KEEP) -> list[Path]:
     return [p for p in rotated if p.exists()] + ([path] if path.exists() else [])
 
 
-def _open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
-    """A descriptor of a regular file at `path`, never through a symlink, never a FIFO."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise DataError(f"{path}: not a regular file")
-    return fd
-
-
 class _Lock:
     """flock on `<log>.lock`: exclusive for writers, shared for readers (best effort: a reader who
     may not open the lock file reads without it)."""
@@ -221,7 +215,7 @@ class _Lock:
     def __enter__(self):
         try:
             flags = os.O_RDWR | os.O_CREAT if self.exclusive else os.O_RDONLY
-            self.fd = _open_regular(self.path, flags, 0o644)
+            self.fd = open_regular(self.path, flags, 0o644, what="lock file")
         except (OSError, DataError) as exc:
             if self.exclusive:
                 why = exc.strerror if isinstance(exc, OSError) else "not a regular file"
@@ -264,7 +258,7 @@ class EventLog:
 
     def _write(self, data: bytes) -> None:
         created = not self.path.exists()
-        fd = _open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        fd = open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, what="event log")
         try:
             size = os.fstat(fd).st_size
             if size and size + len(data) > self.max_bytes:
@@ -272,7 +266,7 @@ class EventLog:
                 fd = None
                 self._rotate()
                 created = True
-                fd = _open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+                fd = open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, what="event log")
                 size = 0
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 data = b"\n" + data  # a crashed writer's partial line: end it, keep ours whole
@@ -356,7 +350,7 @@ def read_log(path: str | os.PathLike) -> LogView:
     with _Lock(path, exclusive=False):
         for p in log_files(path):
             try:
-                fd = _open_regular(p, os.O_RDONLY)
+                fd = open_regular(p, what="event log")
             except (OSError, DataError):
                 view.skip("unreadable file")
                 continue
@@ -435,7 +429,7 @@ class Follower:
 
     def _open(self, at_end: bool) -> None:
         try:
-            fd = _open_regular(self.path, os.O_RDONLY)
+            fd = open_regular(self.path, what="event log")
         except (OSError, DataError):
             self._fh, self._ino = None, None
             return
@@ -482,7 +476,7 @@ class Follower:
     def _whole(self, path: Path) -> Iterator[dict]:
         """Every record of one rotated file."""
         try:
-            with os.fdopen(_open_regular(path, os.O_RDONLY), "rb") as fh:
+            with os.fdopen(open_regular(path, what="event log"), "rb") as fh:
                 for line in _lines(fh, self.view):
                     rec = self.view.take(line)
                     if rec is not None:

@@ -22,10 +22,12 @@ Records follow docs/lens.md ("Event records"); `jobs_for(element)` lists the aff
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from fleetctl.lens.eventlog import problem
 from fleetctl.model.findings import EVENT_SEVERITY
 
 METRIC_RANK = {"delay": 1, "loss": 2, "down": 3, "clock": 1, "flapping": 4}
@@ -33,6 +35,7 @@ SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
 FLAP_MILESTONES = (10, 30, 100, 300, 1000, 3000, 10000)
 MAX_EPISODES = 64  # bad starts remembered per location (the flap window needs a few)
 MAX_EVIDENCE_CHARS = 4000
+MAX_LOCATION_KEY = 600  # "<type>:<id>", an id of at most eventlog.MAX_TEXT characters
 
 
 def iso(t: float) -> str:
@@ -190,10 +193,32 @@ class EventTracker:
     def to_state(self) -> dict:
         return {"seq": self.seq, "loc": self.loc}
 
-    def load_state(self, state: dict) -> None:
-        self.seq = int(state.get("seq", 0)) % 10000
-        loc = state.get("loc") or {}
-        self.loc = {str(k): v for k, v in loc.items() if isinstance(v, dict)}
+    def load_state(self, state: dict) -> list[str]:
+        """A saved state (to_state()), read from a file anybody may have damaged: each invalid
+        part is left out; returns one line per part dropped, naming it."""
+        dropped = []
+        seq = state.get("seq", 0)
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0:
+            self.seq = seq % 10000
+        else:
+            dropped.append("tracker.seq: not an integer >= 0")
+        loc = state.get("loc", {})
+        if not isinstance(loc, dict):
+            dropped.append("tracker.loc: not an object")
+            loc = {}
+        self.loc = {}
+        for key, st in loc.items():
+            why = _loc_problem(key, st)
+            if why:
+                dropped.append(f"tracker.loc[{key[:80]!r}]: {why}")
+                continue
+            self.loc[key] = {"bad": st["bad"], "good": st["good"],
+                             "episodes": [float(x) for x in st["episodes"]][-MAX_EPISODES:],
+                             "event": st.get("event")}
+            for name in ("first_seen", "last_seen"):
+                if _is_time(st.get(name)):
+                    self.loc[key][name] = float(st[name])
+        return dropped
 
     def adopt(self, records: list[dict]) -> None:
         """Open events of the event log that the saved state lacks (the coordinator died between
@@ -212,6 +237,37 @@ class EventTracker:
                 self.seq = max(self.seq, int(str(i).rsplit("-", 1)[-1]))
             except ValueError:
                 pass
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53
+
+
+def _is_time(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _loc_problem(key, st) -> str | None:
+    """Why a saved location state is unusable, or None. Its event must be a valid open event of
+    the event log's format (eventlog.problem: the one definition of a valid record)."""
+    if len(key) > MAX_LOCATION_KEY:
+        return "key too long"
+    if not isinstance(st, dict):
+        return "not an object"
+    for name in ("bad", "good"):
+        if not _is_count(st.get(name)):
+            return f"{name}: not an integer >= 0"
+    episodes = st.get("episodes")
+    if not isinstance(episodes, list) or not all(_is_time(x) for x in episodes):
+        return "episodes: not a list of times"
+    ev = st.get("event")
+    if ev is not None:
+        if not isinstance(ev, dict):
+            return "event: not an object"
+        why = problem({**ev, "kind": "update", "time": ev.get("last_seen")})
+        if why or ev.get("state") != "open":
+            return f"event: {why or 'not open'}"
+    return None
 
 
 def _rank(f: dict) -> tuple:

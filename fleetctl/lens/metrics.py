@@ -16,8 +16,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import socket
+import threading
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, generate_latest
-from prometheus_client.exposition import start_http_server
+from prometheus_client import make_wsgi_app
 
 from fleetctl.errors import UsageError
 from fleetctl.lens.eventlog import METRICS, SEVERITIES
@@ -25,6 +30,9 @@ from fleetctl.lens.eventlog import METRICS, SEVERITIES
 PREFIX = "fleetctl_lens"
 DEFAULT_MAX_SERIES = 20_000  # elements (link directions, switches, NICs) or hosts per family
 MAX_LABEL = 200  # characters of a label value
+DEFAULT_MAX_CONNECTIONS = 16  # /metrics connections served at once (site: lens.metrics_max_connections)
+MAX_CONNECTIONS = 1024
+CONNECTION_TIMEOUT_S = 10.0  # a connection silent this long (between two reads or writes) is closed
 
 _ELEMENT = ("type", "id", "direction")
 
@@ -152,15 +160,25 @@ class LensMetrics:
     def text(self) -> str:
         return generate_latest(self.registry).decode()
 
-    def serve(self, addr: str, port: int):
+    def serve(self, addr: str, port: int, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+              timeout_s: float = CONNECTION_TIMEOUT_S):
         """Serve /metrics on addr:port in a daemon thread; the server (port 0: any free port, read
-        it from server.server_address). Stop it with stop() or server.shutdown()."""
+        it from server.server_address). Stop it with stop() or server.shutdown(). At most
+        `max_connections` are served at once (one thread each; more are closed on accept) and a
+        connection silent for `timeout_s` is closed, so idle clients cannot pile up threads and
+        file descriptors in the coordinator."""
         if not 0 <= int(port) <= 65535:
             raise UsageError(f"metrics port {port}: between 0 and 65535")
+        if not 1 <= int(max_connections) <= MAX_CONNECTIONS or not 0.01 <= timeout_s <= 3600:
+            raise UsageError(f"metrics: max_connections 1-{MAX_CONNECTIONS}, timeout_s 0.01-3600")
         try:
-            server, _thread = start_http_server(int(port), addr, registry=self.registry)
+            info = socket.getaddrinfo(addr or None, int(port), type=socket.SOCK_STREAM,
+                                      flags=socket.AI_PASSIVE)[0]
+            server = _Server(info[0], info[4][:2], int(max_connections), float(timeout_s))
         except OSError as exc:
             raise UsageError(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from None
+        server.set_app(make_wsgi_app(self.registry))
+        threading.Thread(target=server.serve_forever, name="lens-metrics", daemon=True).start()
         self._server = server
         return server
 
@@ -169,3 +187,50 @@ class LensMetrics:
         if server is not None:
             server.shutdown()
             server.server_close()
+
+
+class _Handler(WSGIRequestHandler):
+    def log_message(self, *args) -> None:  # no line per scrape in the coordinator's log
+        pass
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """prometheus_client's threaded WSGI server, bounded: a socket timeout on every connection and
+    at most `max_connections` handler threads; a connection past the cap is closed at once
+    (counted in `refused`), a failed or timed-out one is counted in `errors` (no traceback)."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # pending connections wait in the kernel, not as descriptors here
+
+    def __init__(self, family: int, address: tuple, max_connections: int, timeout_s: float):
+        self.address_family = family
+        self.timeout_s = timeout_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.refused = self.errors = 0
+        super().__init__(address, _Handler)
+
+    def get_request(self):
+        sock, addr = super().get_request()
+        sock.settimeout(self.timeout_s)
+        return sock, addr
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the handler thread
+        except BaseException:
+            self._slots.release()
+            self.shutdown_request(request)
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        self.errors += 1

@@ -37,6 +37,7 @@ class LensOptions:
     clock_max_drift_ppm: float = 200.0
     metrics_port: int = 0  # 0: no /metrics
     metrics_address: str = "127.0.0.1"
+    metrics_max_connections: int = 16
     webhook_url: str = ""
     segment_s: float = 3600.0
     segment_retention: int = 24
@@ -50,7 +51,8 @@ class LensOptions:
         o = cls()
         for key in ("state_dir", "window_s", "k_open", "k_open_down", "k_open_gray", "m_close",
                     "flap_count",
-                    "flap_window_s", "rate", "metrics_port", "metrics_address", "webhook_url",
+                    "flap_window_s", "rate", "metrics_port", "metrics_address",
+                    "metrics_max_connections", "webhook_url",
                     "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
                     "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments"):
             if key in lens and lens[key] is not None:

@@ -24,12 +24,13 @@ class Outputs:
         if opts.webhook_url:
             from fleetctl.lens.webhook import WebhookOutbox
 
-            self.webhook = WebhookOutbox(opts.webhook_url, opts.path("webhook.spool"))
+            self.webhook = WebhookOutbox(opts.webhook_url, opts.path("webhook.spool"), log=log)
         if opts.metrics_port:
             from fleetctl.lens.metrics import LensMetrics
 
             self.metrics = LensMetrics()
-            self.metrics.serve(opts.metrics_address, int(opts.metrics_port))
+            self.metrics.serve(opts.metrics_address, int(opts.metrics_port),
+                               max_connections=int(opts.metrics_max_connections))
             log(f"metrics on http://{opts.metrics_address}:{opts.metrics_port}/metrics")
         self.topo, self.site = topo, site
 
@@ -65,7 +66,7 @@ class Outputs:
             self.opts.path("segments"), topo=plan.topo, paths=plan.paths, flows=plan.flows,
             cluster=self.site.name if self.site is not None else "", parameters=params,
             segment_s=self.opts.segment_s, retention=self.opts.segment_retention,
-            switch_results=plan.disc.switch_results)))
+            switch_results=plan.disc.switch_results, log=self.log)))
 
     def _guard(self, what: str, fn) -> None:
         try:

@@ -19,8 +19,10 @@ After a crash the partial segment is *finalized* by the next SegmentWriter on th
 removed: it is opened, cut back to its last whole window (probe rows without a send time and
 health rows without a host, from a write the crash interrupted), marked complete with `recovered`
 set, validated with the store reader and renamed like any segment. A partial file that cannot be
-opened or does not validate (a crash inside HDF5's own metadata write) is removed; either way the
-directory never holds a file the reader refuses under a final name. A flock on
+opened or does not validate (a crash inside HDF5's own metadata write, or a file somebody damaged
+or planted: `probes` a group, fields missing, attributes that are not JSON) is removed and logged,
+never a failed start; either way the directory never holds a file the reader refuses under a
+final name. A flock on
 `.lens-segments.lock` keeps a second writer (which would "recover" the first one's open segment)
 out of the directory.
 
@@ -43,6 +45,7 @@ import numpy as np
 
 from fleetctl.atomic import fsync_dir
 from fleetctl.errors import DataError, FleetctlError, UsageError
+from fleetctl.filekit import clean_text, loads_json, open_regular
 from fleetctl.locks import open_lock
 from fleetctl.mesh.health import HEALTH_FIELDS
 from fleetctl.model.fabric import PROBE_DTYPE, PathTable, Topology
@@ -73,7 +76,7 @@ class SegmentWriter:
                  segment_s: float = DEFAULT_SEGMENT_S, retention: int | None = None,
                  retention_s: float | None = None, prefix: str = "lens",
                  switch_results: dict | None = None, discovery: dict | None = None,
-                 clock=time.time):
+                 clock=time.time, log=lambda _m: None):
         if not 1.0 <= segment_s <= MAX_SEGMENT_S:
             raise UsageError(f"lens segment_s {segment_s:g}: between 1 and {MAX_SEGMENT_S:g} s")
         if retention is not None and not 1 <= retention <= 1_000_000:
@@ -83,7 +86,7 @@ class SegmentWriter:
         if not _PREFIX.fullmatch(prefix):
             raise UsageError(f"lens segment prefix {prefix!r}: lower-case letters, digits, - and _")
         self.directory = Path(directory)
-        self.prefix, self.cluster, self.clock = prefix, cluster, clock
+        self.prefix, self.cluster, self.clock, self.log = prefix, cluster, clock, log
         self.parameters = dict(parameters or {})
         window_s = float(self.parameters.get("window_s") or 5.0)
         # a segment spans at most MAX_WINDOWS analysis windows, or the reader refuses it
@@ -328,10 +331,16 @@ class SegmentWriter:
 
     # ------------------------------------------------------------ crash recovery
     def _recover(self) -> None:
+        """Finalize every partial segment of a crashed writer; one that cannot be finalized, for
+        whatever reason (HDF5 metadata cut by the crash, or a file somebody damaged or planted),
+        is removed and logged: never a failed start."""
         pat = re.compile(rf"\.({re.escape(self.prefix)}-\d{{8}}T\d{{6}}Z(-\d+)?\.h5)\.[^/]+\.tmp")
         for p in sorted(self.directory.iterdir()):
             m = pat.fullmatch(p.name)
-            if not m or not stat.S_ISREG(os.lstat(p).st_mode):
+            try:
+                if not m or not stat.S_ISREG(os.lstat(p).st_mode):
+                    continue
+            except OSError:  # gone meanwhile
                 continue
             final = self.directory / m.group(1)
             try:
@@ -340,22 +349,32 @@ class SegmentWriter:
                 _finalize_partial(p, _iso(self.clock()))
                 os.rename(p, final)
                 self.recovered.append(final)
-            except (FleetctlError, OSError, RuntimeError, ValueError, KeyError, TypeError):
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
-                self.removed.append(p)
+            except Exception as exc:  # noqa: BLE001 - any damage: the partial file is set aside
+                self._set_aside(p, exc)
         if self.recovered or self.removed:
             fsync_dir(self.directory)
+
+    def _set_aside(self, path: Path, exc: Exception) -> None:
+        why = exc.message if isinstance(exc, FleetctlError) else f"{type(exc).__name__}: {exc}"
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            self.log(f"{path}: damaged partial segment ({clean_text(why, 200)}) not removed: "
+                     f"{err.strerror}")
+            return
+        self.removed.append(path)
+        self.log(f"{path}: damaged partial segment removed ({clean_text(why, 200)})")
 
 
 def _finalize_partial(path: Path, ended_at: str) -> None:
     """Make a crashed writer's partial segment a complete run file in place, or raise."""
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = open_regular(path, os.O_RDWR, what="partial segment")
     with os.fdopen(fd, "r+b", buffering=0) as fh:
         with h5py.File(fh, "r+") as f:
-            if f.attrs.get("format") != FORMAT or "probes" not in f:
+            if f.attrs.get("format") != FORMAT or not isinstance(f.get("probes"), h5py.Dataset) \
+                    or "health" in f and not isinstance(f["health"], h5py.Group):
                 raise DataError(f"{path}: not a partial lens segment")
             probes = f["probes"]
             n = _whole_rows(probes)
@@ -368,7 +387,8 @@ def _finalize_partial(path: Path, ended_at: str) -> None:
                 g["host"].resize((rows,))
                 g["rows"].resize(rows, axis=0)
             t = probes.fields("t_send")[()]
-            params = json.loads(f.attrs.get("parameters") or "{}")
+            params = loads_json(f.attrs.get("parameters") or "{}", f"{path}: parameters",
+                                kind=dict)
             params["duration"] = round(min((int(t.max()) - int(t.min())) * 1e-9, 86_400), 3)
             f.attrs["parameters"] = json.dumps(params, sort_keys=True)
             f.attrs["lens"] = json.dumps({"recovered": True, "windows": None})

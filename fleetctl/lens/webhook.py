@@ -10,7 +10,9 @@ counters. One delivery thread POSTs the events in spool order, one at a time, as
 (no connection, a timeout, a 5xx, 408 or 429) is retried with exponential back-off up to a cap, so
 a receiver that is down delays events but never loses or reorders them. A 4xx other than 408/429
 (the receiver refuses that event for good) and a 3xx (redirects are not followed) reject the event:
-it is counted and skipped, so one bad event cannot block the rest.
+it is counted and skipped, so one bad event cannot block the rest. Each POST has a socket timeout
+per read and write (`timeout_s`) and an overall deadline (`deadline_s`: connect, send and the whole
+answer), so a receiver that trickles its answer holds the delivery thread for at most that long.
 
 The spool holds at most `max_spool` undelivered events: past that the oldest undelivered one is
 dropped and counted (a receiver down for days must not fill the disk). A restart resends exactly
@@ -19,14 +21,19 @@ successful POST and the state write that records it: that event is sent again af
 (at-least-once). Each POST carries the header `X-Fleetctl-Sequence: <seq>` so a receiver can drop
 such a duplicate. The spool is compacted (rewritten with the undelivered events only) once enough
 delivered lines have accumulated. One outbox per spool: a second one on the same spool (another
-process) is refused through a flock on `<spool>.lock`.
+process) is refused through a flock on `<spool>.lock`. The spool and the state are read with the
+file kit (regular files only, bounded, JSON nesting bounded); a damaged state is logged and
+ignored (the spool is sent again from its start), never a failed start.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import socket
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -35,6 +42,7 @@ from pathlib import Path
 
 from fleetctl.atomic import fsync_dir, write_atomic
 from fleetctl.errors import DataError, UsageError
+from fleetctl.filekit import loads_json, open_regular, read_json
 from fleetctl.lens.eventlog import MAX_LINE
 from fleetctl.locks import open_lock
 
@@ -45,29 +53,111 @@ MAX_RESPONSE = 64 * 1024  # bytes of a receiver's answer read (and ignored)
 RETRY_STATUS = {408, 429}  # 4xx that mean "try again later"
 
 
+DEFAULT_DEADLINE_S = 30.0  # one delivery: connect, send and the whole answer
+STATE_KEYS = ("acked", "delivered", "failed", "dropped", "rejected")
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):  # a 3xx surfaces as an HTTPError
         return None
 
 
+class _Deadline:
+    """One delivery's overall deadline. The socket timeout bounds each read and write only, so a
+    receiver that trickles its answer a byte at a time could hold the delivery thread for hours;
+    when the deadline passes, a timer shuts the delivery's socket down and the POST fails at once.
+    The socket is watched through a duplicate of its descriptor (closed when the delivery ends),
+    so the timer can never touch a descriptor the process has reused meanwhile."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.end = seconds, time.monotonic() + seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def connect(self, address, timeout=None, source_address=None) -> socket.socket:
+        """http.client's socket.create_connection, within the deadline and watched."""
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("delivery deadline passed")
+        sock = socket.create_connection(address, min(left, timeout or left), source_address)
+        with self._lock:
+            try:
+                self._socks.append(sock.dup())
+            except OSError:
+                sock.close()
+                raise
+            if self.expired:
+                self._shutdown()
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        for s in self._socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for s in self._socks:
+                s.close()
+            self._socks = []
+
+
+class _Watched:
+    """urllib handlers whose connections are made by the request's _Deadline (TLS and a proxy's
+    tunnel run over that socket too)."""
+
+    def do_open(self, http_class, req, **kwargs):
+        deadline = getattr(req, "fleetctl_deadline", None)
+        if deadline is None:
+            return super().do_open(http_class, req, **kwargs)
+
+        def connection(*args, **kw):
+            conn = http_class(*args, **kw)
+            conn._create_connection = deadline.connect
+            return conn
+
+        return super().do_open(connection, req, **kwargs)
+
+
+class _HTTPHandler(_Watched, urllib.request.HTTPHandler):
+    pass
+
+
+class _HTTPSHandler(_Watched, urllib.request.HTTPSHandler):
+    pass
+
+
 class WebhookOutbox:
     def __init__(self, url: str, spool_path: str | os.PathLike, *, timeout_s: float = 5.0,
-                 max_spool: int = DEFAULT_MAX_SPOOL, backoff_s: float = 1.0,
-                 backoff_max_s: float = 300.0, headers: dict[str, str] | None = None,
-                 start: bool = True):
+                 deadline_s: float = DEFAULT_DEADLINE_S, max_spool: int = DEFAULT_MAX_SPOOL,
+                 backoff_s: float = 1.0, backoff_max_s: float = 300.0,
+                 headers: dict[str, str] | None = None, start: bool = True, log=lambda _m: None):
         parts = urllib.parse.urlsplit(str(url))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"webhook URL {str(url)[:200]!r}: not an http:// or https:// URL")
-        if not 0.1 <= timeout_s <= 300 or not 1 <= max_spool <= 10_000_000 or \
+        if not 0.1 <= timeout_s <= deadline_s <= 3600 or not 1 <= max_spool <= 10_000_000 or \
                 not 0.001 <= backoff_s <= backoff_max_s <= 86_400:
-            raise UsageError("webhook: timeout_s 0.1-300, max_spool 1-10000000, "
-                             "0.001 <= backoff_s <= backoff_max_s <= 86400")
-        self.url, self.timeout_s, self.max_spool = url, timeout_s, max_spool
+            raise UsageError("webhook: 0.1 <= timeout_s <= deadline_s <= 3600, max_spool "
+                             "1-10000000, 0.001 <= backoff_s <= backoff_max_s <= 86400")
+        self.url, self.timeout_s, self.deadline_s = url, timeout_s, deadline_s
+        self.max_spool, self.log = max_spool, log
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self.headers = {"Content-Type": "application/json", **(headers or {})}
         self.spool = Path(spool_path)
         self.state_path = self.spool.with_name(self.spool.name + ".state")
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self._opener = urllib.request.build_opener(_NoRedirect, _HTTPHandler, _HTTPSHandler)
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -97,32 +187,47 @@ class WebhookOutbox:
         return fd
 
     def _load(self) -> None:
-        state = {}
-        if self.state_path.exists():
-            try:
-                state = json.loads(self.state_path.read_bytes()[:MAX_LINE])
-            except (OSError, ValueError, RecursionError):
-                raise DataError(f"{self.state_path}: webhook state is not JSON") from None
-            if not isinstance(state, dict) or not all(
-                    isinstance(state.get(k, 0), int) and state.get(k, 0) >= 0 for k in
-                    ("acked", "delivered", "failed", "dropped", "rejected")):
-                raise DataError(f"{self.state_path}: webhook state has the wrong shape")
+        state = self._read_state()
         self.acked = state.get("acked", 0)
-        for key in ("delivered", "failed", "dropped", "rejected"):
+        for key in STATE_KEYS[1:]:
             setattr(self, key, state.get(key, 0))
         self.last_seq, self._file_lines = self.acked, 0
-        if self.spool.exists():
+        try:
             for seq, line in self._read_spool():
                 self._file_lines += 1
                 self.last_seq = max(self.last_seq, seq)
                 if seq > self.acked:
                     self._pending.append((seq, line))
+        except DataError as exc:  # a FIFO, link or directory: new events fail (logged) too
+            self.last_error = exc.message
+            self.log(f"{exc.message}: its events are not delivered")
         while len(self._pending) > self.max_spool:
             self._pending.popleft()
             self.dropped += 1
 
+    def _read_state(self) -> dict:
+        """`<spool>.state`, validated; a damaged one is logged and ignored: every event of the
+        spool is sent again (at-least-once: a receiver drops duplicates by sequence number)."""
+        try:
+            state = read_json(self.state_path, "webhook state", max_bytes=MAX_LINE,
+                              missing_ok=True, kind=dict, error=DataError) or {}
+            bad = [k for k in STATE_KEYS if not isinstance(state.get(k, 0), int)
+                   or isinstance(state.get(k, 0), bool) or not 0 <= state.get(k, 0) < 2**63]
+            if bad:
+                raise DataError(f"{self.state_path}: webhook state: {', '.join(bad)} not an "
+                                "integer >= 0")
+        except DataError as exc:
+            self.log(f"{exc.message}; ignored: the spool is sent again from its start")
+            return {}
+        return state
+
     def _read_spool(self):
-        fd = os.open(self.spool, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = open_regular(self.spool, what="webhook spool")
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise DataError(f"{self.spool}: cannot read webhook spool: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as fh:
             while line := fh.readline(MAX_SPOOL_LINE + 1):
                 if len(line) > MAX_SPOOL_LINE or not line.endswith(b"\n"):
@@ -131,12 +236,12 @@ class WebhookOutbox:
                         line = fh.readline(MAX_SPOOL_LINE + 1)
                     continue
                 try:
-                    rec = json.loads(line)
+                    rec = loads_json(line, "webhook spool line", kind=dict)
                     seq, event = rec["seq"], rec["event"]
                     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1 \
                             or not isinstance(event, dict):
                         raise ValueError
-                except (ValueError, RecursionError, TypeError, KeyError):
+                except (DataError, ValueError, KeyError):
                     self.skipped += 1
                     continue
                 yield seq, json.dumps(event, sort_keys=True).encode()
@@ -156,8 +261,8 @@ class WebhookOutbox:
         self._file_lines = len(self._pending)
 
     def _append_spool(self, data: bytes) -> None:
-        fd = os.open(self.spool, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600)
+        fd = open_regular(self.spool, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600,
+                          what="webhook spool")
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -224,12 +329,13 @@ class WebhookOutbox:
             return self._cond.wait_for(lambda: not self._pending, timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop delivering (a POST under way finishes or times out first); keeps the spool."""
+        """Stop delivering (a POST under way finishes or meets its deadline first); keeps the
+        spool."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout if timeout is not None else self.timeout_s + 5)
+            self._thread.join(timeout if timeout is not None else self.deadline_s + 5)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -272,6 +378,17 @@ class WebhookOutbox:
     def _post(self, seq: int, body: bytes) -> tuple[str, str | None]:
         req = urllib.request.Request(self.url, data=body, method="POST",
                                      headers={**self.headers, "X-Fleetctl-Sequence": str(seq)})
+        req.fleetctl_deadline = deadline = _Deadline(self.deadline_s)
+        try:
+            outcome = self._send(req)
+        finally:
+            deadline.close()
+        if deadline.expired:  # whatever came back was cut by the deadline: never taken as an answer
+            return "retry", f"{self.url}: no whole answer within the {self.deadline_s:g} s " \
+                            "delivery deadline"
+        return outcome
+
+    def _send(self, req) -> tuple[str, str | None]:
         try:
             with self._opener.open(req, timeout=self.timeout_s) as resp:
                 resp.read(MAX_RESPONSE)
@@ -282,6 +399,7 @@ class WebhookOutbox:
             if exc.code >= 500 or exc.code in RETRY_STATUS:
                 return "retry", why
             return "rejected", why
-        except (OSError, ValueError) as exc:  # URLError, timeouts, resets, a bad status line
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            # URLError, timeouts, resets, a bad status line, too many or too long header lines
             reason = getattr(exc, "reason", None) or exc
             return "retry", f"{self.url}: {str(reason)[:200]}"

@@ -63,6 +63,8 @@ def test_since_filters_on_the_last_record(tmp_path):
     {"first_seen": "yesterday"}, {"flap": {"count": -1, "period_s": 3}}, {"jobs": "12"},
     {"evidence": []}, {"metric": "jitter"}, {"severity": "fatal"},
     {"evidence": {"blob": "x" * MAX_LINE}},
+    {"jobs": [{"job_id": 12, "user": "alice"}]}, {"jobs": [{"user": "alice"}]},
+    {"jobs": [{"job_id": ""}]}, {"jobs": [{"job_id": "1", "nested": {"a": "b"}}]},
 ])
 def test_append_refuses_invalid_records(tmp_path, bad):
     log = EventLog(tmp_path / "e.jsonl")

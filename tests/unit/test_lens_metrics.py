@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
+import socket
+import threading
+import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetctl.errors import UsageError
 from fleetctl.lens.metrics import LensMetrics
 
 
@@ -105,3 +110,106 @@ def test_serve_over_http_and_stop():
     m.stop()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+# ---------------------------------------------------------------- idle connections (issue 20, 13)
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _idle_clients(port: int, n: int) -> list[socket.socket]:
+    """n real TCP connections that send nothing, as an unprivileged user's script would."""
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.setblocking(False)
+        out.append(s)
+    return out
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset: closed too
+        return True
+
+
+def _wait(cond, timeout: float) -> bool:
+    """A bounded wait (the proof that something does not hang), never a timing assertion."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_idle_connections_are_capped_and_cannot_exhaust_descriptors():
+    from fleetctl.lens.metrics import DEFAULT_MAX_CONNECTIONS
+
+    m = LensMetrics()
+    m.observe_window(window())
+    port = m.serve("127.0.0.1", 0).server_address[1]
+    base_fds, base_threads = _open_fds(), threading.active_count()
+    n = 1015
+    clients = _idle_clients(port, n)
+    try:
+        # every connection past the cap is closed at once; the server holds at most the cap
+        assert _wait(lambda: sum(map(_closed_by_server, clients)) >= n - DEFAULT_MAX_CONNECTIONS,
+                     10), "connections past the cap were kept open"
+        assert _open_fds() - base_fds - n <= DEFAULT_MAX_CONNECTIONS + 2
+        assert threading.active_count() - base_threads <= DEFAULT_MAX_CONNECTIONS + 2
+    finally:
+        for c in clients:
+            c.close()
+        m.stop()
+
+
+def test_an_idle_connection_is_closed_after_the_timeout_and_scrapes_go_on():
+    m = LensMetrics()
+    m.observe_window(window())
+    port = m.serve("127.0.0.1", 0, max_connections=4, timeout_s=0.5).server_address[1]
+    clients = _idle_clients(port, 4)  # the whole cap, idle
+    try:
+        assert _wait(lambda: all(map(_closed_by_server, clients)), 10), "idle connections kept"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        assert b"fleetctl_lens_agent_alive" in body
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=5)
+        trickle.sendall(b"GET /metr")  # a request that never ends
+        trickle.settimeout(10)
+        assert trickle.recv(1) == b""  # closed by the server within its timeout, not hours
+        trickle.close()
+    finally:
+        for c in clients:
+            c.close()
+        m.stop()
+    with pytest.raises(UsageError):
+        LensMetrics().serve("127.0.0.1", 0, max_connections=0)
+
+
+def test_the_site_cap_reaches_the_server_and_the_unit_sets_a_descriptor_limit(tmp_path):
+    import re
+    from pathlib import Path
+
+    from fleetctl.lens.options import LensOptions
+    from fleetctl.lens.outputs import Outputs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = LensOptions(state_dir=str(tmp_path), metrics_port=port, metrics_max_connections=2)
+    out = Outputs(opts, log=lambda _m: None)
+    clients = _idle_clients(port, 5)
+    try:
+        assert _wait(lambda: sum(map(_closed_by_server, clients)) >= 3, 10)
+        assert out.metrics._server.refused >= 3
+    finally:
+        for c in clients:
+            c.close()
+        out.close()
+    unit = (Path(__file__).resolve().parents[2] / "prolog_epilog" / "fleetctl-lens.service").read_text()
+    limit = re.search(r"^LimitNOFILE=(\d+)$", unit, re.M)
+    assert limit and int(limit.group(1)) >= 4096

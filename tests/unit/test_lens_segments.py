@@ -220,3 +220,48 @@ def test_partial_file_is_chunked_and_resizable(tmp_path, fabric):
         assert f["health/rows"].chunks is not None
     seg.abort()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _damaged(path: Path, how: str) -> None:
+    """A partial segment as a crash, a bug or a user could leave it."""
+    from fleetctl.store.runfile import FORMAT
+
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = FORMAT
+        if how == "probes is a group":
+            f.create_group("probes").create_dataset("x", data=[1, 2, 3])
+        elif how == "probes without t_send":
+            f.create_dataset("probes", data=np.arange(10), maxshape=(None,))
+        elif how == "probes of strings":
+            f.create_dataset("probes", data=np.array([b"a", b"b"]), maxshape=(None,))
+        elif how == "nested parameters":
+            f.create_dataset("probes", data=np.ones(4, dtype=[("t_send", "<i8")]),
+                             maxshape=(None,))
+            f.attrs["parameters"] = "[" * 60_000
+        elif how == "health is a dataset":
+            f.create_dataset("probes", data=np.ones(4, dtype=[("t_send", "<i8")]),
+                             maxshape=(None,))
+            f.create_dataset("health", data=[1])
+
+
+DAMAGE = ["probes is a group", "probes without t_send", "probes of strings", "nested parameters",
+          "health is a dataset"]
+
+
+def test_any_damaged_partial_segment_is_set_aside_never_a_failed_start(tmp_path, fabric):
+    topo, syn = fabric
+    partials = []
+    for i, how in enumerate(DAMAGE):
+        p = tmp_path / f".lens-2027010{i + 1}T000000Z.h5.abcdefgh.tmp"
+        _damaged(p, how)
+        partials.append(p)
+    fifo = tmp_path / ".lens-20270201T000000Z.h5.fifo0000.tmp"
+    os.mkfifo(fifo)  # not a regular file: never opened, never removed
+    logs: list[str] = []
+    seg = writer(tmp_path, topo, syn, log=logs.append)
+    assert sorted(seg.removed) == sorted(partials) and not seg.recovered
+    assert not any(p.exists() for p in partials) and fifo.exists()
+    assert len(logs) == len(DAMAGE) and all("damaged partial segment" in m for m in logs)
+    _, probes, t_end = next(windows(syn))
+    seg.append(probes, None, {"t_end": t_end})  # and the writer works
+    assert seg.close().exists()

@@ -4,6 +4,7 @@ nothing lost, nothing duplicated across a restart, order kept, the spool bounded
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -169,9 +170,31 @@ def test_hostile_spool_and_state(tmp_path, receiver):
     assert box.wait_idle(10)
     box.close()
     assert [e["n"] for e in receiver.got] == [4, 6]
-    (tmp_path / "w.spool.state").write_text('{"acked": -3}')
-    with pytest.raises(DataError):
-        outbox(receiver.url, spool)
+    # a damaged state is one logged line, never a failed start: the spool is sent again
+    for bad in ('{"acked": -3}', "[" * 60_000, '{"acked": "7"}', "\xff"):
+        (tmp_path / "w.spool.state").write_text(bad, errors="surrogateescape")
+        logs: list[str] = []
+        box = outbox(receiver.url, spool, log=logs.append)
+        assert box.wait_idle(10)
+        box.close()
+        assert len(logs) == 1 and "sent again" in logs[0]
+    assert [e["n"] for e in receiver.got] == [4, 6] + [4, 6] * 4
+
+
+def test_a_spool_that_is_not_a_regular_file_never_hangs_or_stops_the_start(tmp_path):
+    spool = tmp_path / "w.spool"
+    os.mkfifo(spool)
+    logs: list[str] = []
+    box = outbox("http://127.0.0.1:9/x", spool, log=logs.append, start=False)
+    assert len(logs) == 1 and "not a regular file" in logs[0]
+    with pytest.raises(DataError, match="not a regular file"):
+        box.submit(ev(1))
+    box.close()
+    spool.unlink()
+    spool.write_bytes(b'{"seq": 1, "event": ' + b"[" * 100 + b"]" * 100 + b"}\n")
+    box = outbox("http://127.0.0.1:9/x", spool, start=False)
+    assert box.stats()["spool_lines_skipped"] == 1 and box.pending == 0  # nesting bounded
+    box.close()
 
 
 def test_refusals(tmp_path):
@@ -193,3 +216,67 @@ def test_submit_after_close_is_refused(tmp_path):
     box.close()
     with pytest.raises(DataError, match="closed"):
         box.submit({"n": 1})
+
+
+class Trickler:
+    """A real local HTTP receiver that reads the request, then answers one byte every 50 ms,
+    forever: each byte arrives well inside the socket timeout, the answer never ends."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.connections = 0
+        self.closed_by_client = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn):
+        with conn:
+            conn.recv(65536)  # the request (small: one event)
+            answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10**6
+            for i in range(len(answer)):
+                if self.stop.is_set():
+                    return
+                try:
+                    conn.sendall(answer[i:i + 1])
+                except OSError:  # the client gave up: what the deadline is for
+                    self.closed_by_client.set()
+                    return
+                time.sleep(0.05)
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+def test_a_trickling_receiver_is_cut_at_the_delivery_deadline(tmp_path):
+    slow = Trickler()
+    try:
+        box = outbox(slow.url, tmp_path / "w.spool", timeout_s=1.0, deadline_s=1.5,
+                     backoff_s=30, backoff_max_s=30)
+        box.submit(ev(1))
+        # a bounded wait: without a deadline the POST would last until the receiver stops
+        wait(lambda: box.stats()["failed"] >= 1, timeout=15)
+        stats = box.stats()
+        assert "deadline" in stats["last_error"] and stats["delivered"] == 0 and box.pending == 1
+        wait(lambda: slow.closed_by_client.is_set(), timeout=15)  # the socket was closed
+        started = time.monotonic()
+        box.close()
+        assert time.monotonic() - started < 10  # close never waits on a receiver
+    finally:
+        slow.close()
+    with pytest.raises(UsageError):
+        WebhookOutbox(slow.url, tmp_path / "x.spool", timeout_s=5, deadline_s=1)
