@@ -94,7 +94,7 @@ class SegmentWriter:
         self.retention, self.retention_s = retention, retention_s
         self.extra_attrs = {"switch_probes": switch_results or {}, "discovery": discovery or {}}
         self.topo, self.paths, self.flows = topo, paths, flows
-        self._hosts = list(dict.fromkeys(topo.nic_host))
+        self._hosts = topo.hosts
         self._wr: RunWriter | None = None
         self._started = self._epoch = None
         self._windows = self._dropped = 0
@@ -289,7 +289,7 @@ class SegmentWriter:
         """New flows or paths (a re-trace): the current segment rolls, the next uses them."""
         out = self.roll()
         self.topo, self.paths, self.flows = topo, paths, flows
-        self._hosts = list(dict.fromkeys(topo.nic_host))
+        self._hosts = topo.hosts
         return out
 
     def close(self) -> Path | None:

@@ -2,7 +2,7 @@
 status file and the event log, random and mutated from valid ones. Whatever they hold, lens
 resumes and closes windows, `lens status` / `lens events` answer (or say what they refused),
 never a traceback; a record the validator accepts always renders. Budgets: tests/support/fuzz.py
-(a few seconds each in CI; FLEETCTL_FUZZ=<examples> for a longer hunt)."""
+(a few seconds each in CI; FLEETCTL_FUZZ=N for N times as many, a longer hunt)."""
 
 from __future__ import annotations
 
