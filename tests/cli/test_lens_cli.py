@@ -202,7 +202,7 @@ def _literal(out: str) -> None:
 
 def test_untrusted_strings_are_printed_literally(tmp_path, capsys, monkeypatch):
     from fleetctl.cli.app import Application
-    from fleetctl.cli.lens import _print_record
+    from fleetctl.cli.lens.events import _print_record
 
     d, rec = _hostile_state(tmp_path)
     monkeypatch.setattr("fleetctl.lens.daemon.running_pid", lambda _p: os.getpid())

@@ -18,7 +18,9 @@ from rich.console import Console
 
 from fleetctl.cli import run
 from fleetctl.cli.app import Application
-from fleetctl.cli.lens import _print_record, _render_events, _render_open_events
+from fleetctl.cli.lens.events import _print_record
+from fleetctl.cli.lens.events import _render as _render_events
+from fleetctl.cli.lens.status import _open_events as _render_open_events
 from fleetctl.errors import DataError
 from fleetctl.lens.baseline import PathBaselines
 from fleetctl.lens.eventlog import (ELEMENT_TYPES, METRICS, SEVERITIES, decode, encode, problem,

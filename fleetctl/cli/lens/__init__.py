@@ -1,0 +1,30 @@
+"""`fleetctl lens`: continuous fabric monitoring (docs/lens.md).
+
+    lens run [--foreground] [NODESET]   the coordinator (daemonises with a pid file by default)
+    lens status                         health per element now, agents, clocks, open events
+    lens events [--since] [--follow] [--open]
+    lens stop
+
+The work is in fleetctl.lens (service.py runs the coordinator, status.py reads its state); this
+package parses and renders. Exit codes (docs/exit-codes.md): status 0 healthy, 1 warnings (an agent
+down or overloaded, a warning event open), 2 a critical event open, 3 no coordinator running;
+events 0; stop 0 stopped, 1 none was running.
+"""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import common_options
+from fleetctl.cli.lens import events, run, status, stop
+
+
+@click.group()
+@common_options
+def lens() -> None:
+    """Continuous probing of a running cluster: events per fabric element, with the jobs they
+    touch (docs/lens.md)."""
+
+
+for _command in (run.run_cmd, status.status_cmd, events.events_cmd, stop.stop_cmd):
+    lens.add_command(_command)

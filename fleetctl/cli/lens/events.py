@@ -1,0 +1,93 @@
+"""`fleetctl lens events`: the event log, or every new record with --follow."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
+from fleetctl.cli.lens.common import MAX_CELL, element, jobs, metric, severity, state_dir_option, state_directory
+from fleetctl.errors import EXIT_OK, UsageError
+
+
+@click.command("events")
+@common_options
+@click.option("--since", metavar="WHEN", default=None,
+              help="Only events written at or after WHEN (ISO time, or seconds ago like 10m, 2h).")
+@click.option("--follow", is_flag=True, help="Keep printing records as they are appended.")
+@click.option("--open", "open_only", is_flag=True, help="Only open events.")
+@state_dir_option
+@pass_app
+def events_cmd(app: Application, since, follow, open_only, state_dir) -> int:
+    """The event log: the current view of each event (with --follow, every new record).
+
+    \b
+    Examples:
+      fleetctl lens events --open
+      fleetctl lens events --since 2h --format json
+      fleetctl lens events --follow          # one line per record, until Ctrl-C
+    """
+    from fleetctl.lens.eventlog import follow as follow_log
+    from fleetctl.lens.eventlog import read_events
+
+    path = state_directory(app, state_dir) / "events.jsonl"
+    events = read_events(path, since=_since(since), open_only=open_only)
+    if not follow:
+        app.emit({"events": events, "log": str(path)}, lambda c: _render(c, events))
+        return EXIT_OK
+    for e in events:
+        _print_record(app, e)
+    for rec in follow_log(path, stop=stop_on_signals()):
+        if open_only and rec.get("state") != "open":
+            continue
+        _print_record(app, rec)
+    return EXIT_OK
+
+
+def _since(text: str | None):
+    if not text:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip()
+    if t[-1:] in units and t[:-1].replace(".", "", 1).isdigit():
+        return time.time() - float(t[:-1]) * units[t[-1]]
+    from fleetctl.lens.eventlog import parse_time
+
+    try:
+        return parse_time(t)
+    except Exception:  # noqa: BLE001 - the reader's own error names the value
+        raise UsageError(f"--since {text!r}: an ISO time (2026-01-02T03:04:05Z) or an age "
+                         "like 30s, 10m, 2h, 1d") from None
+
+
+def _print_record(app, rec: dict) -> None:
+    from fleetctl.filekit import clean_text
+
+    if app.json:
+        click.echo(json.dumps(rec, sort_keys=False))
+    else:
+        el = rec["element"]
+        job_text = ", ".join(j["job_id"] for j in rec.get("jobs") or []) or "-"
+        click.echo(f"{rec['time']} {rec['kind']:6} {rec['id']} {el['type']} "
+                   f"{clean_text(el.get('direction') or el['id'], MAX_CELL)} {rec['metric']} "
+                   f"{rec['severity']} jobs: {clean_text(job_text, MAX_CELL)}")
+    sys.stdout.flush()
+
+
+def _render(console, events: list[dict]) -> None:
+    from rich.table import Table
+
+    if not events:
+        console.print("no events")
+        return
+    t = Table(show_edge=False)
+    t.add_column("element", no_wrap=True)
+    for col in ("state", "metric", "severity", "first seen", "jobs", "id"):
+        t.add_column(col)
+    for e in events:
+        t.add_row(element(e["element"]), e["state"], metric(e), severity(e),
+                  e["first_seen"][:19].replace("T", " "), jobs(e), e["id"])
+    console.print(t)

@@ -1,0 +1,41 @@
+"""`fleetctl lens run [NODESET]`: start the coordinator."""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
+from fleetctl.cli.lens.common import state_dir_option
+from fleetctl.cli.params import FiniteFloatRange
+from fleetctl.errors import EXIT_OK
+
+
+@click.command("run")
+@common_options
+@click.argument("nodeset", required=False)
+@click.option("--foreground", is_flag=True, help="Stay in the foreground (no pid file daemon).")
+@click.option("--rate", type=FiniteFloatRange(0.1, 1000), default=None,
+              help="Probes per second per NIC pair (default: lens.rate, else the probe budget's).")
+@click.option("--window", "window_s", type=FiniteFloatRange(0.2, 60), default=None,
+              help="Analysis window in seconds (default: lens.window_s, 1).")
+@click.option("--transport", type=click.Choice(["ssh", "srun", "local"]), default=None,
+              help="How agents are started (default: the site's access.transport).")
+@state_dir_option
+@pass_app
+def run_cmd(app: Application, **options) -> int:
+    """Start the coordinator over NODESET (default: every node of the site file).
+
+    \b
+    Examples:
+      fleetctl lens run                      # daemonised, every node, the site's settings
+      fleetctl lens run 'node[1-64]' --foreground --window 2
+    """
+    from fleetctl.extras import require
+    from fleetctl.lens.service import RunRequest, start
+
+    require("mesh", "lens run")
+    started = start(app.site, RunRequest(**options), stop_on_signals())
+    if started is not None:
+        app.emit(started, lambda c: c.print(f"lens coordinator started (pid {started['pid']}); log "
+                                            f"{started['log']}", markup=False))
+    return EXIT_OK

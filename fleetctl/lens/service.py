@@ -1,0 +1,103 @@
+"""`fleetctl lens run` as a service: options from the site and the command line, one coordinator
+per state directory (its pid file), daemonised or in the foreground, its log lines, and its end.
+The CLI parses and renders; this is where the coordinator's lifecycle lives."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+
+from fleetctl.errors import EXIT_OK, UsageError
+from fleetctl.lens.daemon import PidLock, daemonize, running_pid
+from fleetctl.lens.options import LensOptions
+
+
+@dataclass
+class RunRequest:
+    """`lens run`'s options."""
+
+    nodeset: str | None = None
+    foreground: bool = False
+    rate: float | None = None
+    window_s: float | None = None
+    transport: str | None = None
+    state_dir: str | None = None
+
+
+def options(site, req: RunRequest) -> LensOptions:
+    opts = LensOptions.from_site(site)
+    if req.state_dir:
+        opts.state_dir = req.state_dir
+    if req.rate is not None:
+        opts.rate = req.rate
+    if req.window_s is not None:
+        opts.window_s = req.window_s
+    opts.validate()
+    return opts
+
+
+def start(site, req: RunRequest, stop) -> dict | None:
+    """Start a coordinator. Daemonised (the default): returns {"started", "pid", ...} in the parent
+    once the child holds its pid file. In the foreground (and in the daemon child): runs until
+    `stop` (a threading.Event) is set and returns None."""
+    from fleetctl.audit.runner import site_nodes
+
+    opts = options(site, req)
+    nodes = site_nodes(site, req.nodeset)
+    if len(nodes) < 2:
+        raise UsageError("lens probes between nodes: give at least two")
+    pid_file = opts.path("lens.pid")
+    pid = running_pid(pid_file)
+    if pid:
+        raise UsageError(f"a lens coordinator already runs for {opts.state_dir} (pid {pid})",
+                         hint="fleetctl lens stop")
+    if not req.foreground and not daemonize(opts.path("lens.log")):
+        return _started(opts)
+    lock = PidLock(pid_file)
+    lock.acquire()
+    try:
+        serve(site, nodes, req.transport, opts, stop)
+    finally:
+        lock.release()
+    return None
+
+
+def _started(opts: LensOptions, wait_s: float = 10.0) -> dict:
+    """In the parent of a daemonised coordinator: wait until the child holds its pid file."""
+    pid_file = opts.path("lens.pid")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not running_pid(pid_file):
+        time.sleep(0.05)
+    pid = running_pid(pid_file)
+    if not pid:
+        raise UsageError(f"the lens coordinator did not start; see {opts.path('lens.log')}")
+    return {"started": True, "pid": pid, "state_dir": opts.state_dir, "log": str(opts.path("lens.log"))}
+
+
+def log_line(message: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} lens: {message}", file=sys.stderr, flush=True)
+
+
+def serve(site, nodes: list[str], transport_name: str | None, opts: LensOptions, stop, log=log_line) -> int:
+    """The coordinator over `nodes` until `stop` is set, with its outputs and Slurm's jobs."""
+    from fleetctl.fanout import get_transport
+    from fleetctl.lens.coordinator import Coordinator
+    from fleetctl.lens.outputs import Outputs
+
+    slurm = None
+    if shutil.which("squeue"):
+        from fleetctl.slurm import backend_for_site
+
+        slurm = backend_for_site(site)
+    outputs = Outputs(opts, log, site=site)
+    try:
+        with get_transport(transport_name, site=site) as t:
+            log(f"starting on {len(nodes)} nodes over {t.name}, window {opts.window_s:g} s, "
+                f"state {opts.state_dir}")
+            Coordinator(site, nodes, t, opts, outputs, log, slurm).run(stop)
+    finally:
+        outputs.close()
+        log("stopped")
+    return EXIT_OK
