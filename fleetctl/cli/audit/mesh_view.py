@@ -1,29 +1,12 @@
 """`fleetctl audit --mesh` and `audit analyze`: running the probe mesh and rendering its result.
 
-The work is in fleetctl.mesh (probe_run, analyze); this module passes options into it and draws
+The work is in fleetctl.meshrun (probe_run, analyze, via fleetctl.audit.command); this module draws
 the human view: findings first, then a compact health table per switch and per link direction.
 """
 
 from __future__ import annotations
 
 SEV_STYLE = {"critical": "bold red", "major": "red", "minor": "yellow"}
-
-
-def run_mesh(app, site, nodes: list[str], transport_name: str | None, duration: float,
-             rate: float, out: str | None, solver: str | None) -> dict:
-    """`audit --mesh`: one probe run over the named transport (fleetctl.meshrun.probe_run.mesh_audit)."""
-    from fleetctl.extras import require
-    from fleetctl.fanout import get_transport
-
-    require("mesh", "audit --mesh")
-    from fleetctl.meshrun.probe_run import MeshOptions, mesh_audit
-
-    mesh = site.mesh
-    opts = MeshOptions(duration=duration, rate=rate, solver=solver or "nnls",
-                       budget_pps=float(mesh.get("probe_budget_pps", 2000)),
-                       coverage_k=int(mesh.get("coverage_k", 3)), fdr=float(mesh.get("fdr", 0.01)))
-    with get_transport(transport_name, site=site) as t:
-        return mesh_audit(site, nodes, t, opts, out, progress=app.info)
 
 
 def render(console, data: dict) -> None:
