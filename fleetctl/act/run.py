@@ -159,9 +159,8 @@ def _audit_source(site, nodeset: str | None):
     if not nodeset:
         return None
     from fleetctl.audit import build_report, collect
-    from fleetctl.audit.runner import site_nodes
 
-    nodes = site_nodes(site, nodeset)
+    nodes = site.select(nodeset)
 
     def audit() -> dict:
         started = time.time()

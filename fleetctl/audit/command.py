@@ -85,11 +85,10 @@ def check_outputs(opts: AuditOptions) -> None:
 def run_audit(site, opts: AuditOptions, *, bar=None, progress=lambda _m: None) -> AuditResult:
     """The whole audit. `bar(total)`: a context manager whose value's `advance(result)` is called
     per node answered (the CLI's progress bar); `progress(message)` for the mesh."""
-    from fleetctl.audit.runner import site_nodes
 
     check_outputs(opts)
     nodeset = opts.checked_nodeset()
-    mesh_nodes = site_nodes(site, nodeset) if opts.mesh or opts.mesh_only else []
+    mesh_nodes = site.select(nodeset) if opts.mesh or opts.mesh_only else []
     if opts.mesh_only:
         data = run_mesh(site, mesh_nodes, opts, progress)
         return AuditResult(data, exit_code=_mesh_exit_code(data))
@@ -147,7 +146,6 @@ def _collect(site, opts: AuditOptions, nodeset: str | None, backend, bar) -> dic
     """Outcomes per node (None: --idle-only and no node is idle)."""
     from fleetctl.audit import collect, collect_local
     from fleetctl.audit.actions import acknowledgements
-    from fleetctl.audit.runner import site_nodes
     from fleetctl.checks import since_epoch
 
     since_ts = since_epoch(opts.since)
@@ -159,7 +157,7 @@ def _collect(site, opts: AuditOptions, nodeset: str | None, backend, bar) -> dic
         ack = acknowledgements(backend, [name], opts.resume, opts.ack_kernel_log, opts.dry_run)
         return {name: collect_local(site, name, opts.level, since=since_ts, budget_s=opts.budget, ack=ack,
                                     alone=True)}
-    nodes = site_nodes(site, nodeset)
+    nodes = site.select(nodeset)
     if opts.idle_only:
         idle = {n.name for n in backend.lookup(nodes).found.values() if n.state == "IDLE"}
         nodes = [n for n in nodes if n in idle]

@@ -69,17 +69,6 @@ def payload_source() -> str:
     return with_node_fill(build_payload())
 
 
-def site_nodes(site, nodeset: str | None) -> list[str]:
-    """The nodes of NODESET (default: all of the site file), each of which the site file must know."""
-    from fleetctl.nodeset import parse_nodeset
-
-    nodes = list(parse_nodeset(nodeset)) if nodeset else list(site.nodes)
-    unknown = [n for n in nodes if site.node_class(n) is None]
-    if unknown:
-        raise UsageError(f"nodes not in the site file {site.source}: {','.join(unknown[:5])}")
-    return nodes
-
-
 def _by_class(site, nodes: list[str]) -> list[list[str]]:
     groups: dict[str, list[str]] = {}
     for node in nodes:

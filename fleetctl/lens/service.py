@@ -42,10 +42,9 @@ def start(site, req: RunRequest, stop) -> dict | None:
     """Start a coordinator. Daemonised (the default): returns {"started", "pid", ...} in the parent
     once the child holds its pid file. In the foreground (and in the daemon child): runs until
     `stop` (a threading.Event) is set and returns None."""
-    from fleetctl.audit.runner import site_nodes
 
     opts = options(site, req)
-    nodes = site_nodes(site, req.nodeset)
+    nodes = site.select(req.nodeset)
     if len(nodes) < 2:
         raise UsageError("lens probes between nodes: give at least two")
     pid_file = opts.path("lens.pid")

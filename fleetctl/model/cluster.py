@@ -154,6 +154,18 @@ class Cluster:
             return None
         return next((c for c in self.node_classes if contains(c.nodes, node)), None)
 
+    def select(self, nodeset: str | None) -> list[str]:
+        """The nodes of NODESET (default: every node of the cluster), each of which must be known
+        (UsageError naming the unknown ones)."""
+        from fleetctl.errors import UsageError
+        from fleetctl.nodeset import parse_nodeset
+
+        nodes = list(parse_nodeset(nodeset)) if nodeset else list(self.nodes)
+        unknown = [n for n in nodes if self.node_class(n) is None]
+        if unknown:
+            raise UsageError(f"nodes not in the site file {self.source}: {','.join(unknown[:5])}")
+        return nodes
+
 
 def link_id(a: Endpoint, b: Endpoint, site: Cluster | None = None) -> str:
     """Derived link id: the node end first, else the lower-tier switch first (leaf1--spine2), so the
