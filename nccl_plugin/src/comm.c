@@ -203,8 +203,8 @@ ncclResult_t fleet_test(void *request, int *done, int *sizes)
         return ncclSuccess;
     }
     if (c->failed) {
-        FLEET_WARN("NET/fleet: connection %016llx failed: every path is down",
-                   (unsigned long long)c->conn_id);
+        FLEET_WARN("NET/fleet: connection %016llx failed: %s", (unsigned long long)c->conn_id,
+                   c->fail_why && strcmp(c->fail_why, "all_paths_dead") ? c->fail_why : "every path is down");
         return ncclSystemError;
     }
     if (c->peer_bye && first_up(c) < 0) return ncclRemoteError;

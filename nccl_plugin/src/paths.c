@@ -134,6 +134,16 @@ void path_up(struct conn *c, int i)
     c->ack_force = 1;
 }
 
+/* The connection is lost for good: NCCL gets an error from the next call on it. */
+void conn_fail(struct conn *c, const char *why)
+{
+    if (c->failed) return;
+    c->failed = 1;
+    c->fail_why = why;
+    COUNT(errors, 1);
+    fleet_event("conn_failed", c->conn_id, -1, "", why, 0);
+}
+
 /* ---- send side: connecting paths ---- */
 
 static void start_connect(struct conn *c, int i, uint64_t now)
@@ -300,10 +310,7 @@ void progress(struct conn *c)
         c->all_dead_since = 0;
     } else if (!c->failed && !c->peer_bye) {
         if (!c->all_dead_since) c->all_dead_since = now;
-        if (now - c->all_dead_since >= (uint64_t)fleet_cfg.dead_grace_ms) {
-            c->failed = 1;
-            COUNT(errors, 1);
-            fleet_event("conn_failed", c->conn_id, -1, "", "all_paths_dead", 0);
-        }
+        if (now - c->all_dead_since >= (uint64_t)fleet_cfg.dead_grace_ms)
+            conn_fail(c, "all_paths_dead");
     }
 }

@@ -48,7 +48,8 @@ struct path {
     int rstage;           /* 0: header, 1: header parsed but its message not posted, 2: payload */
     char *rdst;
     size_t rleft;
-    struct req *rreq;
+    struct req *rreq;     /* the request the payload goes to (NULL: dropped into scratch) */
+    uint64_t rseq;        /* its sequence number */
     uint32_t rchunk;
 };
 
@@ -66,6 +67,7 @@ struct conn {
     int ack_force, ack_path;
     uint64_t all_dead_since, created;
     int failed, peer_bye, established;
+    const char *fail_why; /* a fixed string: why the connection failed */
     unsigned rr;          /* which path the writer serves first this round */
     uint64_t last_stall_check;
     struct fleet_inbox inbox;
@@ -86,6 +88,7 @@ int first_up(struct conn *c) FLEET_HIDDEN;
 void path_reset_io(struct path *p) FLEET_HIDDEN;
 void path_kill(struct conn *c, int i, const char *reason, int tell_peer) FLEET_HIDDEN;
 void path_up(struct conn *c, int i) FLEET_HIDDEN;
+void conn_fail(struct conn *c, const char *why) FLEET_HIDDEN;
 void progress(struct conn *c) FLEET_HIDDEN;
 
 /* frames.c */

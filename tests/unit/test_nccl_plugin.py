@@ -109,6 +109,53 @@ def test_bad_number_fails_init_naming_the_variable(built, tmp_path):
     assert "FLEET_NET_HOLDDOWN_MS" in proc.stderr
 
 
+# ---- a hostile peer or handle (nccl_plugin/tests/hostile.c; issue 20) ----
+
+def hostile(scenario: str, tmp_path: Path, *extra: str, timeout: float = 120,
+            **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(fleetnet.HOSTILE), "--lib", str(fleetnet.LIB), scenario, *extra],
+                          env=loopback_env(tmp_path, **env), capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_chunk_of_a_completed_message_is_refused(built, tmp_path):
+    # chunk 0 of message 1 starts on path 0, message 1 completes on path 1 and is handed back; 32
+    # messages later its request slot holds message 33 when path 0 finishes that chunk: message 33
+    # must not complete on it, and message 1's buffer must not be written after test() returned it
+    proc = hostile("late-chunk", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_late_chunk_index_past_256_never_touches_the_request(built, tmp_path):
+    # the same with chunk 280 of a 300-chunk message: it used to set a bit in the request's own
+    # bitmap pointer, then SIGSEGV
+    proc = hostile("late-chunk-256", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_pointer_bytes_in_the_handle_are_never_followed(built, tmp_path):
+    # the handle travels between processes through NCCL's bootstrap: its spare bytes are data
+    proc = hostile("handle-pointer", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_advertised_comm_is_held_and_one_more_fails_loudly(built, tmp_path):
+    proc = hostile("registry", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NET/fleet" in proc.stderr
+
+
+def test_silent_connections_do_not_keep_a_real_one_out(built, tmp_path):
+    # 300 connections that never say HELLO (reopened whenever the plugin closes one) against the
+    # listening sockets; a real connection must still come up
+    proc = hostile("pending-flood", tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_version_reports_the_same_device(built, tmp_path):
+    proc = hostile("props", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 # ---- failover on a private namespace testbed ----
 
 def run_with_fault(tb: fleetnet.Testbed, version: int, actions, seconds: float = 4.0, **env):
