@@ -99,6 +99,8 @@ struct fleet_handle {
     uint64_t token;
     struct { uint32_t addr; uint16_t port; uint16_t pad; } path[FLEET_MAX_PATHS];
 };
+/* the last 8 bytes of NCCL's handle buffer stay zero on the wire (comm.c keeps a connect's tag there) */
+_Static_assert(sizeof(struct fleet_handle) + 8 <= NCCL_NET_HANDLE_MAXSIZE, "handle too large");
 
 /* listener.c: one listening socket per local path address, shared by every listenComm,
  * kept for the process lifetime so that a sender can reconnect a path after NCCL closed
