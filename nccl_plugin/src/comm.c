@@ -51,7 +51,10 @@ ncclResult_t fleet_listen(int dev, void *handle, void **listen_comm)
     }
     memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
     memcpy(handle, &h, sizeof(h));
-    fleet_registry_add(REG_LISTEN, l->token, &l->inbox);
+    if (fleet_registry_add(REG_LISTEN, l->token, dev, &l->inbox) != ncclSuccess) {
+        free(l);
+        return ncclSystemError;
+    }
     *listen_comm = l;
     return ncclSuccess;
 }
@@ -201,7 +204,12 @@ ncclResult_t fleet_accept(void *listen_comm, void **recv_comm)
     l->inbox.n = keep;
     /* registered in the same critical section: a later path of this connection must not land
      * in the listen inbox, where nobody would collect it */
-    fleet_registry_add_locked(REG_RECV, c->conn_id, &c->inbox);
+    if (fleet_registry_add_locked(REG_RECV, c->conn_id, l->dev, &c->inbox) != ncclSuccess) {
+        pthread_mutex_unlock(&fleet_lock);
+        for (int k = 0; k < c->inbox.n; k++) close(c->inbox.item[k].fd);
+        free(c);
+        return ncclSystemError;
+    }
     pthread_mutex_unlock(&fleet_lock);
     c->established = 1;
     COUNT(connections, 1);

@@ -50,7 +50,7 @@ ncclResult_t fleet_props(int dev, struct fleet_props *p)
     p->guid = (uint64_t)dev;
     p->speed = fleet_cfg.dev[dev].speed_mbps;
     p->max_recvs = 1;
-    p->max_comms = 65536;
+    p->max_comms = FLEET_MAX_COMMS;
     p->max_bytes = FLEET_MAX_MSG;
     return ncclSuccess;
 }

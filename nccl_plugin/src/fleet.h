@@ -14,6 +14,7 @@
 #define FLEET_MAX_REQS 32          /* NCCL_NET_MAX_REQUESTS of current NCCL; older NCCL uses 8 */
 #define FLEET_MAX_MSG (1UL << 30)  /* bound on one message; advertised as maxP2pBytes */
 #define FLEET_INBOX 16
+#define FLEET_MAX_COMMS 65536      /* listen and receive comms held per device; advertised as maxComms */
 
 #define FLEET_HIDDEN __attribute__((visibility("hidden")))
 
@@ -106,11 +107,12 @@ _Static_assert(sizeof(struct fleet_handle) + 8 <= NCCL_NET_HANDLE_MAXSIZE, "hand
  * kept for the process lifetime so that a sender can reconnect a path after NCCL closed
  * the listenComm. Accepted sockets are dispatched by their HELLO to an inbox. */
 struct fleet_inbox_item { int fd; int path; uint16_t gen; int npaths; uint32_t chunk; uint64_t conn_id; };
-struct fleet_inbox { int n; struct fleet_inbox_item item[FLEET_INBOX]; };
+struct fleet_inbox { int n, reg; struct fleet_inbox_item item[FLEET_INBOX]; };   /* reg: registry slot */
 ncclResult_t fleet_listener_ports(int dev, uint16_t *ports) FLEET_HIDDEN;
 void fleet_listener_poll(uint64_t now) FLEET_HIDDEN;   /* caller holds fleet_lock */
-void fleet_registry_add(int kind, uint64_t key, struct fleet_inbox *box) FLEET_HIDDEN;
-void fleet_registry_add_locked(int kind, uint64_t key, struct fleet_inbox *box) FLEET_HIDDEN;
+/* registration fails, with a warning, past FLEET_MAX_COMMS comms of the device */
+ncclResult_t fleet_registry_add(int kind, uint64_t key, int dev, struct fleet_inbox *box) FLEET_HIDDEN;
+ncclResult_t fleet_registry_add_locked(int kind, uint64_t key, int dev, struct fleet_inbox *box) FLEET_HIDDEN;
 void fleet_registry_del(struct fleet_inbox *box) FLEET_HIDDEN;
 enum { REG_LISTEN = 1, REG_RECV = 2 };
 void fleet_global_poll(void) FLEET_HIDDEN;   /* takes fleet_lock */

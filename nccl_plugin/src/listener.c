@@ -5,23 +5,26 @@
 #include <errno.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "fleet.h"
 
 #define MAX_PENDING 64
-#define MAX_REG 1024
 
 struct listener { int fd; uint16_t port; };
 struct pending { int fd; uint64_t since; size_t have; uint8_t buf[FLEET_FRAME]; };
-struct reg { int kind; uint64_t key; struct fleet_inbox *box; };
+struct reg { int kind, dev; uint64_t key; struct fleet_inbox *box; };
 
 static struct listener listeners[FLEET_MAX_DEVS][FLEET_MAX_PATHS];
 static struct pending pendings[MAX_PENDING];
 static int npending;
-static struct reg regs[MAX_REG];
-static int nregs;
+/* The registry: every listenComm and recvComm of the process, FLEET_MAX_COMMS per device (what
+ * getProperties advertises as maxComms); grown as needed. */
+static struct reg *regs;
+static int nregs, capregs;
+static int ndevregs[FLEET_MAX_DEVS];
 static uint64_t last_global_poll;
 
 static int open_listener(const struct fleet_path_cfg *pc, uint16_t *port)
@@ -58,27 +61,48 @@ ncclResult_t fleet_listener_ports(int dev, uint16_t *ports)
     return rc;
 }
 
-void fleet_registry_add_locked(int kind, uint64_t key, struct fleet_inbox *box)
+ncclResult_t fleet_registry_add_locked(int kind, uint64_t key, int dev, struct fleet_inbox *box)
 {
-    if (nregs < MAX_REG) regs[nregs++] = (struct reg){ kind, key, box };
+    if (ndevregs[dev] >= FLEET_MAX_COMMS) {
+        FLEET_WARN("NET/fleet: %s: %d comms are open on this device, the most it advertises (maxComms)",
+                   fleet_cfg.dev[dev].name, FLEET_MAX_COMMS);
+        return ncclSystemError;
+    }
+    if (nregs == capregs) {
+        int cap = capregs ? 2 * capregs : 64;
+        struct reg *more = realloc(regs, (size_t)cap * sizeof(*regs));
+        if (!more) {
+            FLEET_WARN("NET/fleet: %s: out of memory for comm %d", fleet_cfg.dev[dev].name, nregs + 1);
+            return ncclSystemError;
+        }
+        regs = more;
+        capregs = cap;
+    }
+    box->reg = nregs;
+    regs[nregs++] = (struct reg){ kind, dev, key, box };
+    ndevregs[dev]++;
+    return ncclSuccess;
 }
 
-void fleet_registry_add(int kind, uint64_t key, struct fleet_inbox *box)
+ncclResult_t fleet_registry_add(int kind, uint64_t key, int dev, struct fleet_inbox *box)
 {
     pthread_mutex_lock(&fleet_lock);
-    fleet_registry_add_locked(kind, key, box);
+    ncclResult_t rc = fleet_registry_add_locked(kind, key, dev, box);
     pthread_mutex_unlock(&fleet_lock);
+    return rc;
 }
 
 void fleet_registry_del(struct fleet_inbox *box)
 {
     pthread_mutex_lock(&fleet_lock);
-    for (int i = 0; i < nregs; i++) {
-        if (regs[i].box != box) continue;
+    int i = box->reg;
+    if (i >= 0 && i < nregs && regs[i].box == box) {
+        ndevregs[regs[i].dev]--;
         regs[i] = regs[--nregs];
-        i--;
+        regs[i].box->reg = i;
     }
-    for (int i = 0; i < box->n; i++) close(box->item[i].fd);
+    box->reg = -1;
+    for (int k = 0; k < box->n; k++) close(box->item[k].fd);
     box->n = 0;
     pthread_mutex_unlock(&fleet_lock);
 }

@@ -139,8 +139,8 @@ static int handle_pointer(void)
     return 0;
 }
 
-/* Defect 9: every listen the plugin accepts must be reachable, up to what getProperties advertises;
- * the one past it must fail with a warning. */
+/* Defect 9: every comm the plugin accepts (listenComms and recvComms) must be reachable, up to what
+ * getProperties advertises as maxComms; the one past it must fail with a warning. */
 static int registry(void)
 {
     ncclNetProperties_v12_t props;
@@ -151,18 +151,19 @@ static int registry(void)
     void *lc = NULL;
     int ok = 0;
     plugin_quiet = 1;
-    for (int i = 0; i < m - 1; i++) {
+    for (int i = 0; i < m - 2; i++) {
         if (pl.net->listen(pl.ctx, 0, handle, &lc) != ncclSuccess) FAIL("listen %d of %d advertised failed", i + 1, m);
         ok++;
     }
     plugin_quiet = 0;
-    /* the last advertised one (m - 1 listens plus its own) must work end to end */
+    /* the last two advertised: one more listenComm and the recvComm of its connection, which
+     * must work end to end */
     struct rpeer p;
     if (rpeer_open(&pl, &p, 2, 256, 5.0) != 0)
         FAIL("listen %d (maxComms %d) returned a handle nobody can connect to", ok + 1, m);
     plugin_warnings_clear();
     ncclResult_t rc = pl.net->listen(pl.ctx, 0, handle, &lc);
-    if (rc == ncclSuccess) FAIL("listen %d past maxComms %d succeeded: more comms than advertised", ok + 2, m);
+    if (rc == ncclSuccess) FAIL("comm %d past maxComms %d succeeded: more comms than advertised", ok + 3, m);
     if (!strstr(plugin_warnings, "NET/fleet")) FAIL("listen past maxComms failed without a warning");
     rpeer_close(&pl, &p);   /* a slot is free again */
     if (pl.net->listen(pl.ctx, 0, handle, &lc) != ncclSuccess) FAIL("listen after a close failed");
