@@ -3,7 +3,7 @@
  *                     entry; an entry is an interface name or a local IPv4 address.
  *                     Unset: every up, non-loopback IPv4 interface, in one device.
  *   FLEET_NET_HOLDDOWN_MS, FLEET_NET_TIMEOUT_MS, FLEET_NET_ACK_TIMEOUT_MS, FLEET_NET_CONNECT_TIMEOUT_MS,
- *   FLEET_NET_DEAD_GRACE_MS, FLEET_NET_CHUNK_KB, FLEET_NET_LOG, FLEET_NET_COUNTERS_DIR. */
+ *   FLEET_NET_HELLO_TIMEOUT_MS, FLEET_NET_DEAD_GRACE_MS, FLEET_NET_CHUNK_KB, FLEET_NET_LOG, FLEET_NET_COUNTERS_DIR. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -152,6 +152,7 @@ ncclResult_t fleet_config_load(void)
         env_int("FLEET_NET_TIMEOUT_MS", 1000, 50, 600000, &fleet_cfg.user_timeout_ms) ||
         env_int("FLEET_NET_ACK_TIMEOUT_MS", 200, 20, 600000, &fleet_cfg.ack_timeout_ms) ||
         env_int("FLEET_NET_CONNECT_TIMEOUT_MS", 1000, 50, 600000, &fleet_cfg.connect_timeout_ms) ||
+        env_int("FLEET_NET_HELLO_TIMEOUT_MS", 500, 10, 600000, &fleet_cfg.hello_timeout_ms) ||
         env_int("FLEET_NET_DEAD_GRACE_MS", 2000, 0, 600000, &fleet_cfg.dead_grace_ms) ||
         env_int("FLEET_NET_CHUNK_KB", 256, 4, 16384, &chunk_kb) ||
         env_path("FLEET_NET_LOG", "", fleet_cfg.log_path, sizeof(fleet_cfg.log_path)) ||
