@@ -9,8 +9,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include "fleet.h"
-
-#include "transport.h"
+#include "paths.h"
+#include "progress.h"
 
 /* ---- the NCCL-facing operations ---- */
 

@@ -13,8 +13,6 @@
 #include <string.h>
 #include "fleet.h"
 
-FLEET_HIDDEN struct fleet_config fleet_cfg;
-
 static int env_int(const char *name, int def, int lo, int hi, int *out)
 {
     const char *s = getenv(name);

@@ -1,4 +1,4 @@
-/* The wire side of a connection: frames read from each path (DATA placed at its offset in the
+/* The wire side of a connection (above paths.c, below progress.c): frames read from each path (DATA placed at its offset in the
  * posted buffer, duplicates dropped; ACK, PATH_DOWN, HELLO_ACK, BYE) and frames written to the
  * paths in turn (control first, then chunks dealt one per path per round: striping). */
 #include <errno.h>
@@ -11,8 +11,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include "fleet.h"
-
-#include "transport.h"
+#include "frames.h"
+#include "paths.h"
 
 /* ---- frames in ---- */
 

@@ -1,5 +1,7 @@
-/* The multipath connection shared by paths.c (path life: connect, failure, replay, fail-back,
- * progress), frames.c (the wire: frames in and out) and comm.c (the NCCL-facing operations). */
+/* The multipath connection: the data shared by paths.c (path life: connect, failure, replay,
+ * fail-back), frames.c (the wire: frames in and out), progress.c (one step of both) and comm.c
+ * (the NCCL-facing operations). Each of them declares its functions in its own header; the calls
+ * go one way only: comm -> progress -> frames -> paths. */
 #ifndef FLEET_TRANSPORT_H
 #define FLEET_TRANSPORT_H
 
@@ -79,21 +81,5 @@ struct listen_comm {
     uint64_t token;
     struct fleet_inbox inbox;
 };
-
-/* paths.c */
-uint64_t fleet_rand64(void) FLEET_HIDDEN;
-const char *path_if(struct conn *c, int i) FLEET_HIDDEN;
-void ctrl_push(struct path *p, int type, int path, uint16_t gen, uint64_t seq) FLEET_HIDDEN;
-int first_up(struct conn *c) FLEET_HIDDEN;
-void path_reset_io(struct path *p) FLEET_HIDDEN;
-void path_kill(struct conn *c, int i, const char *reason, int tell_peer) FLEET_HIDDEN;
-void path_up(struct conn *c, int i) FLEET_HIDDEN;
-void conn_fail(struct conn *c, const char *why) FLEET_HIDDEN;
-void progress(struct conn *c) FLEET_HIDDEN;
-
-/* frames.c */
-void read_path(struct conn *c, int i) FLEET_HIDDEN;
-void write_paths(struct conn *c) FLEET_HIDDEN;
-void queue_ack(struct conn *c) FLEET_HIDDEN;
 
 #endif

@@ -63,6 +63,59 @@ def test_library_is_hardened(built):
     assert "_chk" in undefined.replace("__stack_chk_fail", "")   # _FORTIFY_SOURCE checked calls
 
 
+def _file_graph(build: Path, src: Path) -> dict[str, set[str]]:
+    """file -> files it depends on: a symbol one object uses that another defines (nm), or an
+    include of another file's own header ("paths.h" of paths.c)."""
+    defined, used = {}, {}
+    for obj in sorted(build.glob("*.o")):
+        out = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "TDBRC":
+                defined[parts[2]] = obj.stem
+            elif len(parts) == 2 and parts[0] == "U":
+                used.setdefault(obj.stem, set()).add(parts[1])
+    graph = {f: {defined[s] for s in syms if s in defined and defined[s] != f} for f, syms in used.items()}
+    for c in src.glob("*.c"):
+        for line in c.read_text().splitlines():
+            if line.startswith('#include "') and (src / line.split('"')[1]).with_suffix(".c").is_file():
+                dep = line.split('"')[1][:-2]
+                if dep != c.stem:
+                    graph.setdefault(c.stem, set()).add(dep)
+    return graph
+
+
+def test_source_files_depend_one_way(built):
+    graph = _file_graph(fleetnet.PLUGIN_DIR / "build", fleetnet.PLUGIN_DIR / "src")
+    assert "frames" in graph["progress"] and "paths" in graph["frames"]
+    assert not graph["paths"] & {"frames", "progress", "comm"}, graph["paths"]
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            assert state.get(nxt) != 1, "file-level cycle: " + " -> ".join(path[path.index(nxt):] + [nxt])
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_each_older_adapter_builds_on_the_next_newer(built):
+    graph = _file_graph(fleetnet.PLUGIN_DIR / "build", fleetnet.PLUGIN_DIR / "src")
+    for v in (8, 9, 10, 11):
+        assert f"adapter_v{v + 1}" in graph[f"adapter_v{v}"], graph[f"adapter_v{v}"]
+    # only the newest adapter calls the transport's operations; the older ones reach them through it
+    calls = {f: subprocess.run(["nm", "-u", str(fleetnet.PLUGIN_DIR / "build" / f"{f}.o")], capture_output=True,
+                               text=True, check=True).stdout for f in (f"adapter_v{v}" for v in VERSIONS)}
+    for op in ("fleet_listen", "fleet_connect", "fleet_accept", "fleet_isend", "fleet_irecv", "fleet_init",
+               "fleet_props"):
+        assert [f for f, text in calls.items() if f" {op}\n" in text] == ["adapter_v12"], op
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_version_moves_random_sizes_intact(built, tmp_path, version):
     proc = harness("--version", str(version), "--fork", "--messages", "400", "--max-size", str(3 << 20),
