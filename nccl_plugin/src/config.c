@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "fleet.h"
 
 static int env_int(const char *name, int def, int lo, int hi, int *out)
@@ -154,9 +155,11 @@ ncclResult_t fleet_config_load(void)
         env_int("FLEET_NET_DEAD_GRACE_MS", 2000, 0, 600000, &fleet_cfg.dead_grace_ms) ||
         env_int("FLEET_NET_CHUNK_KB", 256, 4, 16384, &chunk_kb) ||
         env_path("FLEET_NET_LOG", "", fleet_cfg.log_path, sizeof(fleet_cfg.log_path)) ||
-        env_path("FLEET_NET_COUNTERS_DIR", "/run/fleetctl/failover", fleet_cfg.counters_dir,
-                 sizeof(fleet_cfg.counters_dir)))
+        env_path("FLEET_NET_COUNTERS_DIR", "", fleet_cfg.counters_dir, sizeof(fleet_cfg.counters_dir)))
         return ncclInvalidArgument;
+    if (!getenv("FLEET_NET_COUNTERS_DIR"))   /* the default: this user's directory under /run/fleetctl */
+        snprintf(fleet_cfg.counters_dir, sizeof(fleet_cfg.counters_dir), "/run/fleetctl/failover/%u",
+                 (unsigned)geteuid());
     fleet_cfg.chunk = (uint32_t)chunk_kb * 1024u;
 
     struct ifaddrs *ifs = NULL;

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "countersdir.h"
 #include "fleetctl.h"
 
 int fleet_path_valid(const char *path)
@@ -65,6 +66,16 @@ static int parse_one(const char *arg)
             return -1;
         }
         strcpy(fleet_config.env_file, value);   /* length checked above */
+    } else if (klen == 12 && strncmp(arg, "counters_dir", klen) == 0) {
+        if (strcmp(value, "off") == 0) {
+            fleet_config.counters_dir[0] = 0;
+        } else if (!fleet_path_valid(value) || strlen(value) > FLEET_PATH_MAX - 16) {
+            slurm_error("spank_fleetctl: config: counters_dir=%s: %s", value,
+                        "not \"off\" or an absolute path of at most 1007 characters");
+            return -1;
+        } else {
+            strcpy(fleet_config.counters_dir, value);   /* length checked above */
+        }
     } else if (klen == 6 && strncmp(arg, "ifaces", klen) == 0) {
         if (!ifaces_valid(value)) {
             slurm_error("spank_fleetctl: config: ifaces=%s: %s", value,
@@ -87,7 +98,7 @@ static int parse_one(const char *arg)
         return yes_no("required", value, &fleet_config.required);
     } else {
         slurm_error("spank_fleetctl: config: %.*s: %s", (int)klen, arg,
-                    "unknown key (plugin_dir, ifaces, env_file, default, allow_off, required)");
+                    "unknown key (plugin_dir, ifaces, env_file, counters_dir, default, allow_off, required)");
         return -1;
     }
     return 0;
@@ -98,6 +109,7 @@ int fleet_config_parse(int ac, char **av)
     memset(&fleet_config, 0, sizeof(fleet_config));
     memset(&fleet_choice, 0, sizeof(fleet_choice));
     strcpy(fleet_config.plugin_dir, FLEET_DEFAULT_PLUGIN_DIR);
+    strcpy(fleet_config.counters_dir, FLEET_DEFAULT_COUNTERS_DIR);
     fleet_config.default_failover = FLEET_FAILOVER_AUTO;
     fleet_config.allow_off = 1;
     fleet_config.required = 0;

@@ -16,6 +16,7 @@ struct fleet_config {
     char plugin_dir[FLEET_PATH_MAX];
     char ifaces[FLEET_IFACES_MAX];      /* "" when the admin set none */
     char env_file[FLEET_PATH_MAX];      /* "" when none: `fleetctl failover plan --write-env` output */
+    char counters_dir[FLEET_PATH_MAX];  /* "" when off: the users' counters directories go below it */
     enum fleet_failover default_failover;
     int allow_off;
     int required;
@@ -39,6 +40,7 @@ int fleet_path_valid(const char *path);
 int fleet_result(int rv);
 
 int fleet_local_post_opt(spank_t sp);   /* local/allocator: Prolog/Epilog environment */
+int fleet_remote_post_opt(spank_t sp);  /* remote (slurmstepd, still root): the counters directory */
 int fleet_remote_user_init(spank_t sp); /* remote (slurmstepd): the tasks' environment */
 
 #endif
