@@ -174,15 +174,16 @@ ncclResult_t fleet_config_load(void)
 
     for (int d = 0; d < fleet_cfg.ndevs; d++) {
         struct fleet_dev *dev = &fleet_cfg.dev[d];
-        size_t used = (size_t)snprintf(dev->name, sizeof(dev->name), "fleet%d:", d);
+        char name[sizeof(dev->name)];   /* built apart: snprintf never reads what it writes */
+        size_t used = (size_t)snprintf(name, sizeof(name), "fleet%d:", d);
         for (int p = 0; p < dev->npaths; p++) {
             dev->path[p].link = fleet_link_register(dev->path[p].ifname);
             if (dev->path[p].link < 0) return ncclInternalError;
             dev->speed_mbps += read_speed(dev->path[p].ifname);
-            if (used < sizeof(dev->name))
-                used += (size_t)snprintf(dev->name + used, sizeof(dev->name) - used, "%s%s",
-                                         p ? "+" : "", dev->path[p].ifname);
+            if (used < sizeof(name))
+                used += (size_t)snprintf(name + used, sizeof(name) - used, "%s%s", p ? "+" : "", dev->path[p].ifname);
         }
+        memcpy(dev->name, name, sizeof(name));
     }
     return ncclSuccess;
 }
