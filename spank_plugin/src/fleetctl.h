@@ -2,6 +2,7 @@
 #ifndef SPANK_FLEETCTL_H
 #define SPANK_FLEETCTL_H
 
+#include <stddef.h>
 #include <slurm/spank.h>
 
 #define FLEET_PATH_MAX 1024   /* plugin_dir and --fleet-snapshot: bounded, absolute */
@@ -36,6 +37,10 @@ int fleet_config_parse(int ac, char **av);
 int fleet_options_register(spank_t sp);
 enum fleet_failover fleet_failover_effective(void);
 int fleet_path_valid(const char *path);
+/* A value as an error message shows it: at most 64 bytes, a control character as '?', so that
+ * what an admin or a user typed can never add a line to Slurm's log. Returns buf. */
+#define FLEET_SHOWN 72
+const char *fleet_shown(const char *value, char *buf, size_t len);
 /* A plugin error: fatal (-1) only when the admin said required=yes. */
 int fleet_result(int rv);
 

@@ -200,7 +200,10 @@ def _spank(exe: Path, context: str, *args: str, uid: int = 0, gid: int = 0) -> t
     out = subprocess.run([str(exe), context, "--uid", str(uid), "--gid", str(gid), *opts, "--", *plugstack],
                          capture_output=True, text=True, check=True, timeout=30).stdout.splitlines()
     env = dict(line[len("setenv "):].split("=", 1) for line in out if line.startswith("setenv "))
-    return env, [line[6:] for line in out if line.startswith("error ")], out[-1]
+    # a line of none of spank_run's kinds is the rest of a message that ran onto a second line
+    errors = [line[6:] if line.startswith("error ") else f"(second line) {line}" for line in out[:-1]
+              if not line.startswith(("setenv ", "unsetenv ", "job_control "))]
+    return env, errors, out[-1]
 
 
 def _as_nobody(*cmd: str) -> list[str]:
@@ -299,3 +302,19 @@ def test_counters_dir_is_refused_when_unsafe(spank_run, tmp_path):
     assert env == {} and not errors and not (base / "7").exists()
     _, errors, rc = _spank(spank_run, "remote", "counters_dir=relative/dir")
     assert rc.startswith("rc init=-1") and "counters_dir=relative/dir" in errors[0]
+
+
+def test_errors_show_values_on_one_line(spank_run):
+    """What a user or an admin typed is shown bounded, a control character as '?': a value can never
+    add a line of its own to srun's or slurmstepd's log (found by tests/unit/test_c_fuzz.py)."""
+    forged = "x\nsrun: error: spank_fleetctl: all good\x1b[2K"
+    for context, args in (("local", (f"--opt=fleet-failover={forged}",)), ("remote", (f"--opt=fleet-snapshot={forged}",)),
+                          ("local", (f"default={forged}",)), ("remote", (f"plugin_dir=/a\n{forged}",)),
+                          ("local", (f"ifaces{forged}",)), ("local", ("x" * 5000,))):
+        _, errors, rc = _spank(spank_run, context, *args)
+        assert rc.startswith("rc init=-1") and len(errors) == 1, (args, errors)
+        assert errors[0].startswith("spank_fleetctl: ") and len(errors[0]) < 200, errors
+        assert not any(ord(c) < 0x20 or ord(c) == 0x7f for c in errors[0]), errors
+    _, errors, _ = _spank(spank_run, "local", f"--opt=fleet-failover={forged}")
+    assert errors == ["spank_fleetctl: local: --fleet-failover=x?srun: error: spank_fleetctl: all good?[2K: "
+                      "invalid value (expected auto or off)"]
