@@ -168,6 +168,8 @@ def _watch_once(app: Application, w, prom: str | None) -> int:
             live = "" if c["alive"] else " [dim](process gone)[/dim]"
             console.print(f"plugin pid {c['pid']}{live}: paths up {c['paths_up']}, path downs {c['path_down']}, "
                           f"failbacks {c['failbacks']}, replayed {c['replayed_bytes']} B, errors {c['errors']}")
+        for path, why in {**data["damaged"], **data["refused"]}.items():
+            console.print(f"counters ignored: {path}: {why}", markup=False)
         for p in problems:
             app.err_console.print(f"[yellow]warning:[/yellow] {p}")
 
@@ -191,7 +193,8 @@ def _print_records(app: Application, records: list[dict]) -> None:
             changed = ", ".join(f"{k} {v:+d}" for k, v in rec["changed"].items()) or "first seen"
             app.console.print(f"{stamp} counters   pid {rec['pid']}: {changed}", markup=False)
         else:
-            app.console.print(f"{stamp} {rec['event']} {rec.get('pid', rec.get('path', ''))}", markup=False)
+            why = f": {rec['why']}" if rec.get("why") else ""
+            app.console.print(f"{stamp} {rec['event']} {rec.get('pid', rec.get('path', ''))}{why}", markup=False)
     sys.stdout.flush()
 
 

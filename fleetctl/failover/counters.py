@@ -1,13 +1,19 @@
-"""The fleet plugin's counters files: `<dir>/<pid>.json`, written atomically by libnccl-net-fleet.so
-(nccl_plugin/src/events.c) at most every 100 ms. Jobs write them, so they are read as hostile:
-bounded size, a JSON object of known non-negative integer fields, the pid in the name and the body
-agreeing; anything else is reported as a damaged file, never trusted."""
+"""The fleet plugin's counters files: `<dir>/<uid>/<pid>.json` (or `<dir>/<pid>.json`), written
+atomically by libnccl-net-fleet.so (nccl_plugin/src/events.c) at most every 100 ms. Jobs write them,
+so they are read as hostile: bounded size, a JSON object of known non-negative integer fields, the
+pid in the name and the body agreeing; anything else is reported as a damaged file, never trusted.
+
+Any user can write a file named after any pid, so a file counts only when the pid exists and the
+file's owner is the owner of /proc/<pid>, and a per-user directory `<uid>/` only when it belongs to
+that uid (spank_fleetctl or the Prolog prepares it, docs/failover.md); anything else is refused,
+with the reason."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,6 +24,7 @@ MAX_BYTES = 4096  # the plugin writes < 1 KiB
 MAX_FILES = 4096
 MAX_VALUE = 2 ** 64
 _NAME = re.compile(r"^(\d{1,10})\.json$")
+_UID_DIR = re.compile(r"^\d{1,10}$")
 
 
 @dataclass
@@ -36,6 +43,7 @@ class Counters:
 class Scan:
     files: list[Counters] = field(default_factory=list)
     damaged: dict[str, str] = field(default_factory=dict)  # path -> why
+    refused: dict[str, str] = field(default_factory=dict)  # path -> why: not the process owner's
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,33 +82,78 @@ def pid_alive(pid: int, proc: str = "/proc") -> bool:
     return bool(state) and state[0] not in ("Z", "X")
 
 
-def scan(directory: str | os.PathLike = DEFAULT_DIR) -> Scan:
-    """Every counters file of the directory (none, when it does not exist)."""
+def pid_owner(pid: int, proc: str = "/proc") -> int | None:
+    """The uid owning /proc/<pid> (the process's effective uid), None when there is no such process."""
+    try:
+        return os.stat(f"{proc}/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _candidates(base: Path, out: Scan) -> list[tuple[Path, int, int | None]]:
+    """(path, pid, uid its directory belongs to) of every `<pid>.json` in base and in base/<uid>/,
+    at most MAX_FILES; a `<uid>` entry that is not a directory of that uid is refused."""
+    found: list[tuple[Path, int, int | None]] = []
+    with os.scandir(base) as entries:
+        names = sorted(e.name for e in entries)
+    # The cap counts counters files only: the plugin's <pid>.json.tmp and other names never crowd them out.
+    found += [(base / n, int(_NAME.match(n).group(1)), None) for n in names if _NAME.match(n)][:MAX_FILES]
+    for name in names:
+        if not _UID_DIR.match(name) or len(found) >= MAX_FILES:
+            continue
+        sub = base / name
+        try:
+            st = os.lstat(sub)
+            if not stat.S_ISDIR(st.st_mode):
+                raise ValueError("not a directory")
+            if st.st_uid != int(name):
+                raise ValueError(f"the directory of uid {name} belongs to uid {st.st_uid}")
+            with os.scandir(sub) as entries:
+                pids = []
+                for e in entries:
+                    m = _NAME.match(e.name)
+                    if m:
+                        pids.append((e.name, int(m.group(1))))
+                        if len(found) + len(pids) >= MAX_FILES:
+                            break
+        except (OSError, ValueError) as exc:
+            out.refused[str(sub)] = getattr(exc, "strerror", None) or str(exc)
+            continue
+        found += [(sub / n, pid, int(name)) for n, pid in sorted(pids)]
+    return found[:MAX_FILES]
+
+
+def scan(directory: str | os.PathLike = DEFAULT_DIR, proc: str = "/proc") -> Scan:
+    """Every counters file of the directory and of its per-user directories (none, when it does not
+    exist)."""
     out = Scan()
     base = Path(directory)
     try:
-        names = sorted(os.listdir(base))
+        found = _candidates(base, out)
     except (FileNotFoundError, NotADirectoryError):
         return out
     except OSError as exc:
         out.damaged[str(base)] = exc.strerror or str(exc)
         return out
-    # The cap counts counters files only: the plugin's <pid>.json.tmp and other names never crowd them out.
-    for name in [n for n in names if _NAME.match(n)][:MAX_FILES]:
-        m = _NAME.match(name)
-        path = base / name
+    for path, pid, dir_uid in found:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as fh:
-                if not os.path.isfile(f"/proc/self/fd/{fh.fileno()}"):
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode):
                     raise ValueError("not a regular file")
                 data = fh.read(MAX_BYTES + 1)
             if len(data) > MAX_BYTES:
                 raise ValueError(f"larger than {MAX_BYTES} bytes")
-            pid = int(m.group(1))
             updated, values = parse(data.decode("utf-8"), pid)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             out.damaged[str(path)] = getattr(exc, "strerror", None) or str(exc)
             continue
-        out.files.append(Counters(pid, updated, values, pid_alive(pid), str(path)))
+        owner = pid_owner(pid, proc)
+        if owner is None:
+            out.refused[str(path)] = f"no process {pid} here: its owner cannot be checked"
+        elif st.st_uid != owner or (dir_uid is not None and st.st_uid not in (dir_uid, 0)):
+            out.refused[str(path)] = f"written by uid {st.st_uid}, but process {pid} runs as uid {owner}"
+        else:
+            out.files.append(Counters(pid, updated, values, pid_alive(pid, proc), str(path)))
     return out

@@ -67,6 +67,7 @@ class Watch:
         self.counters: dict[int, counters_mod.Counters] = {}
         self.damaged_seen: set[str] = set()
         self.damaged_why: dict[str, str] = {}
+        self.refused_why: dict[str, str] = {}  # files and directories not their process owner's
         self.present: set[str] = set()  # netdevs and IB devices/ports seen, for --nic names that match none
         self.monitor: netlink.LinkMonitor | None = None
         self.next_tick = 0.0
@@ -181,6 +182,10 @@ class Watch:
         # Only the files damaged now: jobs can create any number of names over a long watch.
         self.damaged_seen = set(scan.damaged)
         self.damaged_why = scan.damaged
+        for path, why in scan.refused.items():
+            if self.refused_why.get(path) != why:
+                out.append({"ts": ts, "event": "counters_refused", "path": path, "why": why})
+        self.refused_why = scan.refused
         return out
 
     # ---- views
@@ -191,7 +196,7 @@ class Watch:
             hist.prune(now, self.flap_window)
             links.append({k: v for k, v in hist.record("state", self.flap_count).items() if k not in ("ts", "event")})
         return {"links": links, "counters": [c.to_dict() for c in self.counters.values()],
-                "damaged": dict(sorted(self.damaged_why.items()))}
+                "damaged": dict(sorted(self.damaged_why.items())), "refused": dict(sorted(self.refused_why.items()))}
 
     def problems(self) -> list[str]:
         """Why `watch --once` exits 1: links down or flapping. A netdev set down by an administrator

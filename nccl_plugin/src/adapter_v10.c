@@ -1,74 +1,48 @@
-/* ncclNet_v10 over the fleet core: profiler callback (unused), comm config (traffic class
- * unused), profiler handles on isend/irecv (unused). */
-#include "fleet.h"
-#include "fleet_net_v10.h"
+/* ncclNet_v10 over v11: no per-communicator context (init takes the logger and the profiler
+ * callback; one context kept here for listen and connect), the comm config on connect (its traffic
+ * class unused), no finalize or setNetAttr, no maxMultiRequestSize. */
+#include "adapters.h"
+
+static void *ctx_v10;
 
 static ncclResult_t init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t prof)
 {
-    (void)prof;
-    return fleet_init(logger);
+    return ncclNetPlugin_v11.init(&ctx_v10, 0, NULL, logger, prof);
 }
 
-static ncclResult_t props_v10(int dev, ncclNetProperties_v10_t *p)
+ncclResult_t fleet_v10_props(int dev, ncclNetProperties_v10_t *p)
 {
-    struct fleet_props fp;
-    ncclResult_t rc = fleet_props(dev, &fp);
+    ncclNetProperties_v11_t p11;
+    ncclResult_t rc = ncclNetPlugin_v11.getProperties(dev, &p11);
     if (rc != ncclSuccess) return rc;
-    *p = (ncclNetProperties_v10_t){ .name = fp.name, .pciPath = NULL, .guid = fp.guid,
-        .ptrSupport = NCCL_PTR_HOST, .regIsGlobal = 0, .forceFlush = 0, .speed = fp.speed,
-        .port = 0, .latency = 0, .maxComms = fp.max_comms, .maxRecvs = fp.max_recvs,
-        .netDeviceType = NCCL_NET_DEVICE_HOST, .netDeviceVersion = 0,
-        .vProps = { .ndevs = 1, .devs = { dev } }, .maxP2pBytes = fp.max_bytes,
-        .maxCollBytes = fp.max_bytes };
+    *p = (ncclNetProperties_v10_t){ .name = p11.name, .pciPath = p11.pciPath, .guid = p11.guid,
+        .ptrSupport = p11.ptrSupport, .regIsGlobal = p11.regIsGlobal, .forceFlush = p11.forceFlush,
+        .speed = p11.speed, .port = p11.port, .latency = p11.latency, .maxComms = p11.maxComms,
+        .maxRecvs = p11.maxRecvs, .netDeviceType = p11.netDeviceType, .netDeviceVersion = p11.netDeviceVersion,
+        .vProps = p11.vProps, .maxP2pBytes = p11.maxP2pBytes, .maxCollBytes = p11.maxCollBytes };
     return ncclSuccess;
+}
+
+ncclResult_t fleet_v10_listen(int dev, void *handle, void **listen)
+{
+    return ncclNetPlugin_v11.listen(ctx_v10, dev, handle, listen);
 }
 
 static ncclResult_t connect_v10(int dev, ncclNetCommConfig_v10_t *config, void *handle, void **comm,
                                 ncclNetDeviceHandle_v10_t **dev_comm)
 {
     (void)config;
-    if (dev_comm) *dev_comm = NULL;
-    return fleet_connect(dev, handle, comm);
-}
-
-static ncclResult_t accept_v10(void *listen, void **comm, ncclNetDeviceHandle_v10_t **dev_comm)
-{
-    if (dev_comm) *dev_comm = NULL;
-    return fleet_accept(listen, comm);
-}
-
-static ncclResult_t isend_v10(void *comm, void *data, size_t size, int tag, void *mh, void *ph, void **req)
-{
-    (void)tag; (void)mh; (void)ph;
-    return fleet_isend(comm, data, size, req);
-}
-
-static ncclResult_t irecv_v10(void *comm, int n, void **data, size_t *sizes, int *tags, void **mh,
-                              void **ph, void **req)
-{
-    (void)tags; (void)mh; (void)ph;
-    return fleet_irecv(comm, n, data, sizes, req);
+    return ncclNetPlugin_v11.connect(ctx_v10, dev, handle, comm, dev_comm);
 }
 
 __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
-    .name = "fleet",
+    FLEET_NET_SHARED_MEMBERS,
     .init = init_v10,
-    .devices = fleet_devices,
-    .getProperties = props_v10,
-    .listen = fleet_listen,
+    .getProperties = fleet_v10_props,
+    .listen = fleet_v10_listen,
     .connect = connect_v10,
-    .accept = accept_v10,
-    .regMr = fleet_reg_mr,
-    .regMrDmaBuf = NULL,
-    .deregMr = fleet_dereg_mr,
-    .isend = isend_v10,
-    .irecv = irecv_v10,
-    .iflush = fleet_iflush,
-    .test = fleet_test,
-    .closeSend = fleet_close_send,
-    .closeRecv = fleet_close_recv,
-    .closeListen = fleet_close_listen,
-    .getDeviceMr = NULL,
-    .irecvConsumed = NULL,
+    .accept = fleet_v12_accept,
+    .isend = fleet_v12_isend,
+    .irecv = fleet_v12_irecv,
     .makeVDevice = NULL,
 };

@@ -9,8 +9,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include "fleet.h"
-
-#include "transport.h"
+#include "paths.h"
+#include "progress.h"
 
 /* ---- the NCCL-facing operations ---- */
 
@@ -51,34 +51,106 @@ ncclResult_t fleet_listen(int dev, void *handle, void **listen_comm)
     }
     memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
     memcpy(handle, &h, sizeof(h));
-    fleet_registry_add(REG_LISTEN, l->token, &l->inbox);
+    if (fleet_registry_add(REG_LISTEN, l->token, dev, &l->inbox) != ncclSuccess) {
+        free(l);
+        return ncclSystemError;
+    }
     *listen_comm = l;
     return ncclSuccess;
 }
 
+/* Connects in progress. NCCL calls connect() again with the same handle until a comm comes back.
+ * The handle came from the peer through NCCL's bootstrap, so no byte of it is trusted: the pending
+ * connection is found by the handle's address in this process together with a random tag this
+ * process wrote into the handle's last 8 bytes (an honest handle has zeros there), and the handle
+ * must still carry the token it was started with. */
+#define MAX_CONNECTING 1024
+#define TAG_AT (NCCL_NET_HANDLE_MAXSIZE - sizeof(uint64_t))
+struct connecting { const void *handle; uint64_t tag, token; struct conn *c; };
+static struct connecting connecting[MAX_CONNECTING];
+static int nconnecting;
+
+static struct conn *connecting_find(const void *handle, uint64_t tag, uint64_t token)
+{
+    struct conn *c = NULL;
+    pthread_mutex_lock(&fleet_lock);
+    for (int k = 0; k < nconnecting && !c; k++)
+        if (connecting[k].handle == handle && connecting[k].tag == tag && connecting[k].token == token)
+            c = connecting[k].c;
+    pthread_mutex_unlock(&fleet_lock);
+    return c;
+}
+
+static int connecting_add(const void *handle, uint64_t tag, struct conn *c)
+{
+    int ok = 0;
+    pthread_mutex_lock(&fleet_lock);
+    if (nconnecting < MAX_CONNECTING) {
+        connecting[nconnecting++] = (struct connecting){ handle, tag, c->token, c };
+        ok = 1;
+    }
+    pthread_mutex_unlock(&fleet_lock);
+    return ok;
+}
+
+static void connecting_del(void *handle, struct conn *c)
+{
+    pthread_mutex_lock(&fleet_lock);
+    for (int k = 0; k < nconnecting; k++)
+        if (connecting[k].c == c) connecting[k--] = connecting[--nconnecting];
+    pthread_mutex_unlock(&fleet_lock);
+    memset((char *)handle + TAG_AT, 0, sizeof(uint64_t));
+}
+
+static struct conn *connect_start(int dev, void *handle, const struct fleet_handle *h, ncclResult_t *rc)
+{
+    *rc = ncclInvalidArgument;
+    if (h->magic != FLEET_MAGIC || h->npaths < 1 || h->npaths > FLEET_MAX_PATHS) {
+        FLEET_WARN("NET/fleet: connect on %s: not a handle of this plugin (magic %08x, %u paths)",
+                   fleet_cfg.dev[dev].name, h->magic, h->npaths);
+        return NULL;
+    }
+    int npaths = h->npaths < fleet_cfg.dev[dev].npaths ? h->npaths : fleet_cfg.dev[dev].npaths;
+    struct conn *c = conn_new(ROLE_SEND, dev, npaths, fleet_cfg.chunk);
+    *rc = ncclSystemError;
+    if (!c) {
+        FLEET_WARN("NET/fleet: connect on %s: out of memory", fleet_cfg.dev[dev].name);
+        return NULL;
+    }
+    c->token = h->token;
+    c->conn_id = fleet_rand64();
+    for (int i = 0; i < npaths; i++) {
+        c->raddr[i].s_addr = h->path[i].addr;
+        c->rport[i] = h->path[i].port;
+    }
+    uint64_t tag = fleet_rand64();
+    if (!connecting_add(handle, tag, c)) {
+        FLEET_WARN("NET/fleet: connect on %s: %d connects already in progress", fleet_cfg.dev[dev].name,
+                   MAX_CONNECTING);
+        free(c);
+        return NULL;
+    }
+    memcpy((char *)handle + TAG_AT, &tag, sizeof(tag));
+    return c;
+}
+
 ncclResult_t fleet_connect(int dev, void *handle, void **send_comm)
 {
-    /* NCCL keeps calling with the same handle until a comm comes back: the pending
-     * connection lives in the handle's spare bytes */
     *send_comm = NULL;
     if (dev < 0 || dev >= fleet_cfg.ndevs) return ncclInvalidArgument;
     struct fleet_handle h;
+    uint64_t tag;
     memcpy(&h, handle, sizeof(h));
-    struct conn **stash = (struct conn **)((char *)handle + NCCL_NET_HANDLE_MAXSIZE - sizeof(void *));
-    struct conn *c;
-    memcpy(&c, stash, sizeof(c));
+    memcpy(&tag, (char *)handle + TAG_AT, sizeof(tag));
+    struct conn *c = NULL;
+    if (tag && !(c = connecting_find(handle, tag, h.token))) {
+        FLEET_WARN("NET/fleet: connect on %s: refused a handle whose spare bytes are not zero and name no "
+                   "connect in progress here", fleet_cfg.dev[dev].name);
+        return ncclInvalidArgument;
+    }
     if (!c) {
-        if (h.magic != FLEET_MAGIC || h.npaths < 1 || h.npaths > FLEET_MAX_PATHS) return ncclInvalidArgument;
-        int npaths = h.npaths < fleet_cfg.dev[dev].npaths ? h.npaths : fleet_cfg.dev[dev].npaths;
-        c = conn_new(ROLE_SEND, dev, npaths, fleet_cfg.chunk);
-        if (!c) return ncclSystemError;
-        c->token = h.token;
-        c->conn_id = fleet_rand64();
-        for (int i = 0; i < npaths; i++) {
-            c->raddr[i].s_addr = h.path[i].addr;
-            c->rport[i] = h.path[i].port;
-        }
-        memcpy(stash, &c, sizeof(c));
+        ncclResult_t rc;
+        if (!(c = connect_start(dev, handle, &h, &rc))) return rc;
     }
     progress(c);
     /* done once every path is up or has failed at least once, with one of them up */
@@ -88,7 +160,7 @@ ncclResult_t fleet_connect(int dev, void *handle, void **send_comm)
         else if (!(c->p[i].state == P_DEAD && c->p[i].last_attempt)) settled = 0;
     }
     if (up && settled) {
-        memset(stash, 0, sizeof(c));
+        connecting_del(handle, c);
         c->established = 1;
         COUNT(connections, 1);
         fleet_event("connected", c->conn_id, -1, "", "", (uint64_t)up);
@@ -97,7 +169,7 @@ ncclResult_t fleet_connect(int dev, void *handle, void **send_comm)
     }
     if (fleet_now_ms() - c->created > 30000u) {
         FLEET_WARN("NET/fleet: connect on %s: no path came up within 30 s", fleet_cfg.dev[dev].name);
-        memset(stash, 0, sizeof(c));
+        connecting_del(handle, c);
         fleet_close_send(c);
         return ncclSystemError;
     }
@@ -132,7 +204,12 @@ ncclResult_t fleet_accept(void *listen_comm, void **recv_comm)
     l->inbox.n = keep;
     /* registered in the same critical section: a later path of this connection must not land
      * in the listen inbox, where nobody would collect it */
-    fleet_registry_add_locked(REG_RECV, c->conn_id, &c->inbox);
+    if (fleet_registry_add_locked(REG_RECV, c->conn_id, l->dev, &c->inbox) != ncclSuccess) {
+        pthread_mutex_unlock(&fleet_lock);
+        for (int k = 0; k < c->inbox.n; k++) close(c->inbox.item[k].fd);
+        free(c);
+        return ncclSystemError;
+    }
     pthread_mutex_unlock(&fleet_lock);
     c->established = 1;
     COUNT(connections, 1);
@@ -203,8 +280,8 @@ ncclResult_t fleet_test(void *request, int *done, int *sizes)
         return ncclSuccess;
     }
     if (c->failed) {
-        FLEET_WARN("NET/fleet: connection %016llx failed: every path is down",
-                   (unsigned long long)c->conn_id);
+        FLEET_WARN("NET/fleet: connection %016llx failed: %s", (unsigned long long)c->conn_id,
+                   c->fail_why && strcmp(c->fail_why, "all_paths_dead") ? c->fail_why : "every path is down");
         return ncclSystemError;
     }
     if (c->peer_bye && first_up(c) < 0) return ncclRemoteError;

@@ -3,7 +3,7 @@
  *                     entry; an entry is an interface name or a local IPv4 address.
  *                     Unset: every up, non-loopback IPv4 interface, in one device.
  *   FLEET_NET_HOLDDOWN_MS, FLEET_NET_TIMEOUT_MS, FLEET_NET_ACK_TIMEOUT_MS, FLEET_NET_CONNECT_TIMEOUT_MS,
- *   FLEET_NET_DEAD_GRACE_MS, FLEET_NET_CHUNK_KB, FLEET_NET_LOG, FLEET_NET_COUNTERS_DIR. */
+ *   FLEET_NET_HELLO_TIMEOUT_MS, FLEET_NET_DEAD_GRACE_MS, FLEET_NET_CHUNK_KB, FLEET_NET_LOG, FLEET_NET_COUNTERS_DIR. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -11,9 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "fleet.h"
-
-FLEET_HIDDEN struct fleet_config fleet_cfg;
 
 static int env_int(const char *name, int def, int lo, int hi, int *out)
 {
@@ -152,12 +151,15 @@ ncclResult_t fleet_config_load(void)
         env_int("FLEET_NET_TIMEOUT_MS", 1000, 50, 600000, &fleet_cfg.user_timeout_ms) ||
         env_int("FLEET_NET_ACK_TIMEOUT_MS", 200, 20, 600000, &fleet_cfg.ack_timeout_ms) ||
         env_int("FLEET_NET_CONNECT_TIMEOUT_MS", 1000, 50, 600000, &fleet_cfg.connect_timeout_ms) ||
+        env_int("FLEET_NET_HELLO_TIMEOUT_MS", 500, 10, 600000, &fleet_cfg.hello_timeout_ms) ||
         env_int("FLEET_NET_DEAD_GRACE_MS", 2000, 0, 600000, &fleet_cfg.dead_grace_ms) ||
         env_int("FLEET_NET_CHUNK_KB", 256, 4, 16384, &chunk_kb) ||
         env_path("FLEET_NET_LOG", "", fleet_cfg.log_path, sizeof(fleet_cfg.log_path)) ||
-        env_path("FLEET_NET_COUNTERS_DIR", "/run/fleetctl/failover", fleet_cfg.counters_dir,
-                 sizeof(fleet_cfg.counters_dir)))
+        env_path("FLEET_NET_COUNTERS_DIR", "", fleet_cfg.counters_dir, sizeof(fleet_cfg.counters_dir)))
         return ncclInvalidArgument;
+    if (!getenv("FLEET_NET_COUNTERS_DIR"))   /* the default: this user's directory under /run/fleetctl */
+        snprintf(fleet_cfg.counters_dir, sizeof(fleet_cfg.counters_dir), "/run/fleetctl/failover/%u",
+                 (unsigned)geteuid());
     fleet_cfg.chunk = (uint32_t)chunk_kb * 1024u;
 
     struct ifaddrs *ifs = NULL;
@@ -172,15 +174,16 @@ ncclResult_t fleet_config_load(void)
 
     for (int d = 0; d < fleet_cfg.ndevs; d++) {
         struct fleet_dev *dev = &fleet_cfg.dev[d];
-        size_t used = (size_t)snprintf(dev->name, sizeof(dev->name), "fleet%d:", d);
+        char name[sizeof(dev->name)];   /* built apart: snprintf never reads what it writes */
+        size_t used = (size_t)snprintf(name, sizeof(name), "fleet%d:", d);
         for (int p = 0; p < dev->npaths; p++) {
             dev->path[p].link = fleet_link_register(dev->path[p].ifname);
             if (dev->path[p].link < 0) return ncclInternalError;
             dev->speed_mbps += read_speed(dev->path[p].ifname);
-            if (used < sizeof(dev->name))
-                used += (size_t)snprintf(dev->name + used, sizeof(dev->name) - used, "%s%s",
-                                         p ? "+" : "", dev->path[p].ifname);
+            if (used < sizeof(name))
+                used += (size_t)snprintf(name + used, sizeof(name) - used, "%s%s", p ? "+" : "", dev->path[p].ifname);
         }
+        memcpy(dev->name, name, sizeof(name));
     }
     return ncclSuccess;
 }

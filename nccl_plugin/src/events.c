@@ -58,15 +58,60 @@ void fleet_event(const char *event, uint64_t conn_id, int path, const char *ifna
     }
 }
 
+/* The counters directory, opened once (no symlink as its last component). It must be this
+ * process's own, or root's and writable by nobody else (or sticky): a directory another user may
+ * write in would let that user replace this process's file. The plugin creates a missing directory
+ * when it can (its parent writable: root, or a directory of the user's own); under /run/fleetctl a
+ * job that is not root's gets /run/fleetctl/failover/<uid> from spank_fleetctl or the Prolog
+ * (docs/failover.md). Any problem is said once and ends the counters, never the job. */
+static int counters_dir_fd(void)
+{
+    static int dfd = -1;
+    if (dfd >= 0) return dfd;
+    const char *dir = fleet_cfg.counters_dir;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {   /* mkdir -p, each missing level 0755 */
+        char path[sizeof(fleet_cfg.counters_dir)];
+        snprintf(path, sizeof(path), "%s", dir);
+        for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+            *slash = 0;
+            mkdir(path, 0755);
+            *slash = '/';
+        }
+        if (mkdir(dir, 0755) == 0 || errno == EEXIST) fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    struct stat st;
+    const char *why = NULL;
+    if (fd < 0) why = strerror(errno);
+    else if (fstat(fd, &st) != 0) why = strerror(errno);
+    else if (st.st_uid != geteuid() && st.st_uid != 0)
+        why = "owned by another user";
+    else if (st.st_uid != geteuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+        why = "writable by other users";
+    if (why) {
+        FLEET_WARN("NET/fleet: counters directory %s: %s; no counters for `fleetctl failover watch` "
+                   "(FLEET_NET_COUNTERS_DIR; for a job that is not root's, spank_fleetctl or the Prolog "
+                   "prepares /run/fleetctl/failover/<uid>)", dir, why);
+        if (fd >= 0) close(fd);
+        counters_broken = 1;
+        return -1;
+    }
+    dfd = fd;
+    return dfd;
+}
+
 void fleet_counters_flush(uint64_t now, int force)
 {
+    static int write_warned;
     if (!fleet_cfg.counters_dir[0] || counters_broken) return;
     if (!force && now - last_flush < 100) return;
     if (memcmp(&flushed, &fleet_ctr, sizeof(flushed)) == 0 && !force) return;
     last_flush = now;
-    char path[300], tmp[320], body[1024];
-    snprintf(path, sizeof(path), "%s/%d.json", fleet_cfg.counters_dir, (int)getpid());
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int dfd = counters_dir_fd();
+    if (dfd < 0) return;
+    char name[32], tmp[40], body[1024];
+    snprintf(name, sizeof(name), "%d.json", (int)getpid());
+    snprintf(tmp, sizeof(tmp), "%s.tmp", name);
     const struct fleet_counters *c = &fleet_ctr;
     int n = snprintf(body, sizeof(body),
                      "{\"pid\": %d, \"updated\": %.3f, \"connections\": %llu, \"paths_up\": %llu, "
@@ -80,19 +125,18 @@ void fleet_counters_flush(uint64_t now, int force)
                      (unsigned long long)c->bytes_received, (unsigned long long)c->dup_chunks,
                      (unsigned long long)c->reconnect_failures, (unsigned long long)c->errors);
     if (n <= 0 || (size_t)n >= sizeof(body)) return;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0 && errno == ENOENT) {
-        /* create the directory (one level under an existing parent is enough for /run/fleetctl) */
-        char parent[200];
-        snprintf(parent, sizeof(parent), "%s", fleet_cfg.counters_dir);
-        char *slash = strrchr(parent, '/');
-        if (slash && slash != parent) { *slash = 0; mkdir(parent, 0755); }
-        mkdir(fleet_cfg.counters_dir, 0755);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* a new file every time (O_EXCL, no symlink), renamed over the last one */
+    unlinkat(dfd, tmp, 0);
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int ok = fd >= 0 && write(fd, body, (size_t)n) == n;
+    if (fd >= 0) ok = close(fd) == 0 && ok;
+    if (ok && renameat(dfd, tmp, dfd, name) == 0) {
+        flushed = *c;
+        return;
     }
-    if (fd < 0) { counters_broken = 1; return; }
-    int ok = write(fd, body, (size_t)n) == n;
-    ok = close(fd) == 0 && ok;
-    if (ok && rename(tmp, path) == 0) flushed = *c;
-    else unlink(tmp);
+    if (!write_warned) {
+        write_warned = 1;
+        FLEET_WARN("NET/fleet: cannot write counters %s/%s: %s", fleet_cfg.counters_dir, name, strerror(errno));
+    }
+    if (fd >= 0) unlinkat(dfd, tmp, 0);
 }

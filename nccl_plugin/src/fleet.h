@@ -14,6 +14,8 @@
 #define FLEET_MAX_REQS 32          /* NCCL_NET_MAX_REQUESTS of current NCCL; older NCCL uses 8 */
 #define FLEET_MAX_MSG (1UL << 30)  /* bound on one message; advertised as maxP2pBytes */
 #define FLEET_INBOX 16
+#define FLEET_MAX_COMMS 65536      /* listen and receive comms held per device; advertised as maxComms */
+#define FLEET_PENDING 64           /* accepted sockets waiting for their HELLO, per listening socket */
 
 #define FLEET_HIDDEN __attribute__((visibility("hidden")))
 
@@ -37,6 +39,7 @@ struct fleet_config {
     int user_timeout_ms;
     int ack_timeout_ms;
     int connect_timeout_ms;
+    int hello_timeout_ms;          /* an accepted socket must say HELLO within this */
     int dead_grace_ms;
     uint32_t chunk;
     char log_path[256];
@@ -99,17 +102,21 @@ struct fleet_handle {
     uint64_t token;
     struct { uint32_t addr; uint16_t port; uint16_t pad; } path[FLEET_MAX_PATHS];
 };
+/* the last 8 bytes of NCCL's handle buffer stay zero on the wire (comm.c keeps a connect's tag there) */
+_Static_assert(sizeof(struct fleet_handle) + 8 <= NCCL_NET_HANDLE_MAXSIZE, "handle too large");
 
-/* listener.c: one listening socket per local path address, shared by every listenComm,
+/* listener.c (with registry.c): one listening socket per local path address, shared by every listenComm,
  * kept for the process lifetime so that a sender can reconnect a path after NCCL closed
  * the listenComm. Accepted sockets are dispatched by their HELLO to an inbox. */
 struct fleet_inbox_item { int fd; int path; uint16_t gen; int npaths; uint32_t chunk; uint64_t conn_id; };
-struct fleet_inbox { int n; struct fleet_inbox_item item[FLEET_INBOX]; };
+struct fleet_inbox { int n, reg; struct fleet_inbox_item item[FLEET_INBOX]; };   /* reg: registry slot */
 ncclResult_t fleet_listener_ports(int dev, uint16_t *ports) FLEET_HIDDEN;
 void fleet_listener_poll(uint64_t now) FLEET_HIDDEN;   /* caller holds fleet_lock */
-void fleet_registry_add(int kind, uint64_t key, struct fleet_inbox *box) FLEET_HIDDEN;
-void fleet_registry_add_locked(int kind, uint64_t key, struct fleet_inbox *box) FLEET_HIDDEN;
+/* registration fails, with a warning, past FLEET_MAX_COMMS comms of the device */
+ncclResult_t fleet_registry_add(int kind, uint64_t key, int dev, struct fleet_inbox *box) FLEET_HIDDEN;
+ncclResult_t fleet_registry_add_locked(int kind, uint64_t key, int dev, struct fleet_inbox *box) FLEET_HIDDEN;
 void fleet_registry_del(struct fleet_inbox *box) FLEET_HIDDEN;
+struct fleet_inbox *fleet_registry_find(uint64_t conn_id, uint64_t token) FLEET_HIDDEN;   /* caller holds fleet_lock */
 enum { REG_LISTEN = 1, REG_RECV = 2 };
 void fleet_global_poll(void) FLEET_HIDDEN;   /* takes fleet_lock */
 

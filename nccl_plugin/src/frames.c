@@ -1,4 +1,4 @@
-/* The wire side of a connection: frames read from each path (DATA placed at its offset in the
+/* The wire side of a connection (above paths.c, below progress.c): frames read from each path (DATA placed at its offset in the
  * posted buffer, duplicates dropped; ACK, PATH_DOWN, HELLO_ACK, BYE) and frames written to the
  * paths in turn (control first, then chunks dealt one per path per round: striping). */
 #include <errno.h>
@@ -11,8 +11,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include "fleet.h"
-
-#include "transport.h"
+#include "frames.h"
+#include "paths.h"
 
 /* ---- frames in ---- */
 
@@ -32,10 +32,19 @@ static int recv_some(struct conn *c, int i, void *buf, size_t len, size_t *got)
     return -1;
 }
 
+/* A message is complete: no path may go on writing into its buffer, which test() is about to hand
+ * back to NCCL. A path in the middle of one of its chunks (a copy the peer also sent on another
+ * path) reads the rest of that chunk into scratch and drops it. */
 static void recv_complete(struct conn *c, struct req *r, int path)
 {
     r->complete = 1;
     COUNT(bytes_received, r->got_size);
+    for (int i = 0; i < c->npaths; i++) {
+        if (c->p[i].rreq != r) continue;
+        c->p[i].rreq = NULL;
+        c->p[i].rdst = NULL;
+        COUNT(dup_chunks, 1);
+    }
     while (c->cum + 1 < c->next_seq) {
         struct req *n = &c->req[(c->cum + 1) % FLEET_MAX_REQS];
         if (!n->used || !n->complete || n->seq != c->cum + 1) break;
@@ -44,8 +53,11 @@ static void recv_complete(struct conn *c, struct req *r, int path)
     c->ack_path = path;
 }
 
+/* The chunk bitmap of a request: chunk indexes are bounded by the message's chunk count, which
+ * also bounds the bitmap (inline up to 64 * BITMAP_INLINE chunks, allocated beyond). */
 static int chunk_set(struct req *r, uint32_t k)
 {
+    if (k >= r->nchunks) return 0;
     uint64_t *bits = r->bits ? r->bits : r->inline_bits;
     uint64_t m = 1ull << (k % 64);
     if (bits[k / 64] & m) return 0;
@@ -53,22 +65,25 @@ static int chunk_set(struct req *r, uint32_t k)
     return 1;
 }
 
-static int chunk_has(struct req *r, uint32_t k)
+static int chunk_has(const struct req *r, uint32_t k)
 {
+    if (k >= r->nchunks) return 1;
     const uint64_t *bits = r->bits ? r->bits : r->inline_bits;
     return (bits[k / 64] >> (k % 64)) & 1;
 }
 
 /* A DATA header: decide where its payload goes. Returns 0 to read on, 1 to pause the path
- * (its message is not posted yet), -1 on a protocol violation (fatal to the connection). */
-static int data_header(struct conn *c, int i, const struct fleet_frame *f)
+ * (its message is not posted yet), -1 on a protocol violation (fatal to the connection, *why says
+ * which). */
+static int data_header(struct conn *c, int i, const struct fleet_frame *f, const char **why)
 {
     struct path *p = &c->p[i];
     uint64_t chunk = c->chunk;
-    size_t want = f->total - f->off < chunk ? (size_t)(f->total - f->off) : (size_t)chunk;
-    if (f->total > FLEET_MAX_MSG || f->off % chunk || (f->total ? f->off >= f->total : f->off != 0) ||
-        f->len != (f->total ? want : 0) || f->seq == 0)
+    *why = "bad DATA frame (offset, length or size)";
+    if (f->total > FLEET_MAX_MSG || f->off % chunk || (f->total ? f->off >= f->total : f->off != 0) || f->seq == 0)
         return -1;
+    size_t want = f->total - f->off < chunk ? (size_t)(f->total - f->off) : (size_t)chunk;
+    if (f->len != (f->total ? want : 0)) return -1;
     p->rdst = NULL;
     p->rleft = f->len;
     p->rreq = NULL;
@@ -78,28 +93,35 @@ static int data_header(struct conn *c, int i, const struct fleet_frame *f)
         c->ack_path = i;
         return 0;
     }
+    /* the sender reuses a request slot only once its previous message was acknowledged */
+    *why = "DATA for a message beyond the request window";
+    if (f->seq > c->cum + FLEET_MAX_REQS) return -1;
     if (f->seq >= c->next_seq) return 1;
     struct req *r = &c->req[f->seq % FLEET_MAX_REQS];
+    *why = "DATA for a message that is not posted";
     if (!r->used || r->seq != f->seq) return -1;
-    if (f->total > r->size) return -2;  /* the posted buffer is too small: NCCL misuse */
+    *why = "message larger than the posted receive";
+    if (f->total > r->size) return -1;
     uint32_t nchunks = f->total ? (uint32_t)((f->total + chunk - 1) / chunk) : 1;
+    *why = "DATA frames of one message disagree on its size";
     if (r->nchunks == 0) {
-        r->nchunks = nchunks;
-        r->got_size = f->total;
         if (nchunks > 64 * BITMAP_INLINE) {
             r->bits = calloc((nchunks + 63) / 64, sizeof(uint64_t));
+            *why = "out of memory for a chunk bitmap";
             if (!r->bits) return -1;
         }
+        r->nchunks = nchunks;
+        r->got_size = f->total;
     } else if (r->nchunks != nchunks || r->got_size != f->total) {
         return -1;
     }
     uint32_t k = (uint32_t)(f->off / chunk);
-    if (k >= r->nchunks) return -1;
-    if (r->complete || chunk_has(r, k)) {
+    if (r->complete || chunk_has(r, k)) {   /* refused: a copy of what is already there */
         COUNT(dup_chunks, 1);
         return 0;
     }
     p->rreq = r;
+    p->rseq = r->seq;
     p->rchunk = k;
     p->rdst = r->data + f->off;
     return 0;
@@ -110,15 +132,19 @@ static void chunk_done(struct conn *c, int i)
     struct path *p = &c->p[i];
     struct req *r = p->rreq;
     p->rreq = NULL;
-    if (!r || r->complete) return;
-    if (!chunk_set(r, p->rchunk)) { COUNT(dup_chunks, 1); return; }
+    p->rdst = NULL;
+    if (!r) return;
+    if (!r->used || r->seq != p->rseq || r->complete || !chunk_set(r, p->rchunk)) {
+        COUNT(dup_chunks, 1);
+        return;
+    }
     if (++r->got_chunks == r->nchunks) recv_complete(c, r, i);
 }
 
 static void control_frame(struct conn *c, int i, const struct fleet_frame *f)
 {
     if (f->type == FR_ACK && c->role == ROLE_SEND) {
-        if (f->seq >= c->next_seq) { c->failed = 1; return; }
+        if (f->seq >= c->next_seq) { conn_fail(c, "ACK for a message never sent"); return; }
         for (uint64_t s = c->cum + 1; s <= f->seq; s++) {
             struct req *r = &c->req[s % FLEET_MAX_REQS];
             if (r->used && r->seq == s && !r->complete) {
@@ -160,9 +186,14 @@ void read_path(struct conn *c, int i)
                 continue;
             }
             if (c->role != ROLE_RECV) { path_kill(c, i, "bad_frame", 1); return; }
-            int rc = data_header(c, i, &f);
+            const char *why = NULL;
+            int rc = data_header(c, i, &f, &why);
             if (rc == 1) return;                  /* wait for the matching irecv */
-            if (rc < 0) { c->failed = 1; return; }
+            if (rc < 0) {
+                conn_fail(c, why);
+                path_kill(c, i, "bad_frame", 0);
+                return;
+            }
             p->rstage = 2;
         }
         while (p->rleft > 0) {

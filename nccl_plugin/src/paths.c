@@ -1,4 +1,4 @@
-/* The multipath transport. A connection has one TCP socket per path (local NIC i to the
+/* The life of a connection's paths. A connection has one TCP socket per path (local NIC i to the
  * peer's NIC i). Messages carry per-connection sequence numbers and are cut into chunks
  * that any healthy path may carry; the receiver places each chunk at its offset, drops
  * chunks it already has, and acknowledges the contiguous prefix of complete messages. A
@@ -6,7 +6,8 @@
  * unacknowledged bytes, its interface going down, or the peer reporting it), every
  * unacknowledged message that used it is replayed on the surviving paths. NCCL sees an
  * error only when no path has been up for FLEET_NET_DEAD_GRACE_MS. The sending side
- * reconnects dead paths once their interface has been up for the hold-down (fail-back). */
+ * reconnects dead paths once their interface has been up for the hold-down (fail-back).
+ * Below frames.c (which kills and raises paths) and progress.c (which drives both). */
 #include <errno.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -17,8 +18,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include "fleet.h"
-
-#include "transport.h"
+#include "paths.h"
 
 #define HEARTBEAT_MS 50
 
@@ -134,6 +134,16 @@ void path_up(struct conn *c, int i)
     c->ack_force = 1;
 }
 
+/* The connection is lost for good: NCCL gets an error from the next call on it. */
+void conn_fail(struct conn *c, const char *why)
+{
+    if (c->failed) return;
+    c->failed = 1;
+    c->fail_why = why;
+    COUNT(errors, 1);
+    fleet_event("conn_failed", c->conn_id, -1, "", why, 0);
+}
+
 /* ---- send side: connecting paths ---- */
 
 static void start_connect(struct conn *c, int i, uint64_t now)
@@ -159,7 +169,7 @@ static void start_connect(struct conn *c, int i, uint64_t now)
     p->t_state = now;
 }
 
-static void maybe_reconnect(struct conn *c, int i, uint64_t now)
+void path_maybe_reconnect(struct conn *c, int i, uint64_t now)
 {
     struct path *p = &c->p[i];
     uint64_t changed = 0;
@@ -173,7 +183,7 @@ static void maybe_reconnect(struct conn *c, int i, uint64_t now)
     start_connect(c, i, now);
 }
 
-static void connecting_progress(struct conn *c, int i, short revents, uint64_t now)
+void path_connecting_progress(struct conn *c, int i, short revents, uint64_t now)
 {
     struct path *p = &c->p[i];
     if (p->state == P_CONNECTING && (revents & (POLLOUT | POLLERR | POLLHUP))) {
@@ -225,7 +235,7 @@ static void adopt(struct conn *c, const struct fleet_inbox_item *it, uint64_t no
     path_up(c, it->path);
 }
 
-static void take_inbox(struct conn *c, uint64_t now)
+void paths_take_inbox(struct conn *c, uint64_t now)
 {
     struct fleet_inbox box;
     pthread_mutex_lock(&fleet_lock);
@@ -238,7 +248,7 @@ static void take_inbox(struct conn *c, uint64_t now)
 /* The per-path acknowledgement timeout. A path that has bytes out (or is probing a zero window)
  * and has had no acknowledgement from the peer for FLEET_NET_ACK_TIMEOUT_MS is dead: a black hole
  * raises no link event and TCP_USER_TIMEOUT only acts at the next retransmission timer. */
-static void check_stalls(struct conn *c, uint64_t now)
+void paths_check_stalls(struct conn *c, uint64_t now)
 {
     if (now - c->last_stall_check < 10) return;
     c->last_stall_check = now;
@@ -258,52 +268,5 @@ static void check_stalls(struct conn *c, uint64_t now)
         uint64_t last_ack = now - ti.tcpi_last_ack_recv;
         uint64_t since = last_ack > p->waiting_since ? last_ack : p->waiting_since;
         if (now - since >= (uint64_t)fleet_cfg.ack_timeout_ms) path_kill(c, i, "ack_timeout", 1);
-    }
-}
-
-/* ---- progress ---- */
-
-void progress(struct conn *c)
-{
-    fleet_global_poll();
-    uint64_t now = fleet_now_ms();
-    if (c->role == ROLE_RECV) take_inbox(c, now);
-    struct pollfd pfd[FLEET_MAX_PATHS];
-    for (int i = 0; i < c->npaths; i++) {
-        struct path *p = &c->p[i];
-        pfd[i] = (struct pollfd){ .fd = -1 };
-        if (p->state == P_UP || p->state == P_HELLO_WAIT) {
-            pthread_mutex_lock(&fleet_lock);
-            int up = fleet_link_up(p->link, NULL);
-            pthread_mutex_unlock(&fleet_lock);
-            if (!up) path_kill(c, i, "link_down", 1);
-        }
-        if (c->role == ROLE_SEND && p->state == P_DEAD) maybe_reconnect(c, i, now);
-        if (p->fd >= 0) {
-            pfd[i].fd = p->fd;
-            pfd[i].events = POLLIN | (p->state == P_CONNECTING ? POLLOUT : 0);
-        }
-    }
-    if (poll(pfd, (nfds_t)c->npaths, 0) < 0) return;
-    for (int i = 0; i < c->npaths; i++) {
-        struct path *p = &c->p[i];
-        if (p->fd < 0) continue;
-        if (p->state == P_CONNECTING || p->state == P_HELLO_WAIT) connecting_progress(c, i, pfd[i].revents, now);
-        if (p->fd >= 0 && p->state != P_CONNECTING && (pfd[i].revents & (POLLIN | POLLERR | POLLHUP) || p->rstage == 1))
-            read_path(c, i);
-    }
-    if (c->role == ROLE_RECV) queue_ack(c);
-    check_stalls(c, now);
-    write_paths(c);
-
-    if (first_up(c) >= 0 || !c->established) {
-        c->all_dead_since = 0;
-    } else if (!c->failed && !c->peer_bye) {
-        if (!c->all_dead_since) c->all_dead_since = now;
-        if (now - c->all_dead_since >= (uint64_t)fleet_cfg.dead_grace_ms) {
-            c->failed = 1;
-            COUNT(errors, 1);
-            fleet_event("conn_failed", c->conn_id, -1, "", "all_paths_dead", 0);
-        }
     }
 }

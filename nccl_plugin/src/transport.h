@@ -1,5 +1,7 @@
-/* The multipath connection shared by paths.c (path life: connect, failure, replay, fail-back,
- * progress), frames.c (the wire: frames in and out) and comm.c (the NCCL-facing operations). */
+/* The multipath connection: the data shared by paths.c (path life: connect, failure, replay,
+ * fail-back), frames.c (the wire: frames in and out), progress.c (one step of both) and comm.c
+ * (the NCCL-facing operations). Each of them declares its functions in its own header; the calls
+ * go one way only: comm -> progress -> frames -> paths. */
 #ifndef FLEET_TRANSPORT_H
 #define FLEET_TRANSPORT_H
 
@@ -48,7 +50,8 @@ struct path {
     int rstage;           /* 0: header, 1: header parsed but its message not posted, 2: payload */
     char *rdst;
     size_t rleft;
-    struct req *rreq;
+    struct req *rreq;     /* the request the payload goes to (NULL: dropped into scratch) */
+    uint64_t rseq;        /* its sequence number */
     uint32_t rchunk;
 };
 
@@ -66,6 +69,7 @@ struct conn {
     int ack_force, ack_path;
     uint64_t all_dead_since, created;
     int failed, peer_bye, established;
+    const char *fail_why; /* a fixed string: why the connection failed */
     unsigned rr;          /* which path the writer serves first this round */
     uint64_t last_stall_check;
     struct fleet_inbox inbox;
@@ -77,20 +81,5 @@ struct listen_comm {
     uint64_t token;
     struct fleet_inbox inbox;
 };
-
-/* paths.c */
-uint64_t fleet_rand64(void) FLEET_HIDDEN;
-const char *path_if(struct conn *c, int i) FLEET_HIDDEN;
-void ctrl_push(struct path *p, int type, int path, uint16_t gen, uint64_t seq) FLEET_HIDDEN;
-int first_up(struct conn *c) FLEET_HIDDEN;
-void path_reset_io(struct path *p) FLEET_HIDDEN;
-void path_kill(struct conn *c, int i, const char *reason, int tell_peer) FLEET_HIDDEN;
-void path_up(struct conn *c, int i) FLEET_HIDDEN;
-void progress(struct conn *c) FLEET_HIDDEN;
-
-/* frames.c */
-void read_path(struct conn *c, int i) FLEET_HIDDEN;
-void write_paths(struct conn *c) FLEET_HIDDEN;
-void queue_ack(struct conn *c) FLEET_HIDDEN;
 
 #endif

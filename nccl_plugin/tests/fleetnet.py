@@ -18,6 +18,7 @@ from fleetctl.failover.harness import finish, progress_bytes, results  # noqa: F
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 LIB = PLUGIN_DIR / "build" / "libnccl-net-fleet.so"
 HARNESS = PLUGIN_DIR / "build" / "fleet_harness"
+HOSTILE = PLUGIN_DIR / "build" / "fleet_hostile"
 
 
 def build() -> None:

@@ -2,6 +2,7 @@
 #ifndef SPANK_FLEETCTL_H
 #define SPANK_FLEETCTL_H
 
+#include <stddef.h>
 #include <slurm/spank.h>
 
 #define FLEET_PATH_MAX 1024   /* plugin_dir and --fleet-snapshot: bounded, absolute */
@@ -16,6 +17,7 @@ struct fleet_config {
     char plugin_dir[FLEET_PATH_MAX];
     char ifaces[FLEET_IFACES_MAX];      /* "" when the admin set none */
     char env_file[FLEET_PATH_MAX];      /* "" when none: `fleetctl failover plan --write-env` output */
+    char counters_dir[FLEET_PATH_MAX];  /* "" when off: the users' counters directories go below it */
     enum fleet_failover default_failover;
     int allow_off;
     int required;
@@ -35,10 +37,15 @@ int fleet_config_parse(int ac, char **av);
 int fleet_options_register(spank_t sp);
 enum fleet_failover fleet_failover_effective(void);
 int fleet_path_valid(const char *path);
+/* A value as an error message shows it: at most 64 bytes, a control character as '?', so that
+ * what an admin or a user typed can never add a line to Slurm's log. Returns buf. */
+#define FLEET_SHOWN 72
+const char *fleet_shown(const char *value, char *buf, size_t len);
 /* A plugin error: fatal (-1) only when the admin said required=yes. */
 int fleet_result(int rv);
 
 int fleet_local_post_opt(spank_t sp);   /* local/allocator: Prolog/Epilog environment */
+int fleet_remote_post_opt(spank_t sp);  /* remote (slurmstepd, still root): the counters directory */
 int fleet_remote_user_init(spank_t sp); /* remote (slurmstepd): the tasks' environment */
 
 #endif

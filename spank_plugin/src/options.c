@@ -13,6 +13,8 @@ static const char *ctx_name(int remote)
 
 static int failover_cb(int val, const char *optarg, int remote)
 {
+    char shown[FLEET_SHOWN];
+
     (void)val;
     if (!optarg || strcmp(optarg, "auto") == 0) {
         fleet_choice.failover = FLEET_FAILOVER_AUTO;
@@ -24,7 +26,7 @@ static int failover_cb(int val, const char *optarg, int remote)
         }
         fleet_choice.failover = FLEET_FAILOVER_OFF;
     } else {
-        slurm_error("spank_fleetctl: %s: --fleet-failover=%.64s: %s", ctx_name(remote), optarg,
+        slurm_error("spank_fleetctl: %s: --fleet-failover=%s: %s", ctx_name(remote), fleet_shown(optarg, shown, sizeof(shown)),
                     "invalid value (expected auto or off)");
         return -1;
     }
@@ -42,10 +44,13 @@ static int lens_cb(int val, const char *optarg, int remote)
 
 static int snapshot_cb(int val, const char *optarg, int remote)
 {
+    char shown[FLEET_SHOWN];
+
     (void)val;
     if (!optarg || !fleet_path_valid(optarg)) {
-        slurm_error("spank_fleetctl: %s: --fleet-snapshot=%.64s: %s", ctx_name(remote),
-                    optarg ? optarg : "", "not an absolute path of at most 1023 characters");
+        slurm_error("spank_fleetctl: %s: --fleet-snapshot=%s: %s", ctx_name(remote),
+                    fleet_shown(optarg ? optarg : "", shown, sizeof(shown)),
+                    "not an absolute path of at most 1023 characters");
         return -1;
     }
     strcpy(fleet_choice.snapshot, optarg);   /* length checked above */

@@ -33,6 +33,8 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     case S_CTX_LOCAL:
     case S_CTX_ALLOCATOR:
         return fleet_local_post_opt(sp);
+    case S_CTX_REMOTE:
+        return fleet_remote_post_opt(sp);
     default:
         return 0;
     }

@@ -39,9 +39,47 @@ def test_counters_scan_reports_damaged_files_and_never_follows_links(tmp_path):
     (tmp_path / "16.json").mkdir()
     scan = counters.scan(tmp_path)
     alive = {c.pid: c.alive for c in scan.files}
-    assert alive == {os.getpid(): True, 999999999: False}
+    assert alive == {os.getpid(): True}
+    assert scan.refused == {str(tmp_path / "999999999.json"): "no process 999999999 here: its owner cannot be checked"}
     assert set(scan.damaged) == {str(tmp_path / f"{n}.json") for n in (12, 13, 14, 16)}
     assert counters.scan(tmp_path / "missing").files == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another user need root to make")
+def test_counters_count_only_when_the_process_owner_wrote_them(tmp_path):
+    """Issue 20, defect 21: any user could publish counters for any pid. A file counts only when
+    the pid exists and the file's owner owns /proc/<pid>; a per-user directory only when it is
+    that uid's. The watch says why it ignores the others."""
+    from fleetctl.failover.watch import Watch
+
+    me = os.getpid()  # a process of root's
+    mine = tmp_path / f"{me}.json"
+    mine.write_text(json.dumps(dict(GOOD, pid=me)))
+    forged = tmp_path / "1.json"  # init's counters, written by nobody
+    forged.write_text(json.dumps(dict(GOOD, pid=1)))
+    os.chown(forged, 65534, 65534)
+    nobody = tmp_path / "65534"
+    nobody.mkdir()
+    os.chown(nobody, 65534, 65534)
+    (nobody / f"{me}.json").write_text(json.dumps(dict(GOOD, pid=me)))
+    os.chown(nobody / f"{me}.json", 65534, 65534)
+    squatted = tmp_path / "1000"  # uid 1000's directory, made by nobody
+    squatted.mkdir()
+    os.chown(squatted, 65534, 65534)
+    (squatted / f"{me}.json").write_text(json.dumps(dict(GOOD, pid=me)))
+    scan = counters.scan(tmp_path)
+    assert [c.path for c in scan.files] == [str(mine)]
+    assert scan.refused == {
+        str(forged): "written by uid 65534, but process 1 runs as uid 0",
+        str(nobody / f"{me}.json"): f"written by uid 65534, but process {me} runs as uid 0",
+        str(squatted): "the directory of uid 1000 belongs to uid 65534",
+    }
+    w = Watch(counters_dir=str(tmp_path), sysfs_root=str(tmp_path / "nosys"), use_netlink=False)
+    records = w.start()
+    assert [r["pid"] for r in records if r["event"] == "counters"] == [me]
+    assert {r["path"]: r["why"] for r in records if r["event"] == "counters_refused"} == scan.refused
+    assert w.snapshot()["refused"] == scan.refused
+    assert not [r for r in w.poll(0) if r["event"] == "counters_refused"], "reported once while it stays refused"
 
 
 def _link_msg(index, name, flags, oper=None, changes=None, kind=netlink.RTM_NEWLINK):

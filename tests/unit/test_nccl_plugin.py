@@ -63,6 +63,59 @@ def test_library_is_hardened(built):
     assert "_chk" in undefined.replace("__stack_chk_fail", "")   # _FORTIFY_SOURCE checked calls
 
 
+def _file_graph(build: Path, src: Path) -> dict[str, set[str]]:
+    """file -> files it depends on: a symbol one object uses that another defines (nm), or an
+    include of another file's own header ("paths.h" of paths.c)."""
+    defined, used = {}, {}
+    for obj in sorted(build.glob("*.o")):
+        out = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "TDBRC":
+                defined[parts[2]] = obj.stem
+            elif len(parts) == 2 and parts[0] == "U":
+                used.setdefault(obj.stem, set()).add(parts[1])
+    graph = {f: {defined[s] for s in syms if s in defined and defined[s] != f} for f, syms in used.items()}
+    for c in src.glob("*.c"):
+        for line in c.read_text().splitlines():
+            if line.startswith('#include "') and (src / line.split('"')[1]).with_suffix(".c").is_file():
+                dep = line.split('"')[1][:-2]
+                if dep != c.stem:
+                    graph.setdefault(c.stem, set()).add(dep)
+    return graph
+
+
+def test_source_files_depend_one_way(built):
+    graph = _file_graph(fleetnet.PLUGIN_DIR / "build", fleetnet.PLUGIN_DIR / "src")
+    assert "frames" in graph["progress"] and "paths" in graph["frames"]
+    assert not graph["paths"] & {"frames", "progress", "comm"}, graph["paths"]
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            assert state.get(nxt) != 1, "file-level cycle: " + " -> ".join(path[path.index(nxt):] + [nxt])
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_each_older_adapter_builds_on_the_next_newer(built):
+    graph = _file_graph(fleetnet.PLUGIN_DIR / "build", fleetnet.PLUGIN_DIR / "src")
+    for v in (8, 9, 10, 11):
+        assert f"adapter_v{v + 1}" in graph[f"adapter_v{v}"], graph[f"adapter_v{v}"]
+    # only the newest adapter calls the transport's operations; the older ones reach them through it
+    calls = {f: subprocess.run(["nm", "-u", str(fleetnet.PLUGIN_DIR / "build" / f"{f}.o")], capture_output=True,
+                               text=True, check=True).stdout for f in (f"adapter_v{v}" for v in VERSIONS)}
+    for op in ("fleet_listen", "fleet_connect", "fleet_accept", "fleet_isend", "fleet_irecv", "fleet_init",
+               "fleet_props"):
+        assert [f for f, text in calls.items() if f" {op}\n" in text] == ["adapter_v12"], op
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_version_moves_random_sizes_intact(built, tmp_path, version):
     proc = harness("--version", str(version), "--fork", "--messages", "400", "--max-size", str(3 << 20),
@@ -107,6 +160,53 @@ def test_bad_number_fails_init_naming_the_variable(built, tmp_path):
                    env=loopback_env(tmp_path, FLEET_NET_HOLDDOWN_MS="soon"))
     assert proc.returncode == 2
     assert "FLEET_NET_HOLDDOWN_MS" in proc.stderr
+
+
+# ---- a hostile peer or handle (nccl_plugin/tests/hostile.c; issue 20) ----
+
+def hostile(scenario: str, tmp_path: Path, *extra: str, timeout: float = 120,
+            **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(fleetnet.HOSTILE), "--lib", str(fleetnet.LIB), scenario, *extra],
+                          env=loopback_env(tmp_path, **env), capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_chunk_of_a_completed_message_is_refused(built, tmp_path):
+    # chunk 0 of message 1 starts on path 0, message 1 completes on path 1 and is handed back; 32
+    # messages later its request slot holds message 33 when path 0 finishes that chunk: message 33
+    # must not complete on it, and message 1's buffer must not be written after test() returned it
+    proc = hostile("late-chunk", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_late_chunk_index_past_256_never_touches_the_request(built, tmp_path):
+    # the same with chunk 280 of a 300-chunk message: it used to set a bit in the request's own
+    # bitmap pointer, then SIGSEGV
+    proc = hostile("late-chunk-256", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_pointer_bytes_in_the_handle_are_never_followed(built, tmp_path):
+    # the handle travels between processes through NCCL's bootstrap: its spare bytes are data
+    proc = hostile("handle-pointer", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_advertised_comm_is_held_and_one_more_fails_loudly(built, tmp_path):
+    proc = hostile("registry", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NET/fleet" in proc.stderr
+
+
+def test_silent_connections_do_not_keep_a_real_one_out(built, tmp_path):
+    # 300 connections that never say HELLO (reopened whenever the plugin closes one) against the
+    # listening sockets; a real connection must still come up
+    proc = hostile("pending-flood", tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_version_reports_the_same_device(built, tmp_path):
+    proc = hostile("props", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 # ---- failover on a private namespace testbed ----
