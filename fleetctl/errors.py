@@ -75,3 +75,22 @@ class DataError(FleetctlError):
     """A data file (HDF5 run, JSON report, kernel log) is missing, truncated or of the wrong version."""
 
     kind = "data"
+
+
+class SnapshotError(FleetctlError):
+    """A snapshot directory, manifest, request or registry entry that cannot be used as asked."""
+
+    kind = "snapshot"
+
+
+class FailoverError(FleetctlError):
+    """A drill that cannot run as asked (no harness, a real cluster without a maintenance
+    reservation, a node without NICs), or a failover input that cannot be used."""
+
+    kind = "failover"
+
+
+class NotifyError(FleetctlError):
+    """act's notify action could not deliver its webhook (no answer, an HTTP error)."""
+
+    kind = "notify"

@@ -7,13 +7,9 @@ import json
 import urllib.error
 import urllib.request
 
-from fleetctl.errors import FleetctlError
+from fleetctl.errors import NotifyError
 
 MAX_BODY_BYTES = 256 << 10
-
-
-class NotifyError(FleetctlError):
-    kind = "notify"
 
 
 def post(url: str, body: dict, timeout_s: float = 5.0) -> dict:

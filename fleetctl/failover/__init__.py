@@ -6,11 +6,6 @@ No click or rich here; the lab's fault injection reaches the drill only through 
 which the CLI supplies.
 """
 
-from fleetctl.errors import FleetctlError
+from fleetctl.errors import FailoverError
 
-
-class FailoverError(FleetctlError):
-    """A drill that cannot run as asked (no harness, a real cluster without a maintenance
-    reservation, a node without NICs), or a failover input that cannot be used."""
-
-    kind = "failover"
+__all__ = ["FailoverError"]

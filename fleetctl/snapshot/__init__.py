@@ -15,13 +15,7 @@ Nothing here imports click or rich. Design and limits: docs/snapshot.md.
 
 from __future__ import annotations
 
-from fleetctl.errors import FleetctlError
-
-
-class SnapshotError(FleetctlError):
-    """A snapshot directory, manifest, request or registry entry that cannot be used as asked."""
-
-    kind = "snapshot"
+from fleetctl.errors import SnapshotError
 
 
 def __getattr__(name: str):
