@@ -48,6 +48,15 @@ def severity(metric: str, loss: float, excess_us: float) -> str:
     return "minor"
 
 
+class _Call:
+    """One call of Rollup.findings: what every group of it is judged against."""
+
+    def __init__(self, blamed: dict[int, float], metric: str, sig: PathSignals, window: int):
+        self.blamed, self.metric, self.sig, self.window = blamed, metric, sig, window
+        self.bad = (sig.lossy if metric == "loss" else sig.delayed) & sig.valid
+        self.total_bad = max(1, int(self.bad.sum()))
+
+
 class Rollup:
     """Roll-up over one path table; reused across windows and metrics."""
 
@@ -83,32 +92,58 @@ class Rollup:
 
     def findings(self, blamed: dict[int, float], metric: str, sig: PathSignals,
                  window: int) -> list[Finding]:
-        bad = (sig.lossy if metric == "loss" else sig.delayed) & sig.valid
+        """The blamed link directions grouped into the smallest elements that explain them
+        (switches, then whole hosts, NICs, links), each judged into a finding or dropped."""
+        call = _Call(blamed, metric, sig, window)
         left = set(blamed)
-        groups: list[tuple[Element, list[int], list[int]]] = []  # element, path elems, links
+        groups = self._switch_groups(call, left)
+        host_side: dict[str, str] = {}
+        if metric == "delay":
+            groups += self._host_side_groups(call, left, host_side)
+        groups += self._nic_and_host_groups(left)
+        groups += self._link_groups(left)
+        out = []
+        for el, path_elems, links in groups:
+            f = self._finding(el, path_elems, links, call)
+            if f is not None:
+                if el.type == "host" and metric == "delay":
+                    f.evidence["side"] = host_side.get(el.id, "both")
+                out.append(f)
+        return out
+
+    def _switch_groups(self, call: _Call, left: set[int]) -> list[tuple]:
+        """A switch most of whose links are blamed, or whose paths are mostly bad."""
+        groups = []
         for sw, links in self.switch_links.items():
             mine = sorted(left & links)
             if len(mine) < self.th.switch_min_links:
                 continue
-            through = self.paths_through([self.topo.index("switch", sw)]) & sig.valid
-            share = bad[through].mean() if through.any() else 0.0
+            through = self.paths_through([self.topo.index("switch", sw)]) & call.sig.valid
+            share = call.bad[through].mean() if through.any() else 0.0
             if share >= self.th.switch_bad_share or len(mine) >= 0.5 * len(links):
                 groups.append((Element("switch", sw), [self.topo.index("switch", sw)], mine))
                 left -= set(mine)
-        host_side: dict[str, str] = {}
-        if metric == "delay":
-            for host, nic_els in self.host_nics.items():
-                if len(nic_els) < 2 or not all(n in self.nic_links for n in nic_els):
-                    continue
-                sides = [(side, [self.nic_links[n][k] for n in nic_els])
-                         for k, side in enumerate(("send", "receive"))]
-                sides = [(side, dirs) for side, dirs in sides if self._host_wide(dirs, left, sig)]
-                if sides:
-                    links = [l for _, dirs in sides for l in dirs if l in left]
-                    host_side[host] = sides[0][0] if len(sides) == 1 else "both"
-                    groups.append((Element("host", host), links, links))
-                    left -= set(links)
-        nic_groups = {}
+        return groups
+
+    def _host_side_groups(self, call: _Call, left: set[int], host_side: dict[str, str]) -> list[tuple]:
+        """Delay on every NIC of a host in one direction: the host's own side (rollup.is_host_side)."""
+        groups = []
+        for host, nic_els in self.host_nics.items():
+            if len(nic_els) < 2 or not all(n in self.nic_links for n in nic_els):
+                continue
+            sides = [(side, [self.nic_links[n][k] for n in nic_els])
+                     for k, side in enumerate(("send", "receive"))]
+            sides = [(side, dirs) for side, dirs in sides if self._host_wide(dirs, left, call.sig)]
+            if sides:
+                links = [l for _, dirs in sides for l in dirs if l in left]
+                host_side[host] = sides[0][0] if len(sides) == 1 else "both"
+                groups.append((Element("host", host), links, links))
+                left -= set(links)
+        return groups
+
+    def _nic_and_host_groups(self, left: set[int]) -> list[tuple]:
+        """Both directions of a NIC's cable: the NIC; every NIC of a host so: the host."""
+        groups, nic_groups = [], {}
         for nic_el, (up, down) in self.nic_links.items():
             if up in left and down in left:
                 nic_groups[nic_el] = [up, down]
@@ -119,6 +154,11 @@ class Rollup:
                 groups.append((Element("host", host), nic_els, links))
         for nic_el, links in nic_groups.items():
             groups.append((self.topo.elements[nic_el], [nic_el], links))
+        return groups
+
+    def _link_groups(self, left: set[int]) -> list[tuple]:
+        """What is left: links, by direction (or both), an indistinguishable twin named once."""
+        groups = []
         by_link: dict[str, list[int]] = {}
         for e in sorted(left):
             by_link.setdefault(self.topo.elements[e].id, []).append(e)
@@ -130,27 +170,17 @@ class Rollup:
             groups.append((Element("link", lid, direction), dirs, dirs))
             if len(dirs) == 1:
                 reported.update(self.twins(dirs[0]))
-        total_bad = max(1, int(bad.sum()))
-        out = []
-        for el, path_elems, links in groups:
-            f = self._finding(el, path_elems, links, blamed, metric, sig, bad, total_bad, window)
-            if f is not None:
-                if el.type == "host" and metric == "delay":
-                    f.evidence["side"] = host_side.get(el.id, "both")
-                out.append(f)
-        return out
+        return groups
 
-    def _finding(self, el: Element, path_elems: list[int], links: list[int],
-                 blamed: dict[int, float], metric: str, sig: PathSignals, bad: np.ndarray,
-                 total_bad: int, window: int) -> Finding | None:
+    def _finding(self, el: Element, path_elems: list[int], links: list[int], call: _Call) -> Finding | None:
+        sig, bad, metric = call.sig, call.bad, call.metric
         through = self.paths_through(path_elems) & sig.valid
         hit = through & bad
         n_bad, n_through = int(hit.sum()), int(through.sum())
         if n_bad < self.th.min_bad_paths:
             return None
-        clean = through & ~bad
-        if metric == "delay" and el.type in ("link", "nic") and \
-                max(blamed.get(l, 0.0) for l in links) < self.th.delay_floor_us:
+        estimate = max(call.blamed.get(l, 0.0) for l in links)
+        if metric == "delay" and el.type in ("link", "nic") and estimate < self.th.delay_floor_us:
             # the solver puts less than the floor on it: its paths' excess is mostly elsewhere
             # (a busy host, a clock estimate), and the floor says so little is never a fault
             return None
@@ -159,15 +189,9 @@ class Rollup:
             lost, sent = int(sig.lost[hit].sum()), int(sig.sent[hit].sum())
             if binom.sf(lost - 1, sent, self.th.background_loss) >= self.th.loss_alpha:
                 return None
-        loss_bad = float(np.median(sig.loss_rate[hit]))
-        excess_bad = float(np.nanmedian(sig.excess_us[hit])) if np.isfinite(
-            sig.excess_us[hit]).any() else float("nan")
-        kind = metric
-        if metric == "loss" and float(np.median(sig.down[hit])) >= 0.5 and loss_bad >= 0.99:
-            kind = "down"
-        consistency = n_bad / max(1, n_through)
         outside = sig.valid & ~through
         background = float(bad[outside].mean()) if outside.any() else 0.0
+        consistency = n_bad / max(1, n_through)
         lift = max(0.0, (consistency - background) / max(1e-9, 1.0 - background))
         confidence = round(float((1.0 - 0.5 ** n_bad) * np.sqrt(lift)), 3)
         # its paths must be significantly worse than the rest, not just by luck of a few
@@ -177,13 +201,38 @@ class Rollup:
             # paths through it are barely worse than the rest: noise (heavy-tailed p99 jitter,
             # a few unlucky flows), not a faulty element
             return None
-        share = min(1.0, n_bad / total_bad)
+        evidence = self._evidence(call, through, hit, outside, background, links, estimate)
+        loss_bad = evidence.pop("_loss_bad")
+        excess_bad = evidence.pop("_excess_bad")
+        kind = metric
+        if metric == "loss" and float(np.median(sig.down[hit])) >= 0.5 and loss_bad >= 0.99:
+            kind = "down"
+        if el.type == "nic":
+            evidence["alternatives"] = self._nic_alternatives(el.id)
+        if el.type == "link" and len(links) == 1:
+            twins = self.twins(links[0])
+            if twins:  # the data cannot tell these apart: say so, and share the confidence
+                evidence["indistinguishable_from"] = [self.topo.elements[t].label for t in twins]
+                confidence = round(confidence / (1 + len(twins)), 3)
+        return Finding(el, kind, severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
+                       confidence, evidence)
+
+    def _evidence(self, call: _Call, through, hit, outside, background: float, links: list[int],
+                  estimate: float) -> dict:
+        """The figures behind a finding (docs/mesh.md, "Evidence"), and its bad paths' median loss
+        and excess delay (under `_loss_bad`, `_excess_bad`, taken out by the caller)."""
+        sig, bad = call.sig, call.bad
+        clean = through & ~bad
+        loss_bad = float(np.median(sig.loss_rate[hit]))
+        excess_bad = float(np.nanmedian(sig.excess_us[hit])) if np.isfinite(
+            sig.excess_us[hit]).any() else float("nan")
+        n_bad = int(hit.sum())
         evidence = {
-            "window": window,
-            "paths_through": n_through,
+            "window": call.window,
+            "paths_through": int(through.sum()),
             "paths_bad": n_bad,
             "paths_clean": int(clean.sum()),
-            "share_of_bad_paths": round(share, 3),
+            "share_of_bad_paths": round(min(1.0, n_bad / call.total_bad), 3),
             "loss_pct_bad_median": round(100 * loss_bad, 3),
             "loss_pct_clean_median": round(100 * float(np.median(sig.loss_rate[clean])), 3)
             if clean.any() else None,
@@ -197,21 +246,13 @@ class Rollup:
             "lost_through": int(sig.lost[through].sum()),
             "probes_clean_outside": int(sig.sent[outside & ~bad].sum()),
             "lost_clean_outside": int(sig.lost[outside & ~bad].sum()),
+            "_loss_bad": loss_bad, "_excess_bad": excess_bad,
         }
-        if metric == "loss":
-            est = max(blamed.get(l, 0.0) for l in links)
-            evidence["estimate_loss_pct"] = round(float(100 * (1 - np.exp(-est))), 3)
+        if call.metric == "loss":
+            evidence["estimate_loss_pct"] = round(float(100 * (1 - np.exp(-estimate))), 3)
         else:
-            evidence["estimate_delay_us"] = round(float(max(blamed.get(l, 0.0) for l in links)), 1)
-        if el.type == "nic":
-            evidence["alternatives"] = self._nic_alternatives(el.id)
-        if el.type == "link" and len(links) == 1:
-            twins = self.twins(links[0])
-            if twins:  # the data cannot tell these apart: say so, and share the confidence
-                evidence["indistinguishable_from"] = [self.topo.elements[t].label for t in twins]
-                confidence = round(confidence / (1 + len(twins)), 3)
-        return Finding(el, kind, severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
-                       confidence, evidence)
+            evidence["estimate_delay_us"] = round(float(estimate), 1)
+        return evidence
 
     def _host_wide(self, dirs: list[int], blamed: set[int], sig: PathSignals) -> bool:
         """Is the delay on these link directions (one per NIC of a host, all one way) the host's?

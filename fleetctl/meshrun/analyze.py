@@ -68,6 +68,9 @@ class Analysis:
 
 def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
             statistic: str = "p50") -> Analysis:
+    """Records -> integrity (probes of overloaded or absent agents set aside) -> clock fit ->
+    windows -> the probe engine's window step over every window (triangulate) -> significance ->
+    findings, with the clock summary, the health table and what could not be measured."""
     get_solver(solver)  # an unknown name fails before any work
     if run.probes.size == 0:
         raise DataError(f"run {run.run_id}: no probe records (did any agent run?)")
@@ -79,9 +82,9 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     keep = probes_kept(run.probes, nic_host, hosts, marks)
     probes = run.probes[keep] if keep.any() else run.probes
     pair = probes["dst_nic"] >= 0  # the rest are loop probes to a switch (loops.py)
-    if not (run.probes["dst_nic"] >= 0).any():
-        raise DataError(f"run {run.run_id}: no NIC-to-NIC probe records")
     all_pair = run.probes["dst_nic"] >= 0
+    if not all_pair.any():
+        raise DataError(f"run {run.run_id}: no NIC-to-NIC probe records")
     clock = host_clock(run.probes[all_pair], nic_host, hosts, run.epoch_ns)
     usable = keep.any() and pair.any()
     if not usable:  # every probe set aside: nothing to triangulate
@@ -89,6 +92,22 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     w = build_windows(probes[pair], run.flows, len(run.paths), len(topo.nics), nic_host,
                       window_s, run.epoch_ns, clock)
     add_loop_stats(w, probes[~pair], run.flows, topo, run.paths)
+    findings, dropped, fdr = _findings(run, w, solver, statistic, usable, marks)
+    integrity = {"probes": int(run.probes.size), "probes_set_aside": int((~keep).sum()),
+                 "hosts_overloaded": sorted(h for h, m in marks.items() if m.overloaded),
+                 "hosts_with_health": len(marks), "triangulated": bool(usable),
+                 "probes_to_agents_not_running": {h: m.probes_outside_alive
+                                                  for h, m in marks.items()
+                                                  if m.probes_outside_alive}}
+    table = health_table(topo, run.paths, w)
+    return Analysis(findings, clock, w, solver, table, _clock_summary(run, clock, all_pair), integrity,
+                    measurability(table, dropped, fdr))
+
+
+def _findings(run: RunData, w, solver: str, statistic: str, usable: bool, marks) -> tuple[list, list, float]:
+    """(findings, network findings not significant, the false-discovery rate): triangulated ones
+    kept by significance, a host's own delay as a note, dead links, probe warnings."""
+    topo = run.topo
     delay = w.path_p50_us if statistic == "p50" else w.path_p99_us
     stats = WindowStats(w.path_sent, w.path_lost, delay)
     raw = triangulate(topo, run.paths, stats, solver=solver) if usable else []
@@ -110,26 +129,22 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     if budget:
         findings.append(budget)
     findings.sort(key=sort_key)
-    integrity = {"probes": int(run.probes.size), "probes_set_aside": int((~keep).sum()),
-                 "hosts_overloaded": sorted(h for h, m in marks.items() if m.overloaded),
-                 "hosts_with_health": len(marks), "triangulated": bool(usable),
-                 "probes_to_agents_not_running": {h: m.probes_outside_alive
-                                                  for h, m in marks.items()
-                                                  if m.probes_outside_alive}}
+    return findings, dropped, fdr
+
+
+def _clock_summary(run: RunData, clock, all_pair) -> dict:
+    nic_host = run.topo.nic_host_index
     t_send = run.probes["t_send"][all_pair]
     span = float((t_send.max() - t_send.min()) * 1e-9)
-    probed = np.unique(nic_host[np.r_[run.probes["src_nic"][all_pair],
-                                      run.probes["dst_nic"][all_pair]]])
+    probed = np.unique(nic_host[np.r_[run.probes["src_nic"][all_pair], run.probes["dst_nic"][all_pair]]])
     csum = {"hosts": int(probed.size),
             "synchronized": int(np.isfinite(clock.offset[probed]).sum()),
             "pairs": len(clock.pairs),
             "max_pair_residual_us": round(float(np.nanmax(np.abs(clock.residual))) * 1e6, 2)
             if len(clock.residual) else None}
     if run.clock_truth:
-        csum["truth"] = clock_error(clock, hosts, run.clock_truth, run.epoch_ns, span)
-    table = health_table(topo, run.paths, w)
-    return Analysis(findings, clock, w, solver, table, csum, integrity,
-                    measurability(table, dropped, fdr))
+        csum["truth"] = clock_error(clock, run.topo.hosts, run.clock_truth, run.epoch_ns, span)
+    return csum
 
 
 def exit_code(data: dict) -> int:
