@@ -216,7 +216,7 @@ class Coordinator:
         self.clock.add(probes)
         self.clock.maybe_refit(b, background=True)
         model, epoch = self.clock.fit
-        res = self.analyzer.analyze(probes, a, b, health, blind, model, epoch,
+        res = self.analyzer.analyze(probes, a, b, health, blind, (model, epoch),
                                     self.baselines.current(),
                                     [ev["element"] for ev in self.tracker.open_events()])
         if res.path_delay is not None and res.path_healthy is not None:

@@ -62,11 +62,11 @@ class Outputs:
             self._guard("segments", self.segments.close)
         params = {"window_s": self.opts.window_s, "solver": self.opts.solver,
                   "rate": plan.rate, "plan": plan.plan.to_dict(), "source": "lens"}
+        layout = seg.SegmentLayout(plan.topo, plan.paths, plan.flows, plan.disc.switch_results or {})
+        policy = seg.SegmentPolicy(segment_s=self.opts.segment_s, retention=self.opts.segment_retention)
         self._guard("segments", lambda: setattr(self, "segments", seg.SegmentWriter(
-            self.opts.path("segments"), topo=plan.topo, paths=plan.paths, flows=plan.flows,
-            cluster=self.site.name if self.site is not None else "", parameters=params,
-            segment_s=self.opts.segment_s, retention=self.opts.segment_retention,
-            switch_results=plan.disc.switch_results, log=self.log)))
+            self.opts.path("segments"), layout, cluster=self.site.name if self.site is not None else "",
+            parameters=params, policy=policy, log=self.log)))
 
     def _guard(self, what: str, fn) -> None:
         try:

@@ -1,8 +1,8 @@
 """Rolling HDF5 segments of `fleetctl lens`: the probe records, window by window, as run files.
 
-    seg = SegmentWriter(state_dir / "segments", topo=topo, paths=paths, flows=flows,
-                        cluster="lab", parameters={"window_s": 5.0, "solver": "nnls"},
-                        segment_s=3600, retention=48)
+    seg = SegmentWriter(state_dir / "segments", SegmentLayout(topo, paths, flows), cluster="lab",
+                        parameters={"window_s": 5.0, "solver": "nnls"},
+                        policy=SegmentPolicy(segment_s=3600, retention=48))
     seg.append(probes, health, {"t_end": t})     # every window
     seg.close()                                   # the last segment, complete
 
@@ -41,6 +41,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import h5py
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from fleetctl.atomic import fsync_dir
@@ -68,15 +70,35 @@ def _iso(t: float | None = None) -> str:
         .isoformat(timespec="seconds")
 
 
+@dataclass(frozen=True)
+class SegmentLayout:
+    """What every segment of one plan holds besides its records: the fabric and the flows."""
+
+    topo: Topology
+    paths: PathTable
+    flows: np.ndarray
+    switch_results: dict = field(default_factory=dict)
+    discovery: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SegmentPolicy:
+    """When a segment rolls and how many are kept (by count and by age), and their name."""
+
+    segment_s: float = DEFAULT_SEGMENT_S
+    retention: int | None = None
+    retention_s: float | None = None
+    prefix: str = "lens"
+
+
 class SegmentWriter:
     """Not thread-safe: one lens coordinator appends."""
 
-    def __init__(self, directory: str | os.PathLike, *, topo: Topology, paths: PathTable,
-                 flows: np.ndarray, cluster: str, parameters: dict | None = None,
-                 segment_s: float = DEFAULT_SEGMENT_S, retention: int | None = None,
-                 retention_s: float | None = None, prefix: str = "lens",
-                 switch_results: dict | None = None, discovery: dict | None = None,
+    def __init__(self, directory: str | os.PathLike, layout: SegmentLayout, *, cluster: str,
+                 parameters: dict | None = None, policy: SegmentPolicy = SegmentPolicy(),
                  clock=time.time, log=lambda _m: None):
+        segment_s, retention, retention_s, prefix = (policy.segment_s, policy.retention,
+                                                     policy.retention_s, policy.prefix)
         if not 1.0 <= segment_s <= MAX_SEGMENT_S:
             raise UsageError(f"lens segment_s {segment_s:g}: between 1 and {MAX_SEGMENT_S:g} s")
         if retention is not None and not 1 <= retention <= 1_000_000:
@@ -92,9 +114,9 @@ class SegmentWriter:
         # a segment spans at most MAX_WINDOWS analysis windows, or the reader refuses it
         self.segment_s = min(float(segment_s), 0.9 * MAX_WINDOWS * window_s)
         self.retention, self.retention_s = retention, retention_s
-        self.extra_attrs = {"switch_probes": switch_results or {}, "discovery": discovery or {}}
-        self.topo, self.paths, self.flows = topo, paths, flows
-        self._hosts = topo.hosts
+        self.extra_attrs = {"switch_probes": layout.switch_results, "discovery": layout.discovery}
+        self.topo, self.paths, self.flows = layout.topo, layout.paths, layout.flows
+        self._hosts = layout.topo.hosts
         self._wr: RunWriter | None = None
         self._started = self._epoch = None
         self._windows = self._dropped = 0

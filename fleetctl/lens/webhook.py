@@ -38,6 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleetctl.atomic import fsync_dir, write_atomic
@@ -139,21 +140,40 @@ class _HTTPSHandler(_Watched, urllib.request.HTTPSHandler):
     pass
 
 
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    """How hard a delivery tries: each attempt's socket timeout and overall deadline, the spool's
+    bound, the back-off between failed attempts."""
+
+    timeout_s: float = 5.0
+    deadline_s: float = DEFAULT_DEADLINE_S
+    max_spool: int = DEFAULT_MAX_SPOOL
+    backoff_s: float = 1.0
+    backoff_max_s: float = 300.0
+
+    def check(self) -> None:
+        if not 0.1 <= self.timeout_s <= self.deadline_s <= 3600 or not 1 <= self.max_spool <= 10_000_000 \
+                or not 0.001 <= self.backoff_s <= self.backoff_max_s <= 86_400:
+            raise UsageError("webhook: 0.1 <= timeout_s <= deadline_s <= 3600, max_spool "
+                             "1-10000000, 0.001 <= backoff_s <= backoff_max_s <= 86400")
+
+
 class WebhookOutbox:
-    def __init__(self, url: str, spool_path: str | os.PathLike, *, timeout_s: float = 5.0,
-                 deadline_s: float = DEFAULT_DEADLINE_S, max_spool: int = DEFAULT_MAX_SPOOL,
-                 backoff_s: float = 1.0, backoff_max_s: float = 300.0,
-                 headers: dict[str, str] | None = None, start: bool = True, log=lambda _m: None):
+    def __init__(self, url: str, spool_path: str | os.PathLike, *, headers: dict[str, str] | None = None,
+                 start: bool = True, log=lambda _m: None, **policy):
+        """`policy`: DeliveryPolicy's fields as keywords (timeout_s, deadline_s, max_spool,
+        backoff_s, backoff_max_s)."""
         parts = urllib.parse.urlsplit(str(url))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"webhook URL {str(url)[:200]!r}: not an http:// or https:// URL")
-        if not 0.1 <= timeout_s <= deadline_s <= 3600 or not 1 <= max_spool <= 10_000_000 or \
-                not 0.001 <= backoff_s <= backoff_max_s <= 86_400:
-            raise UsageError("webhook: 0.1 <= timeout_s <= deadline_s <= 3600, max_spool "
-                             "1-10000000, 0.001 <= backoff_s <= backoff_max_s <= 86400")
-        self.url, self.timeout_s, self.deadline_s = url, timeout_s, deadline_s
-        self.max_spool, self.log = max_spool, log
-        self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
+        unknown = sorted(set(policy) - set(DeliveryPolicy.__dataclass_fields__))
+        if unknown:
+            raise UsageError(f"webhook: unknown option(s) {', '.join(unknown)}")
+        p = DeliveryPolicy(**policy)
+        p.check()
+        self.url, self.timeout_s, self.deadline_s = url, p.timeout_s, p.deadline_s
+        self.max_spool, self.log = p.max_spool, log
+        self.backoff_s, self.backoff_max_s = p.backoff_s, p.backoff_max_s
         self.headers = {"Content-Type": "application/json", **(headers or {})}
         self.spool = Path(spool_path)
         self.state_path = self.spool.with_name(self.spool.name + ".state")

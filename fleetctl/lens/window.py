@@ -60,7 +60,7 @@ class WindowAnalyzer:
         self.end_state: dict[str, str | None] = {}
 
     def analyze(self, probes: np.ndarray, t_start: float, t_end: float, health: dict,
-                blind: set[str], clock=None, clock_epoch_ns: int = 0,
+                blind: set[str], clock_fit: tuple = (None, 0),
                 baseline: np.ndarray | None = None,
                 open_elements: list[dict] | None = None) -> WindowResult:
         """`open_elements`: the elements of the events open now. A finding elsewhere whose bad
@@ -84,6 +84,7 @@ class WindowAnalyzer:
         pair = probes["dst_nic"] >= 0
         if not pair.any():
             return out
+        clock, clock_epoch_ns = clock_fit  # the clock model and its epoch (ClockTracker.fit)
         w = build_windows(probes[pair], self.flows, len(self.paths), len(self.topo.nics),
                           self.nic_host, (t_end - t_start) + 3600.0,
                           clock_epoch_ns if clock is not None else 0, clock)
@@ -101,13 +102,19 @@ class WindowAnalyzer:
         bad_rows = sig.lossy | sig.delayed
         out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.step.group]
         out.elements = self._element_rows(sig, m_delay)
+        self._mark_down(out, probes[pair], silent=bool(blind or out.overloaded))
+        return out
+
+    def _mark_down(self, out: WindowResult, probes: np.ndarray, silent: bool) -> None:
+        """Loss findings whose probes went from getting through to all lost inside the window: the
+        moments (`down_starts`), and down now when it stayed down. The state at each place's end
+        is kept for the next window (a silent window keeps the old states)."""
         ends: dict[str, str | None] = {}
         for f in out.findings:
             if f["metric"] in ("loss", "down"):
                 key = self.location(f["element"])
                 # no finding there last window: it was up (silent windows keep the old states)
-                starts, ends[key] = self._down_starts(f["element"], probes[pair],
-                                                      self.end_state.get(key, "up"))
+                starts, ends[key] = self._down_starts(f["element"], probes, self.end_state.get(key, "up"))
                 if starts:
                     f["down_starts"] = starts
                     if ends[key] == "down" and f["metric"] == "loss":
@@ -116,9 +123,7 @@ class WindowAnalyzer:
                         f["metric"] = "down"
                         f["severity"] = "critical"
                         f["evidence"]["down_since"] = starts[-1]
-        silent = bool(blind or out.overloaded)
         self.end_state = {**self.end_state, **ends} if silent else ends
-        return out
 
     def location(self, element: dict) -> str:
         return self.topo.location(element)

@@ -76,9 +76,8 @@ def host_ends(pairs, nic_host: list[str]) -> dict[str, int]:
 
 
 def plan_probes(topo: Topology, nics: set[int] | None = None, *, budget_pps: float =
-                DEFAULT_BUDGET_PPS, k: int = 3, duration: float = 10.0, rate: float | None = None,
-                min_pair_rate: float = MIN_PAIR_RATE, max_pair_rate: float = MAX_PAIR_RATE,
-                seed: int = 0) -> ProbePlan:
+                DEFAULT_BUDGET_PPS, k: int = 3, duration: float = 10.0, rate: float | None = None
+                ) -> ProbePlan:
     """The plan over the NICs `nics` (topology indexes; default every attached NIC)."""
     if not budget_pps > 0:
         raise UsageError(f"probe budget {budget_pps:g} probes/s: must be positive")
@@ -91,20 +90,20 @@ def plan_probes(topo: Topology, nics: set[int] | None = None, *, budget_pps: flo
     # full mesh: host h sends to and answers every NIC elsewhere, from each of its n_h NICs
     full_ends = max((2 * c * (n - c) for c in per_host.values()), default=0)
     full_rate = budget_pps / full_ends if full_ends else math.inf
-    want_full = full_rate >= min_pair_rate or (rate is not None and rate * full_ends <= budget_pps)
+    want_full = full_rate >= MIN_PAIR_RATE or (rate is not None and rate * full_ends <= budget_pps)
     if want_full:
         pairs = [(a, b) for a in use for b in use if topo.nic_host[a] != topo.nic_host[b]]
         design, min_sources = "full-mesh", 0
         full = len(pairs)
     else:
-        pp = select_pairs(topo, k=k, full_mesh_max=0, seed=seed)
+        pp = select_pairs(topo, k=k, full_mesh_max=0, seed=0)  # the same design every run
         keep = set(use)
         pairs = [(a, b) for a, b in pp.pairs if a in keep and b in keep]
         design, min_sources, full = pp.design, pp.min_sources, pp.full_mesh_pairs
     ends = host_ends(pairs, topo.nic_host)
     worst = max(ends.values(), default=0)
     if rate is None:
-        chosen = min(max_pair_rate, budget_pps / worst) if worst else max_pair_rate
+        chosen = min(MAX_PAIR_RATE, budget_pps / worst) if worst else MAX_PAIR_RATE
         source = "budget"
     else:
         chosen, source = float(rate), "override"

@@ -298,10 +298,7 @@ def write_run(path: str | Path, run: RunData, a: Analysis) -> Path:
         wr.write_paths(run.paths)
         wr.write_flows(run.flows)
         wr.append_probes(run.probes)
-        wr.write_windows(window_s=w.window_s, start_ns=w.start_ns, path_sent=w.path_sent,
-                         path_lost=w.path_lost, path_p50_us=w.path_p50_us,
-                         path_p99_us=w.path_p99_us, delay_p50_us=w.delay_p50_us,
-                         delay_p99_us=w.delay_p99_us, loss=w.loss, one_way=w.one_way)
+        wr.write_windows(w)
         wr.write_clock(a.clock)
         wr.write_findings(a.findings, a.solver)
         if run.health:

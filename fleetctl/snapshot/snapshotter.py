@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,26 +75,54 @@ class _Pending:
         self._thread.join()
 
 
+@dataclass
+class SnapshotOptions:
+    """The Snapshotter's keyword options, checked once."""
+
+    extra_state: Any = None
+    directory: str | os.PathLike | None = None
+    keep: int = 3
+    group: Any = None  # the gloo group for the loop's control collectives (default: a new one)
+    periodic: bool = True
+    interval_s: float | None = None
+    mtbf_s: float | None = None
+    use_async: bool = True
+    poll_every: int = 1
+    signal_number: int | None = signal.SIGUSR2
+    job_id: str | None = None
+    registry: str | None = None
+
+    @classmethod
+    def from_keywords(cls, options: dict) -> "SnapshotOptions":
+        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise SnapshotError(f"unknown Snapshotter option(s): {', '.join(unknown)}")
+        o = cls(**options)
+        o.directory = o.directory or os.environ.get(ENV_DIR) or os.environ.get(ENV_SPANK_DIR)
+        if not o.directory:
+            raise SnapshotError(f"no snapshot directory: pass directory=, set {ENV_DIR} or run "
+                                "the job with --fleet-snapshot=DIR")
+        if not isinstance(o.keep, int) or o.keep < 1:
+            raise SnapshotError(f"keep must be a positive integer, not {o.keep!r}")
+        if not isinstance(o.poll_every, int) or o.poll_every < 1:
+            raise SnapshotError(f"poll_every must be a positive integer, not {o.poll_every!r}")
+        return o
+
+
 class Snapshotter:
     """Snapshots of `model` + `optimizer` + RNG + `extra_state` into `directory`, keeping `keep`.
 
     Call `restore()` once at start (after the process group and the optimizer exist), `step(it)` at
     every iteration boundary (on every rank, with the same `it`), and `close()` at the end."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-                 extra_state: Any = None, directory: str | os.PathLike | None = None, keep: int = 3,
-                 group=None, periodic: bool = True, interval_s: float | None = None,
-                 mtbf_s: float | None = None, use_async: bool = True, poll_every: int = 1,
-                 signal_number: int | None = signal.SIGUSR2, job_id: str | None = None,
-                 registry: str | None = None):
-        directory = directory or os.environ.get(ENV_DIR) or os.environ.get(ENV_SPANK_DIR)
-        if not directory:
-            raise SnapshotError(f"no snapshot directory: pass directory=, set {ENV_DIR} or run "
-                                "the job with --fleet-snapshot=DIR")
-        if not isinstance(keep, int) or keep < 1:
-            raise SnapshotError(f"keep must be a positive integer, not {keep!r}")
-        if not isinstance(poll_every, int) or poll_every < 1:
-            raise SnapshotError(f"poll_every must be a positive integer, not {poll_every!r}")
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                 **options):
+        """`options` (keywords, SnapshotOptions): extra_state, directory, keep, group, periodic,
+        interval_s, mtbf_s, use_async, poll_every, signal_number, job_id, registry."""
+        o = SnapshotOptions.from_keywords(options)
+        extra_state, directory, keep, group = o.extra_state, o.directory, o.keep, o.group
+        periodic, interval_s, mtbf_s, use_async = o.periodic, o.interval_s, o.mtbf_s, o.use_async
+        poll_every, signal_number, job_id, registry = o.poll_every, o.signal_number, o.job_id, o.registry
         self.root = Path(directory)
         self.model, self.optimizer = model, optimizer
         self.extra = ExtraState(extra_state)

@@ -212,24 +212,21 @@ class RunWriter:
         self._probes.resize((n + len(records),))
         self._probes[n:] = records
 
+    WINDOW_FIELDS = (("path_sent", np.int32), ("path_lost", np.int32), ("path_p50_us", np.float32),
+                     ("path_p99_us", np.float32), ("delay_p50_us", np.float32),
+                     ("delay_p99_us", np.float32), ("loss", np.float32))
+
     @_guarded
-    def write_windows(self, *, window_s: float, start_ns: np.ndarray, path_sent: np.ndarray,
-                      path_lost: np.ndarray, path_p50_us: np.ndarray, path_p99_us: np.ndarray,
-                      delay_p50_us: np.ndarray, delay_p99_us: np.ndarray,
-                      loss: np.ndarray, one_way: bool) -> None:
-        """Per window: per-path figures (W x P) and NIC x NIC matrices (W x N x N, NaN where
-        a pair was not probed). Delays in microseconds; one_way False means half round trip."""
+    def write_windows(self, w) -> None:
+        """Per window (`w`: analysis.windows.Windows, or anything with its attributes): per-path
+        figures (W x P) and NIC x NIC matrices (W x N x N, NaN where a pair was not probed).
+        Delays in microseconds; one_way False means half round trip."""
         g = self.f.create_group("windows")
-        g.attrs["window_s"] = float(window_s)
-        g.attrs["one_way"] = bool(one_way)
-        g.create_dataset("start_ns", data=np.asarray(start_ns, dtype=np.int64))
-        for name, arr, dt in (("path_sent", path_sent, np.int32), ("path_lost", path_lost, np.int32),
-                              ("path_p50_us", path_p50_us, np.float32),
-                              ("path_p99_us", path_p99_us, np.float32),
-                              ("delay_p50_us", delay_p50_us, np.float32),
-                              ("delay_p99_us", delay_p99_us, np.float32),
-                              ("loss", loss, np.float32)):
-            g.create_dataset(name, data=np.asarray(arr, dtype=dt), compression="gzip")
+        g.attrs["window_s"] = float(w.window_s)
+        g.attrs["one_way"] = bool(w.one_way)
+        g.create_dataset("start_ns", data=np.asarray(w.start_ns, dtype=np.int64))
+        for name, dt in self.WINDOW_FIELDS:
+            g.create_dataset(name, data=np.asarray(getattr(w, name), dtype=dt), compression="gzip")
 
     @_guarded
     def write_clock(self, model) -> None:

@@ -18,7 +18,7 @@ from fleetctl.config.site import parse_site
 from fleetctl.errors import DataError, UsageError
 from fleetctl.lab.sitefile import site_document, to_toml
 from fleetctl.lab.topology import LabParams, build_plan
-from fleetctl.lens.segments import SegmentWriter
+from fleetctl.lens.segments import SegmentLayout, SegmentPolicy, SegmentWriter
 from fleetctl.mesh.health import HEALTH_FIELDS
 from fleetctl.mesh.pairs import select_pairs
 from fleetctl.model.fabric import Topology
@@ -71,7 +71,9 @@ def health(syn, i):
 
 def writer(directory, topo, syn, **kw):
     kw = {"cluster": "lab", "parameters": PARAMS, "segment_s": 10.0, "clock": lambda: T0, **kw}
-    return SegmentWriter(directory, topo=topo, paths=syn.paths, flows=syn.flows, **kw)
+    policy = SegmentPolicy(**{k: kw.pop(k) for k in ("segment_s", "retention", "retention_s", "prefix")
+                              if k in kw})
+    return SegmentWriter(directory, SegmentLayout(topo, syn.paths, syn.flows), policy=policy, **kw)
 
 
 def test_segments_roll_and_read_back(tmp_path, fabric, capsys):
@@ -139,7 +141,7 @@ def test_invalid_records_are_dropped_and_counted(tmp_path, fabric):
         assert run.probes().size == probes.size
         assert json.loads(run.f.attrs["lens"])["records_dropped"] == 4
     with pytest.raises(DataError):
-        SegmentWriter(tmp_path / "x", topo=topo, paths=syn.paths, flows=syn.flows,
+        SegmentWriter(tmp_path / "x", SegmentLayout(topo, syn.paths, syn.flows),
                       cluster="lab").append(np.zeros(3, dtype=[("a", "f4")]))
 
 

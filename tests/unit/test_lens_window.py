@@ -59,7 +59,7 @@ def analyse(fabric, syn, baselines=None, clock=None, blind=frozenset()):
             clock.add(probes)
             clock.maybe_refit(b)
         model, epoch = clock.fit if clock else (None, 0)
-        res = an.analyze(probes, a, b, {}, set(blind), model, epoch,
+        res = an.analyze(probes, a, b, {}, set(blind), (model, epoch),
                          baselines.current() if baselines else None)
         if baselines is not None and res.path_delay is not None:
             baselines.update(res.path_delay, res.path_healthy)

@@ -1,5 +1,7 @@
 """Topology model: elements and ECMP paths from a site file and from the synthetic fat-tree."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -171,10 +173,7 @@ def test_site_to_findings_pipeline(tmp_path, site_topo):
         wr.write_paths(run.paths)
         wr.write_flows(run.flows)
         wr.append_probes(run.probes)
-        wr.write_windows(window_s=3.0, start_ns=w.start_ns, path_sent=w.path_sent,
-                         path_lost=w.path_lost, path_p50_us=w.path_p50_us,
-                         path_p99_us=w.path_p99_us, delay_p50_us=w.delay_p50_us,
-                         delay_p99_us=w.delay_p99_us, loss=w.loss, one_way=True)
+        wr.write_windows(replace(w, window_s=3.0, one_way=True))
     with open_run(tmp_path / "r.h5") as r:
         t2 = r.topology()
         assert t2.link_ports == t.link_ports  # port names survive the file

@@ -40,10 +40,7 @@ def write(path, run_data, *, findings=None):
         half = len(run.probes) // 2  # appended in two batches, as an agent collector would
         wr.append_probes(run.probes[:half])
         wr.append_probes(run.probes[half:])
-        wr.write_windows(window_s=w.window_s, start_ns=w.start_ns, path_sent=w.path_sent,
-                         path_lost=w.path_lost, path_p50_us=w.path_p50_us,
-                         path_p99_us=w.path_p99_us, delay_p50_us=w.delay_p50_us,
-                         delay_p99_us=w.delay_p99_us, loss=w.loss, one_way=w.one_way)
+        wr.write_windows(w)
         wr.write_clock(clock)
         wr.write_findings(findings or [], "nnls")
     return path
