@@ -24,7 +24,7 @@ from fleetctl.analysis.merge import merge_stats, path_groups
 from fleetctl.analysis.rollup import Rollup
 from fleetctl.analysis.signals import PathSignals, Thresholds, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
-from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from fleetctl.model.fabric import PathTable, Topology, WindowStats, group_percentiles
 from fleetctl.model.findings import Finding
 
 Rule = Callable[["WindowStep", PathSignals, int], list[Finding]]
@@ -119,28 +119,5 @@ def element_stats(inc, sent: np.ndarray, lost: np.ndarray, delay: np.ndarray,
     keep = coo.data > 0
     cols, rows = coo.col[keep], coo.row[keep]
     out["paths"] = np.bincount(cols, minlength=inc.shape[1])
-    values = np.asarray(delay, float)[rows]
-    ok = np.isfinite(values)
-    out["delay"] = percentiles_by_group(cols[ok], values[ok], percentiles, inc.shape[1])
-    return out
-
-
-def percentiles_by_group(keys: np.ndarray, values: np.ndarray, percentiles: tuple[float, ...],
-                         n_groups: int) -> np.ndarray:
-    """(len(percentiles), n_groups): numpy's linear-interpolation percentile of each group's
-    values; NaN for empty groups."""
-    out = np.full((len(percentiles), n_groups), np.nan)
-    if keys.size == 0:
-        return out
-    order = np.lexsort((values, keys))
-    keys, values = keys[order], values[order]
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    counts = np.diff(np.r_[starts, keys.size])
-    for i, p in enumerate(percentiles):
-        pos = (p / 100.0) * (counts - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, counts - 1)
-        frac = pos - lo
-        v_lo, v_hi = values[starts + lo], values[starts + hi]
-        out[i, keys[starts]] = v_lo + (v_hi - v_lo) * frac
+    out["delay"] = group_percentiles(cols, np.asarray(delay, float)[rows], percentiles, inc.shape[1])
     return out

@@ -65,6 +65,15 @@ class WindowStats:
         return self.sent.shape[0]
 
 
+def _sorted_groups(keys: np.ndarray, values: np.ndarray):
+    """(keys, values) sorted by key then value, with each group's start and size."""
+    order = np.lexsort((values, keys))
+    keys, values = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    counts = np.diff(np.r_[starts, keys.size])
+    return keys, values, starts, counts
+
+
 def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float],
                     n_groups: int) -> np.ndarray:
     """Quantiles (nearest rank) of `values` per integer key; NaN for empty groups."""
@@ -73,13 +82,29 @@ def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float],
     keys, values = keys[ok], values[ok]
     if keys.size == 0:
         return out
-    order = np.lexsort((values, keys))
-    keys, values = keys[order], values[order]
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    counts = np.diff(np.r_[starts, keys.size])
+    keys, values, starts, counts = _sorted_groups(keys, values)
     for i, q in enumerate(qs):
         pos = starts + np.minimum(counts - 1, np.floor(q * counts).astype(np.int64))
         out[i, keys[starts]] = values[pos]
+    return out
+
+
+def group_percentiles(keys: np.ndarray, values: np.ndarray, percentiles: tuple[float, ...],
+                      n_groups: int) -> np.ndarray:
+    """(len(percentiles), n_groups): numpy's linear-interpolation percentile of each group's
+    finite values (as np.median / np.percentile); NaN for empty groups."""
+    out = np.full((len(percentiles), n_groups), np.nan)
+    ok = np.isfinite(values)
+    keys, values = keys[ok], values[ok]
+    if keys.size == 0:
+        return out
+    keys, values, starts, counts = _sorted_groups(keys, values)
+    for i, p in enumerate(percentiles):
+        pos = (p / 100.0) * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, counts - 1)
+        v_lo, v_hi = values[starts + lo], values[starts + hi]
+        out[i, keys[starts]] = v_lo + (v_hi - v_lo) * (pos - lo)
     return out
 
 

@@ -72,3 +72,34 @@ def test_audit_and_lens_name_the_same_element_from_the_same_records(fabric):
     lens = {(f["element"]["id"], f["element"].get("direction")) for f in _lens(topo, syn)}
     assert audit == {("leaf1--spine2", "leaf1->spine2")}
     assert audit <= lens
+
+
+def test_group_percentiles_are_numpys():
+    from fleetctl.model.fabric import group_percentiles
+
+    rng = np.random.default_rng(1)
+    keys, vals = rng.integers(0, 50, 3000), rng.normal(size=3000)
+    vals[::17] = np.nan  # not finite: left out, as np.nanmedian would
+    got = group_percentiles(keys, vals, (50.0, 99.0), 52)
+    for g in range(50):
+        v = vals[(keys == g) & np.isfinite(vals)]
+        assert got[0, g] == pytest.approx(np.median(v)) and got[1, g] == pytest.approx(np.percentile(v, 99))
+    assert np.isnan(got[:, 50:]).all()  # empty groups
+
+
+def test_element_stats_count_what_crosses_each_element(fabric):
+    from fleetctl.analysis.step import element_stats
+
+    topo, pairs = fabric
+    syn = synthetic_run(topo, pairs, [], sports=4, rate_hz=20, duration=1.0, seed=2)
+    inc = syn.paths.matrix(topo.n_elements).tocsc()
+    sent = np.arange(len(syn.paths), dtype=float)
+    delay = np.linspace(1.0, 2.0, len(syn.paths))
+    st = element_stats(inc, sent, np.zeros_like(sent), delay)
+    for e in range(0, topo.n_elements, 3):
+        col = inc.getcol(e)
+        rows = col.indices[col.data > 0]
+        assert st["sent"][e] == pytest.approx(float(col.data @ sent[col.indices]))
+        assert st["paths"][e] == rows.size
+        if rows.size:
+            assert st["delay"][0, e] == pytest.approx(np.median(delay[rows]))
