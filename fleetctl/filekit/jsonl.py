@@ -29,18 +29,25 @@ def append_line(path: str | os.PathLike, line: bytes, *, what: str = "log", mode
         raise error(f"cannot open the {what} {path}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        data = line + b"\n"
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            data = b"\n" + data  # a crashed writer's partial line: end it, keep ours whole
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        write_whole(fd, line + b"\n")
     except OSError as exc:
         raise error(f"cannot write the {what} {path}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def write_whole(fd: int, data: bytes) -> int:
+    """Append `data` (whole lines) to the file open at `fd` (O_APPEND) in full, fsynced, after
+    ending a crashed writer's partial last line with a newline (so it never swallows ours). The
+    caller holds whatever lock keeps writers apart. Returns the file's size before."""
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        data = b"\n" + data
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+    return size
 
 
 def read_lines(path: str | os.PathLike, *, max_line: int, what: str = "log",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from fleetctl.atomic import fsync_dir
 from fleetctl.errors import DataError, UsageError
-from fleetctl.filekit import loads_json, open_regular
+from fleetctl.filekit import loads_json, open_regular, write_whole
 
 VERSION = 1
 MAX_LINE = 64 * 1024  # bytes of one record, newline included
@@ -268,12 +268,7 @@ class EventLog:
                 created = True
                 fd = open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, what="event log")
                 size = 0
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # a crashed writer's partial line: end it, keep ours whole
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            write_whole(fd, data)  # a crashed writer's partial line is ended first
         finally:
             if fd is not None:
                 os.close(fd)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from fleetctl.atomic import fsync_dir, write_atomic
 from fleetctl.errors import DataError, UsageError
-from fleetctl.filekit import loads_json, open_regular, read_json
+from fleetctl.filekit import loads_json, open_regular, read_json, write_whole
 from fleetctl.lens.eventlog import MAX_LINE
 from fleetctl.locks import open_lock
 
@@ -284,13 +284,7 @@ class WebhookOutbox:
         fd = open_regular(self.spool, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600,
                           what="webhook spool")
         try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # a crashed append's partial line: end it, keep ours whole
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            size = write_whole(fd, data)  # a crashed append's partial line ended first
         finally:
             os.close(fd)
         if not size:
