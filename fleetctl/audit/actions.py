@@ -100,36 +100,38 @@ def plan_actions(report: AuditReport, backend, *, drain: bool, resume: bool,
 
 
 def apply_actions(plan: ActionPlan, backend) -> ActionPlan:
-    """Drain then resume, node by node; a Slurm error is recorded in `plan.failed`, never raised."""
+    """Drain then resume, node by node; a Slurm error is recorded in `plan.failed`, never raised.
+    Once slurmctld is unreachable, the remaining actions are marked "not attempted" instead of each
+    waiting for its timeout."""
     if plan.dry_run:
         return plan
-    unreachable: str | None = None
-    for node, (code, text) in sorted(plan.drain.items()):
-        if unreachable:
-            plan.failed[node] = f"drain not attempted: {unreachable}"
-            continue
-        try:
-            result = backend.drain([node], code.replace("/", "."), text)
-        except SlurmError as exc:
-            plan.failed[node] = f"drain failed: {exc.message}"
-            if isinstance(exc, SlurmUnreachable):
-                unreachable = exc.message
-            continue
+    unreachable: list[str] = []  # the first unreachable-slurmctld message, once seen
+
+    def each(nodes, verb: str, act) -> None:
+        for node in nodes:
+            if unreachable:
+                plan.failed[node] = f"{verb} not attempted: {unreachable[0]}"
+                continue
+            try:
+                act(node)
+            except SlurmError as exc:
+                plan.failed[node] = f"{verb} failed: {exc.message}"
+                if isinstance(exc, SlurmUnreachable):
+                    unreachable.append(exc.message)
+
+    def drain(node):
+        code, text = plan.drain[node]
+        result = backend.drain([node], code.replace("/", "."), text)
         plan.drained += result.drained
         plan.skipped.update(result.skipped)
-    for node in sorted(plan.resume):
-        if unreachable:
-            plan.failed[node] = f"resume not attempted: {unreachable}"
-            continue
-        try:
-            result = backend.resume([node], wait_s=0)
-        except SlurmError as exc:
-            plan.failed[node] = f"resume failed: {exc.message}"
-            if isinstance(exc, SlurmUnreachable):
-                unreachable = exc.message
-            continue
+
+    def resume(node):
+        result = backend.resume([node], wait_s=0)
         plan.resumed += result.resumed
         plan.skipped.update(result.refused)
+
+    each(sorted(plan.drain), "drain", drain)
+    each(sorted(plan.resume), "resume", resume)
     if plan.resumed:  # one wait for all: slurmctld pings every resumed node's slurmd at once
         try:
             plan.not_responding = backend.wait_responding(plan.resumed)
