@@ -69,7 +69,7 @@ class ClassPlan:
 
 
 @dataclass
-class Plan:
+class FailoverPlan:
     cluster: str
     classes: list[ClassPlan]
 
@@ -198,7 +198,7 @@ def site_settings(site: Cluster) -> dict:
 def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: str | None = None,
                plugin_dir: str | None = None, group_size: int | None = None,
                affinity: Callable[[str], Affinity] | None = None, hostname: str | None = None,
-               detected: tuple[versions.Version | None, str] | None = None) -> Plan:
+               detected: tuple[versions.Version | None, str] | None = None) -> FailoverPlan:
     """The plan for every class with a node in `nodeset` (all classes without one). `affinity` reads
     this node's sysfs (fleetctl.failover.sysfs.affinity) for the class this host belongs to."""
     settings = site_settings(site)
@@ -220,7 +220,7 @@ def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: s
                                    settings.get("nccl_version", ""), detected, in_any))
     if nodeset is not None and not classes:
         raise UsageError(f"no node of {fold(expand(nodeset))} is in the site file")
-    return Plan(site.name, classes)
+    return FailoverPlan(site.name, classes)
 
 
 def _class_plan(site, cls, nodes, here, affinity, plugin_dir, size, option, site_key, detected, in_any):
