@@ -1,8 +1,9 @@
 """`fleetctl failover plan|watch|drill` as domain calls: each command's options as a dataclass the CLI
 fills from its arguments, and the one call it makes; the CLI only parses and renders.
 
-The drill's adapters are the caller's choice: the lab's on a lab site (fleetctl.lab.drill, chosen by
-the CLI), srun in a maintenance reservation on a real cluster (realcluster.real_cluster_adapters).
+The drill's adapters are the caller's choice: on a lab site the lab's own (the CLI takes them from the
+lab package, which production code does not import), srun in a maintenance reservation on a real
+cluster (realcluster.real_cluster_adapters).
 """
 
 from __future__ import annotations
