@@ -7,14 +7,15 @@ between the two leaves `pending`, reconciled by `recover()` at the next start. R
 exception, for: measurement trouble or fleetctl's own failure, confidence below the policy's floor,
 a cool-down, an operator's drain, the budget. In dry-run every decision is logged as `dry-run`.
 
-Test fault points: FLEETCTL_ACT_FAULT=`<action>:<point>` (point: after-pending, after-action) kills
-the process there (os._exit(86)), so that tests can prove the order above.
+Points of that order: the engine calls `on_point(action, point)` (point: after-pending, after-action,
+after-<step> of a multi-step action) at each, a no-op unless a test gives a hook that crashes the
+process there (tests/support/crash.py), to prove the order above.
 """
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Callable
 
 from fleetctl.act.actionlog import ActionLog, new_action_id
 from fleetctl.act.budget import Budget, since_hour
@@ -24,28 +25,25 @@ from fleetctl.act.policies import Policy
 from fleetctl.errors import FleetctlError, SlurmError
 from fleetctl.slurm.reasons import is_ours
 
-FAULT_ENV = "FLEETCTL_ACT_FAULT"
-FAULT_EXIT = 86
 
-
-def _fault(action: str, point: str) -> None:
-    if os.environ.get(FAULT_ENV) == f"{action}:{point}":
-        os._exit(FAULT_EXIT)
+def _no_hook(action: str, point: str) -> None:
+    """The default `on_point`: production passes every point silently."""
 
 
 class Engine:
     def __init__(self, backend, policies: list[Policy], config: ActConfig, *, pool=None,
-                 dry_run: bool = True, log: ActionLog | None = None, registry: str | None = None,
-                 clock=time.time):
+                 dry_run: bool = True, registry: str | None = None, clock=time.time,
+                 on_point: Callable[[str, str], None] = _no_hook):
         self.backend = backend
         self.policies = policies
         self.config = config
         self.pool = pool
         self.dry_run = dry_run
-        self.log = log or ActionLog(config.state_dir)
+        self.log = ActionLog(config.state_dir)
         self.budget = Budget(config.max_drain_pct, config.max_drains_per_hour)
         self.registry = registry
         self.clock = clock
+        self.on_point = on_point
         self._refusals: set[tuple] = set()  # refusals already logged by this process (no repeats)
         self._planned_drains: list[str] = []  # dry-run: drains decided but not visible in Slurm
 
@@ -153,7 +151,7 @@ class Engine:
             self.log.append({**base, "phase": "pending", "why": what})
             started.append((base, what, requests.ask(root, "drain"), time.monotonic()))
         if started:
-            _fault("snapshot", "after-pending")
+            self.on_point("snapshot", "after-pending")
             requests.wait_all([a for _, _, a, _ in started], self.config.snapshot_timeout_s)
         for base, what, asked, t0 in started:
             seconds = round(time.monotonic() - t0, 3)
@@ -254,7 +252,7 @@ class Engine:
                 self._planned_drains += targets.get("nodes", [])
             return [self.log.append({**base, "phase": "dry-run", "why": f"would {what} (dry run)"})]
         self.log.append({**base, "phase": "pending", "why": what})
-        _fault(action, "after-pending")
+        self.on_point(action, "after-pending")
         started = time.monotonic()
         try:
             result = do(aid) if pass_id else do()
@@ -266,7 +264,7 @@ class Engine:
                                      "why": f"{what}: internal error ({type(exc).__name__}: {str(exc)[:300]}); "
                                             "check its target by hand",
                                      "seconds": round(time.monotonic() - started, 3)})]
-        _fault(action, "after-action")
+        self.on_point(action, "after-action")
         rec = {**base, "phase": "done", "why": what, "result": result,
                "seconds": round(time.monotonic() - started, 3)}
         if undo is not None:
@@ -282,7 +280,7 @@ class Engine:
         if getattr(plan, "spare", None):
             rec["spare"] = plan.spare
         self.log.append(rec)
-        _fault(action, f"after-{step.step}")
+        self.on_point(action, f"after-{step.step}")
 
     def _refuse(self, policy, det, action, targets, why) -> dict | None:
         key = (policy.name, det.id, action, why)

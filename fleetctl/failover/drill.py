@@ -15,9 +15,10 @@ the plugin's event logs:
 and once: integrity (bytes checked, corrupt, duplicated, lost) from the receiver's check.
 
 Where the processes run and how a NIC is taken down are the caller's: a `Runner` and a `Faults`
-(the CLI gives the lab's namespaces and `fleetctl.lab.faults`, or srun and `ip link` inside a
-maintenance reservation on a real cluster). Times are on one clock when `runner.shared_clock`
-(the lab: one machine); otherwise the sender's own `link_down`/`link_up` events anchor them.
+(the CLI gives the lab's namespaces and fault injection on a lab site, or srun and `ip link` inside
+a maintenance reservation on a real cluster, failover.realcluster). The harness and the plugin it
+drives are given too (`harness.locate()`). Times are on one clock when `runner.shared_clock` (the
+lab: one machine); otherwise the sender's own `link_down`/`link_up` events anchor them.
 """
 
 from __future__ import annotations
@@ -119,35 +120,47 @@ def _wait(cond, timeout: float, step: float = 0.02) -> bool:
     return cond()
 
 
+@dataclass(frozen=True)
+class DrillOptions:
+    size: int = 1 << 20  # largest message; sizes are random from a quarter of it
+    trials: int = 1  # faults per kind
+    fault: str = "down"  # down | flap | both
+    hold_s: float = 2.0  # how long a link stays down
+    phase_s: float = 1.0  # steady transfer before and after each fault
+    flap_period_s: float = 2.0
+    flap_s: float = 3.0  # how long a link flaps
+    holddown_ms: int = 500  # the plugin's fail-back hold-down
+    failback_timeout_s: float = 15.0
+
+
+def check(node_a: str, node_b: str, nics: list[str], options: DrillOptions) -> None:
+    """FailoverError for a drill that cannot run as asked, before anything starts."""
+    if options.fault not in FAULTS:
+        raise FailoverError(f"--fault {options.fault!r}: expected one of {', '.join(FAULTS)}")
+    if not 1 <= options.trials <= MAX_TRIALS:
+        raise FailoverError(f"--trials {options.trials}: between 1 and {MAX_TRIALS}")
+    if not 16 <= options.size <= MAX_SIZE:
+        raise FailoverError(f"--size {options.size}: between 16 bytes and {MAX_SIZE >> 20} MiB")
+    if len(nics) < 2:
+        raise FailoverError(f"{node_a}/{node_b}: {len(nics)} NIC(s): a drill needs two to fail over between")
+    if node_a == node_b:
+        raise FailoverError("NODE_A and NODE_B are the same node")
+
+
 class Drill:
-    def __init__(self, runner: Runner, faults: Faults, node_a: str, node_b: str, nics: list[str], *,
-                 size: int = 1 << 20, trials: int = 1, fault: str = "down", hold_s: float = 2.0,
-                 phase_s: float = 1.0, flap_period_s: float = 2.0, flap_s: float = 3.0,
-                 holddown_ms: int = 500, failback_timeout_s: float = 15.0, plugin_dir: str | None = None):
-        if fault not in FAULTS:
-            raise FailoverError(f"--fault {fault!r}: expected one of {', '.join(FAULTS)}")
-        if not 1 <= trials <= MAX_TRIALS:
-            raise FailoverError(f"--trials {trials}: between 1 and {MAX_TRIALS}")
-        if not 16 <= size <= MAX_SIZE:
-            raise FailoverError(f"--size {size}: between 16 bytes and {MAX_SIZE >> 20} MiB")
-        if len(nics) < 2:
-            raise FailoverError(f"{node_a}/{node_b}: {len(nics)} NIC(s): a drill needs two to fail over between")
-        if node_a == node_b:
-            raise FailoverError("NODE_A and NODE_B are the same node")
-        self.runner, self.faults = runner, faults
+    def __init__(self, runner: Runner, faults: Faults, node_a: str, node_b: str, nics: list[str],
+                 files: harness.HarnessFiles, options: DrillOptions = DrillOptions()):
+        check(node_a, node_b, nics, options)
+        self.runner, self.faults, self.files = runner, faults, files
         self.a, self.b, self.nics = node_a, node_b, nics
-        self.size, self.n_trials, self.fault = size, trials, fault
-        self.hold_s, self.phase_s = hold_s, phase_s
-        self.flap_period_s, self.flap_s = flap_period_s, flap_s
-        self.holddown_ms, self.failback_timeout_s = holddown_ms, failback_timeout_s
-        self.harness, self.lib = harness.locate(plugin_dir)
+        self.opt = options
 
     # ---- files
     def _file(self, name: str) -> Path:
         return self.runner.workdir / name
 
     def _env(self, node: str) -> dict[str, str]:
-        return {"FLEET_NET_IFACES": ",".join(self.nics), "FLEET_NET_HOLDDOWN_MS": str(self.holddown_ms),
+        return {"FLEET_NET_IFACES": ",".join(self.nics), "FLEET_NET_HOLDDOWN_MS": str(self.opt.holddown_ms),
                 "FLEET_NET_COUNTERS_DIR": str(self._file(f"counters-{node}")),
                 "FLEET_NET_LOG": str(self._file(f"events-{node}.jsonl"))}
 
@@ -157,11 +170,11 @@ class Drill:
     # ---- the run
     def run(self) -> DrillReport:
         started = time.monotonic()
-        report = DrillReport(self.a, self.b, list(self.nics), self.size)
+        report = DrillReport(self.a, self.b, list(self.nics), self.opt.size)
         stop = self._file("stop")
-        base = [str(self.harness), "--lib", str(self.lib), "--version", "12", "--max-size", str(self.size),
-                "--min-size", str(max(16, self.size // 4)), "--handle-file", str(self._file("handle")),
-                "--stop-file", str(stop)]
+        base = [str(self.files.harness), "--lib", str(self.files.lib), "--version", "12",
+                "--max-size", str(self.opt.size), "--min-size", str(max(16, self.opt.size // 4)),
+                "--handle-file", str(self._file("handle")), "--stop-file", str(stop)]
         recv = self.runner.popen(self.b, [*base, "--role", "recv"], self._env(self.b))
         send = self.runner.popen(self.a, [*base, "--role", "send", "--progress", str(self._file("progress")),
                                           "--trace", str(self._file("trace"))], self._env(self.a))
@@ -180,12 +193,12 @@ class Drill:
         return report
 
     def _kinds(self) -> list[str]:
-        return ["down", "flap"] if self.fault == "both" else [self.fault]
+        return ["down", "flap"] if self.opt.fault == "both" else [self.opt.fault]
 
     def _trials(self, report: DrillReport) -> None:
         index = 0
-        time.sleep(self.phase_s)
-        for i in range(self.n_trials):
+        time.sleep(self.opt.phase_s)
+        for _ in range(self.opt.trials):
             for kind in self._kinds():
                 path = index % len(self.nics)
                 nic = self.nics[path]
@@ -196,22 +209,23 @@ class Drill:
                 try:
                     if kind == "down":
                         self.faults.down(self.a, nic)
-                        time.sleep(self.hold_s)
+                        time.sleep(self.opt.hold_s)
                     else:
-                        self.faults.flap(self.a, nic, self.flap_period_s)
-                        time.sleep(self.flap_s)
+                        self.faults.flap(self.a, nic, self.opt.flap_period_s)
+                        time.sleep(self.opt.flap_s)
                 except BaseException:  # a failed fault or Ctrl-C: never leave the NIC down
                     with contextlib.suppress(Exception):
                         self.faults.up(self.a, nic)
                     raise
                 trial.t_restore_ns = time.monotonic_ns()
                 self.faults.up(self.a, nic)
-                if not _wait(lambda: self._count(self.a, "failback", path) > before, self.failback_timeout_s, 0.05):
+                if not _wait(lambda: self._count(self.a, "failback", path) > before,
+                             self.opt.failback_timeout_s, 0.05):
                     report.problems.append(f"trial {index}: {nic} did not fail back within "
-                                           f"{self.failback_timeout_s:g} s")
+                                           f"{self.opt.failback_timeout_s:g} s")
                 trial.t_failback_ns = time.monotonic_ns()
                 report.trials.append(trial)
-                time.sleep(self.phase_s)
+                time.sleep(self.opt.phase_s)
                 index += 1
 
     def _count(self, node: str, event: str, path: int) -> int:
@@ -267,7 +281,7 @@ class Drill:
         back = _first(ev_a, "failback", t.path, restore)
         if back:
             t.failback_ms = round((back - restore) / 1e6, 1)
-        phase = int(self.phase_s * 1e9)
+        phase = int(self.opt.phase_s * 1e9)
         t.gbps_before = harness.gbps(trace, fault - phase, fault)
         t.gbps_during = harness.gbps(trace, fault, restore)
         after_start = back or (t.t_failback_ns + shift_a)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleetctl.failover import FailoverError
@@ -20,28 +21,34 @@ MAX_LINE = 4096
 MAX_TRACE_LINES = 20_000_000
 MAX_EVENT_LINES = 1_000_000
 
+# The drill needs a source checkout: fleet_harness is a test program, built next to the plugin by
+# `make -C nccl_plugin` (scripts/install), never installed. These variables point elsewhere.
+SOURCE_BUILD_DIR = Path(__file__).resolve().parents[2] / "nccl_plugin" / "build"
+HARNESS_ENV = "FLEETCTL_FAILOVER_HARNESS"
+LIB_ENV = "FLEETCTL_FAILOVER_LIB"
 
-def plugin_build_dir() -> Path:
-    """nccl_plugin/build of a source checkout (where scripts/install builds it)."""
-    return Path(__file__).resolve().parents[2] / "nccl_plugin" / "build"
+
+@dataclass(frozen=True)
+class HarnessFiles:
+    harness: Path  # fleet_harness
+    lib: Path  # libnccl-net-fleet.so, which the harness drives
 
 
-def locate(plugin_dir: str | None = None) -> tuple[Path, Path]:
-    """(harness binary, plugin library): FLEETCTL_FAILOVER_HARNESS / FLEETCTL_FAILOVER_LIB, else the
-    given plugin_dir, else the source checkout's nccl_plugin/build."""
-    candidates = []
-    if plugin_dir:
-        candidates.append(Path(plugin_dir))
-    candidates.append(plugin_build_dir())
-    harness = os.environ.get("FLEETCTL_FAILOVER_HARNESS")
-    lib = os.environ.get("FLEETCTL_FAILOVER_LIB")
-    for base in candidates:
-        h, lb = Path(harness) if harness else base / "fleet_harness", Path(lib) if lib else base / "libnccl-net-fleet.so"
-        if h.is_file() and os.access(h, os.X_OK) and lb.is_file():
-            return h, lb
-    raise FailoverError("the fleet plugin's harness is not built (fleet_harness and libnccl-net-fleet.so)",
-                        hint="run ./scripts/install (make -C nccl_plugin), or set FLEETCTL_FAILOVER_HARNESS "
-                             "and FLEETCTL_FAILOVER_LIB")
+def locate(build_dir: Path = SOURCE_BUILD_DIR) -> HarnessFiles:
+    """The harness and the plugin library: FLEETCTL_FAILOVER_HARNESS / FLEETCTL_FAILOVER_LIB when
+    set, else those in `build_dir`; a FailoverError naming each path looked at when one is missing."""
+    files = HarnessFiles(Path(os.environ.get(HARNESS_ENV) or build_dir / "fleet_harness"),
+                         Path(os.environ.get(LIB_ENV) or build_dir / "libnccl-net-fleet.so"))
+    missing = []
+    if not (files.harness.is_file() and os.access(files.harness, os.X_OK)):
+        missing.append(str(files.harness))
+    if not files.lib.is_file():
+        missing.append(str(files.lib))
+    if missing:
+        raise FailoverError(f"the fleet plugin's harness is not built: no {' and no '.join(missing)}",
+                            hint=f"in a source checkout run ./scripts/install (make -C {build_dir.parent}), "
+                                 f"or set {HARNESS_ENV} and {LIB_ENV}")
+    return files
 
 
 def results(stdout: str) -> list[dict]:

@@ -69,7 +69,7 @@ class ClassPlan:
 
 
 @dataclass
-class Plan:
+class FailoverPlan:
     cluster: str
     classes: list[ClassPlan]
 
@@ -130,17 +130,31 @@ def group_nics(nics: list[NicPlan], size: int) -> list[list[str]]:
     return groups
 
 
-def _version_for(cls: NodeClass, here: str | None, option: str | None, site_key: str,
-                 detected: tuple[versions.Version | None, str], in_any_class: bool):
-    if option:
-        return versions.parse(option, what="--nccl-version"), "option --nccl-version"
-    if site_key:
+@dataclass(frozen=True)
+class _Context:
+    """What every class's plan reads besides the class: the site, this host, the choices made."""
+
+    site: Cluster
+    here: str | None  # this host's short name
+    in_any_class: bool  # this host is a node of the site file
+    affinity: Callable[[str], Affinity] | None
+    plugin_dir: str
+    group_size: int
+    nccl_option: str | None  # --nccl-version
+    nccl_site: str  # failover.nccl_version
+    detected: tuple[versions.Version | None, str]  # the libnccl found on this host
+
+
+def _version_for(ctx: _Context, cls: NodeClass):
+    if ctx.nccl_option:
+        return versions.parse(ctx.nccl_option, what="--nccl-version"), "option --nccl-version"
+    if ctx.nccl_site:
         try:
-            return versions.parse(site_key, what="failover.nccl_version"), "site failover.nccl_version"
+            return versions.parse(ctx.nccl_site, what="failover.nccl_version"), "site failover.nccl_version"
         except UsageError as exc:
             raise ConfigError(exc.message, key="failover.nccl_version") from None
-    version, path = detected
-    if version and ((here and contains(cls.nodes, here)) or not in_any_class):
+    version, path = ctx.detected
+    if version and ((ctx.here and contains(cls.nodes, ctx.here)) or not ctx.in_any_class):
         return version, f"detected {path}"
     return None, "unknown"
 
@@ -198,17 +212,19 @@ def site_settings(site: Cluster) -> dict:
 def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: str | None = None,
                plugin_dir: str | None = None, group_size: int | None = None,
                affinity: Callable[[str], Affinity] | None = None, hostname: str | None = None,
-               detected: tuple[versions.Version | None, str] | None = None) -> Plan:
+               detected: tuple[versions.Version | None, str] | None = None) -> FailoverPlan:
     """The plan for every class with a node in `nodeset` (all classes without one). `affinity` reads
     this node's sysfs (fleetctl.failover.sysfs.affinity) for the class this host belongs to."""
     settings = site_settings(site)
     if plugin_dir is not None and not plugin_dir.startswith("/"):
         raise UsageError(f"--plugin-dir {plugin_dir!r}: not an absolute path")
-    plugin_dir = plugin_dir or settings.get("plugin_dir") or "/usr/lib/fleetctl"
-    size = group_size or settings.get("group_size") or 2
     here = hostname if hostname is not None else socket.gethostname().split(".")[0]
-    in_any = any(contains(c.nodes, here) for c in site.node_classes) if here else False
-    detected = detected if detected is not None else versions.detect()
+    ctx = _Context(site=site, here=here,
+                   in_any_class=any(contains(c.nodes, here) for c in site.node_classes) if here else False,
+                   affinity=affinity, plugin_dir=plugin_dir or settings.get("plugin_dir") or "/usr/lib/fleetctl",
+                   group_size=group_size or settings.get("group_size") or 2, nccl_option=nccl_version,
+                   nccl_site=settings.get("nccl_version", ""),
+                   detected=detected if detected is not None else versions.detect())
     classes = []
     for cls in site.node_classes:
         nodes = expand(cls.nodes)
@@ -216,31 +232,30 @@ def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: s
             nodes = [n for n in nodes if contains(nodeset, n)]
             if not nodes:
                 continue
-        classes.append(_class_plan(site, cls, nodes, here, affinity, plugin_dir, size, nccl_version,
-                                   settings.get("nccl_version", ""), detected, in_any))
+        classes.append(_class_plan(ctx, cls, nodes))
     if nodeset is not None and not classes:
         raise UsageError(f"no node of {fold(expand(nodeset))} is in the site file")
-    return Plan(site.name, classes)
+    return FailoverPlan(site.name, classes)
 
 
-def _class_plan(site, cls, nodes, here, affinity, plugin_dir, size, option, site_key, detected, in_any):
+def _class_plan(ctx: _Context, cls: NodeClass, nodes: list[str]) -> ClassPlan:
     warnings: list[str] = []
-    local = bool(affinity and here and contains(cls.nodes, here))
-    rails = _rails(site, cls, [here] if local else nodes)
+    local = bool(ctx.affinity and ctx.here and contains(cls.nodes, ctx.here))
+    rails = _rails(ctx.site, cls, [ctx.here] if local else nodes)
     rdma = [n for n in cls.nics if n.kind in ("infiniband", "roce")]
     mode = MODE_IB if rdma else MODE_PLUGIN
     chosen = rdma or list(cls.nics)
     nics = []
     for spec in chosen:
         device = spec.name if mode == MODE_IB else (spec.netdev or spec.name)
-        aff = affinity(spec.name) if local else Affinity()
+        aff = ctx.affinity(spec.name) if local else Affinity()
         nics.append(NicPlan(spec.name, spec.kind, device, rails.get(spec.name, ""), aff.numa_node,
                             aff.pcie_switch))
-    version, source = _version_for(cls, here, option, site_key, detected, in_any)
+    version, source = _version_for(ctx, cls)
     if not nics:
         return ClassPlan(cls.name, fold(nodes), "none", [], [], {}, versions.show(version), source,
                          warnings=["no NICs in the site file: nothing to fail over to"])
-    groups = group_nics(nics, size)
+    groups = group_nics(nics, ctx.group_size)
     if len(nics) < 2:
         warnings.append(f"one NIC ({nics[0].name}): no second path to fail over to")
     by_name = {n.name: n for n in nics}
@@ -250,11 +265,11 @@ def _class_plan(site, cls, nodes, here, affinity, plugin_dir, size, option, site
             warnings.append(f"group {','.join(g)}: every NIC is cabled to {shared.pop()}: a failure of that "
                             "switch takes the whole group down")
     if mode == MODE_PLUGIN:
-        env, reqs = _env_plugin(groups, by_name, plugin_dir, version, warnings)
+        env, reqs = _env_plugin(groups, by_name, ctx.plugin_dir, version, warnings)
     else:
         env, reqs = _env_ib(groups, by_name, version, warnings)
     return ClassPlan(cls.name, fold(nodes), mode, nics, groups, env, versions.show(version), source, reqs,
-                     warnings, here if local else "")
+                     warnings, ctx.here if local else "")
 
 
 def env_file_text(env: dict[str, str], *, header: str = "") -> str:

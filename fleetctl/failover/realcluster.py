@@ -15,7 +15,10 @@ import subprocess
 import threading
 from pathlib import Path
 
+from fleetctl.errors import UsageError
 from fleetctl.failover import FailoverError
+from fleetctl.failover.drill import new_workdir
+from fleetctl.failover.command import DrillAdapters, DrillRequest
 
 _NIC = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 _ROUTE_WORD = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
@@ -36,6 +39,19 @@ def check_guard(backend, node_a: str, node_b: str, i_know: bool):
     raise FailoverError(f"no active maintenance reservation (Flags=MAINT) holds both {node_a} and {node_b}",
                         hint=f"scontrol create reservation ReservationName=fleetctl-drill Nodes={node_a},{node_b} "
                              "Users=root StartTime=now Duration=60 Flags=MAINT,IGNORE_JOBS")
+
+
+def real_cluster_adapters(site, request: DrillRequest) -> DrillAdapters:
+    """srun inside the maintenance reservation holding both nodes, `ip link` faults; refusals
+    (FailoverError, UsageError) before anything runs."""
+    from fleetctl.slurm import backend_for_site
+
+    backend = backend_for_site(site, timeout=15.0)
+    reservation = check_guard(backend, request.node_a, request.node_b, request.i_know)
+    if not request.workdir:
+        raise UsageError("--workdir: a real cluster needs a directory both nodes and this host share")
+    runner = SrunRunner(reservation.name, new_workdir(request.workdir), getattr(backend, "slurm_conf", ""))
+    return DrillAdapters(runner, IpLinkFaults(runner), f"reservation {reservation.name}", remove_workdir=False)
 
 
 class SrunRunner:

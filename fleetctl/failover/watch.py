@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from fleetctl.atomic import write_atomic
 from fleetctl.failover import counters as counters_mod
 from fleetctl.failover import netlink, sysfs
 
@@ -108,6 +111,17 @@ class Watch:
                 out += self._counters()
             if now >= end:
                 return out
+
+    def follow(self, on_records: Callable[[list[dict]], None], stop, duration: float = 0.0,
+               prom_file: str | None = None) -> None:
+        """Records to `on_records` as they come until `stop` (an Event) is set or `duration` seconds
+        have passed (0: no end); `prom_file` is rewritten every interval."""
+        end = time.monotonic() + duration if duration else None
+        while not stop.is_set() and (end is None or time.monotonic() < end):
+            step = self.interval if end is None else max(0.0, min(self.interval, end - time.monotonic()))
+            on_records(self.poll(step))
+            if prom_file:
+                self.write_prometheus(prom_file)
 
     # ---- sources
     def _wanted(self, name: str) -> bool:
@@ -210,6 +224,9 @@ class Watch:
             elif len(hist.downs) >= self.flap_count:
                 out.append(f"{hist.name} is flapping ({len(hist.downs)} downs)")
         return out
+
+    def write_prometheus(self, path: str) -> None:
+        write_atomic(Path(path), self.prometheus())
 
     def prometheus(self) -> str:
         def label(value) -> str:

@@ -7,7 +7,7 @@ import ipaddress
 from fleetctl.errors import LabError
 from fleetctl.lab import system
 from fleetctl.lab.topology import (BRIDGE, FABRIC_SUPERNET, MGMT_DEV, MGMT_GATEWAY, MGMT_NET,
-                                   NETNS_PREFIX, NIC_MTU, Plan, router_routes)
+                                   NETNS_PREFIX, NIC_MTU, LabLayout, router_routes)
 
 _COMMON = {
     "net.ipv4.conf.all.rp_filter": 0,
@@ -56,28 +56,28 @@ def check_mgmt_range_free() -> None:
                            f"(route `{line.strip()}`)")
 
 
-def create_namespaces(plan: Plan) -> None:
-    system.ip_batch(None, [f"netns add {ns}" for ns in plan.netns_names()], "namespaces")
-    for host in plan.hosts:
+def create_namespaces(layout: LabLayout) -> None:
+    system.ip_batch(None, [f"netns add {ns}" for ns in layout.netns_names()], "namespaces")
+    for host in layout.hosts:
         system.sysctl(host.netns, _HOST, f"sysctls of {host.netns}")
-    for router in plan.routers:
+    for router in layout.routers:
         system.sysctl(router.netns, _ROUTER, f"sysctls of {router.netns}")
 
 
-def create_links(plan: Plan) -> None:
+def create_links(layout: LabLayout) -> None:
     lines = [f"link add {BRIDGE} type bridge", f"addr add {MGMT_GATEWAY}/24 dev {BRIDGE}",
              f"link set {BRIDGE} up"]
-    for link in plan.links.values():
+    for link in layout.links.values():
         lines.append(f"link add {link.a.dev} netns {link.a.netns} mtu {NIC_MTU} type veth "
                      f"peer name {link.b.dev} netns {link.b.netns} mtu {NIC_MTU}")
-    for host in plan.hosts:
+    for host in layout.hosts:
         lines.append(f"link add {host.mgmt_root_dev} type veth peer name {MGMT_DEV} netns {host.netns}")
         lines.append(f"link set {host.mgmt_root_dev} master {BRIDGE} up")
     system.ip_batch(None, lines, "links")
 
 
-def configure(plan: Plan) -> None:
-    for host in plan.hosts:
+def configure(layout: LabLayout) -> None:
+    for host in layout.hosts:
         lines = ["link set lo up", f"addr add {host.mgmt_address}/24 dev {MGMT_DEV}",
                  f"link set {MGMT_DEV} up"]
         for k, nic in enumerate(host.nics):
@@ -87,20 +87,20 @@ def configure(plan: Plan) -> None:
         first = host.nics[0]
         lines.append(f"route add {FABRIC_SUPERNET} via {first.gateway} dev {first.name}")
         system.ip_batch(host.netns, lines, f"addresses of {host.netns}")
-    for router in plan.routers:
+    for router in layout.routers:
         lines = ["link set lo up", f"addr add {router.loopback}/32 dev lo"]
-        for link in plan.links.values():
+        for link in layout.links.values():
             for end in (link.a, link.b):
                 if end.netns == router.netns:
                     lines += [f"addr add {end.address}/{link.prefix} dev {end.dev}",
                               f"link set {end.dev} up"]
         system.ip_batch(router.netns, lines, f"addresses of {router.netns}")
-    apply_routes(plan, set())
+    apply_routes(layout, set())
 
 
-def apply_routes(plan: Plan, down: set[str]) -> None:
+def apply_routes(layout: LabLayout, down: set[str]) -> None:
     """Install the routes of every router for the given set of down links (replace or delete)."""
-    for netns, routes in router_routes(plan, down).items():
+    for netns, routes in router_routes(layout, down).items():
         lines = []
         for prefix, hops in routes:
             if not hops:
@@ -114,8 +114,8 @@ def apply_routes(plan: Plan, down: set[str]) -> None:
         system.ip_batch(netns, lines, f"routes of {netns}", force=True)
 
 
-def set_link(plan: Plan, link_id: str, up: bool) -> None:
-    link = plan.links[link_id]
+def set_link(layout: LabLayout, link_id: str, up: bool) -> None:
+    link = layout.links[link_id]
     state = "up" if up else "down"
     for end in (link.a, link.b):
         system.run(["ip", "-n", end.netns, "link", "set", end.dev, state], f"link {link_id} {state}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from fleetctl.errors import LabError, UsageError
 from fleetctl.lab import fabric, gpusim, paths, services, state, system
-from fleetctl.lab.topology import FABRIC_SUPERNET, LabParams, Plan, build_plan
+from fleetctl.lab.topology import FABRIC_SUPERNET, LabLayout, LabParams, build_layout
 
 NFT_TABLE = "fleetctl_lab"
 SINK_PORT = 9  # the discard port: background load is sent there and dropped by the receiver
@@ -61,25 +61,25 @@ def parse_period(text: str) -> float:
     return seconds
 
 
-def resolve(plan: Plan, text: str) -> Target:
+def resolve(layout: LabLayout, text: str) -> Target:
     gm = re.match(r"^(node\d+):gpu(\d+)$", text)
     if gm:
         node, index = gm.group(1), int(gm.group(2))
-        if node not in {h.name for h in plan.hosts}:
+        if node not in {h.name for h in layout.hosts}:
             raise UsageError(f"fault target {text!r}: no node {node} in the lab")
-        if not 0 <= index < plan.params.gpus_per_host:
-            raise UsageError(f"fault target {text!r}: {node} has {plan.params.gpus_per_host} simulated "
+        if not 0 <= index < layout.params.gpus_per_host:
+            raise UsageError(f"fault target {text!r}: {node} has {layout.params.gpus_per_host} simulated "
                              "GPUs (lab up --gpus-per-host)")
         return Target(text, "", (), node, index)
     if "->" in text:
         src, _, dst = text.partition("->")
-        for link in plan.links.values():
+        for link in layout.links.values():
             if {link.a.element, link.b.element} == {src, dst}:
                 return Target(text, link.id, ((src, dst),))
         raise UsageError(f"fault target {text!r}: no cable between {src!r} and {dst!r}")
-    link = plan.links.get(text)
+    link = layout.links.get(text)
     if link is None:
-        link = next((l for l in plan.links.values() if l.a.element == text), None)
+        link = next((l for l in layout.links.values() if l.a.element == text), None)
     if link is None:
         raise UsageError(f"fault target {text!r}: not a link, NIC or GPU of the lab",
                          hint="examples: leaf1--spine2, leaf1->spine2, node3:eth1, node2:gpu3 "
@@ -87,17 +87,17 @@ def resolve(plan: Plan, text: str) -> Target:
     return Target(text, link.id, ((link.a.element, link.b.element), (link.b.element, link.a.element)))
 
 
-def _running() -> tuple[dict, Plan]:
+def _running() -> tuple[dict, LabLayout]:
     st = state.load()
     if not st or st.get("status") != "up":
         raise LabError("no lab is up", hint="run `fleetctl lab up`")
-    return st, build_plan(LabParams(**st["params"]))
+    return st, build_layout(LabParams(**st["params"]))
 
 
 def add(target_text: str, kind: str, value=None, *, load_pct: float = 90.0) -> dict:
     with state.locked():
-        st, plan = _running()
-        target = resolve(plan, target_text)
+        st, layout = _running()
+        target = resolve(layout, target_text)
         if kind in GPU_KINDS:
             if target.gpu < 0:
                 raise UsageError(f"--{kind.replace('_', '-')} needs a GPU target like node2:gpu3")
@@ -118,7 +118,7 @@ def add(target_text: str, kind: str, value=None, *, load_pct: float = 90.0) -> d
             parse_period(value)
         # The same kind on the same target replaces the fault in force.
         for old in [f for f in st["faults"] if f["id"] == target.id and f["kind"] == kind]:
-            _undo(st, plan, old)
+            _undo(st, layout, old)
             st["faults"].remove(old)
         fault = {"id": target.id, "link": target.link, "kind": kind, "value": value,
                  "directions": [list(d) for d in target.directions], "since": time.time(), "processes": []}
@@ -126,10 +126,10 @@ def add(target_text: str, kind: str, value=None, *, load_pct: float = 90.0) -> d
             fault.update(node=target.node, gpu=target.gpu)
         st["faults"].append(fault)
         try:
-            _apply(st, plan, fault, load_pct)
+            _apply(st, layout, fault, load_pct)
         except BaseException:
             st["faults"].remove(fault)
-            _undo(st, plan, fault)
+            _undo(st, layout, fault)
             raise
         state.save(st)
         return fault
@@ -137,18 +137,18 @@ def add(target_text: str, kind: str, value=None, *, load_pct: float = 90.0) -> d
 
 def clear(target_text: str | None = None) -> list[dict]:
     with state.locked():
-        st, plan = _running()
+        st, layout = _running()
         if target_text is None:
             chosen = list(st["faults"])
         else:
-            target = resolve(plan, target_text)
+            target = resolve(layout, target_text)
             chosen = [f for f in st["faults"] if f["id"] == target.id
                       or (len(target.directions) == 2 and target.link and f["link"] == target.link)]
             if not chosen:
                 raise UsageError(f"no fault in force on {target_text!r}")
         for fault in chosen:
             st["faults"].remove(fault)
-            _undo(st, plan, fault)
+            _undo(st, layout, fault)
         state.save(st)
         return chosen
 
@@ -159,41 +159,41 @@ def listing() -> list[dict]:
 
 
 # ---------------------------------------------------------------- apply / undo
-def _end(plan: Plan, link_id: str, element: str):
-    return plan.links[link_id].end(element)
+def _end(layout: LabLayout, link_id: str, element: str):
+    return layout.links[link_id].end(element)
 
 
-def _apply(st: dict, plan: Plan, fault: dict, load_pct: float) -> None:
+def _apply(st: dict, layout: LabLayout, fault: dict, load_pct: float) -> None:
     kind, link_id = fault["kind"], fault["link"]
     lab = paths.lab_dir()
     if kind in GPU_KINDS:
         gpusim.apply_fault(lab, fault["node"], fault["gpu"], kind, fault["value"])
     elif kind == "loss":
-        _sync_nft(st, plan, {_end(plan, link_id, dst).netns for _, dst in fault["directions"]})
+        _sync_nft(st, layout, {_end(layout, link_id, dst).netns for _, dst in fault["directions"]})
     elif kind == "rate":
         bps = parse_rate(fault["value"])
         burst = max(3200, int(bps / 8 * 0.004))  # ~4 ms of line rate
         for src, dst in fault["directions"]:
-            end = _end(plan, link_id, src)
+            end = _end(layout, link_id, src)
             system.run(["tc", "-n", end.netns, "qdisc", "replace", "dev", end.dev, "root", "tbf", "rate",
                         str(bps), "burst", str(burst), "latency", "50ms"], f"rate limit on {fault['id']}")
         if load_pct > 0:
             fault["load_pct"] = load_pct
-            _sync_nft(st, plan, {_end(plan, link_id, dst).netns for _, dst in fault["directions"]})
+            _sync_nft(st, layout, {_end(layout, link_id, dst).netns for _, dst in fault["directions"]})
             for src, dst in fault["directions"]:
-                fault["processes"].append(_start_load(plan, link_id, src, dst, bps * load_pct / 100))
+                fault["processes"].append(_start_load(layout, link_id, src, dst, bps * load_pct / 100))
     elif kind == "down":
-        fabric.set_link(plan, link_id, False)
-        fabric.apply_routes(plan, down_links(st))
+        fabric.set_link(layout, link_id, False)
+        fabric.apply_routes(layout, down_links(st))
     elif kind == "flap":
         period = parse_period(fault["value"])
         cmd = [sys.executable, "-m", "fleetctl.lab.flap", link_id, str(period), str(lab)]
         fault["processes"].append(services.spawn(cmd, lab / "logs" / "flap.log", f"flap:{link_id}"))
 
 
-def _start_load(plan: Plan, link_id: str, src: str, dst: str, bps: float) -> dict:
+def _start_load(layout: LabLayout, link_id: str, src: str, dst: str, bps: float) -> dict:
     """Bursty UDP from one end of the cable to the discard port of the other (dropped there by nft)."""
-    a, b = _end(plan, link_id, src), _end(plan, link_id, dst)
+    a, b = _end(layout, link_id, src), _end(layout, link_id, dst)
     cmd = system.nsenter(a.netns) + [
         sys.executable, "-m", "fleetctl.lab.traffic", "send", "--src", a.address, "--dst", b.address,
         "--dport", str(SINK_PORT), "--rate-bps", str(int(bps)), "--size", "1000", "--duration", "0",
@@ -201,7 +201,7 @@ def _start_load(plan: Plan, link_id: str, src: str, dst: str, bps: float) -> dic
     return services.spawn(cmd, paths.lab_dir() / "logs" / "load.log", f"load:{src}->{dst}")
 
 
-def _undo(st: dict, plan: Plan, fault: dict) -> None:
+def _undo(st: dict, layout: LabLayout, fault: dict) -> None:
     kind, link_id = fault["kind"], fault["link"]
     system.stop(fault.get("processes", []))
     if kind in GPU_KINDS:
@@ -209,43 +209,43 @@ def _undo(st: dict, plan: Plan, fault: dict) -> None:
         gpusim.clear_gpu(paths.lab_dir(), fault["node"], node_index, fault["gpu"],
                          repaired_by_reboot=kind == "xid")
     elif kind == "loss":
-        _sync_nft(st, plan, {_end(plan, link_id, dst).netns for _, dst in fault["directions"]})
+        _sync_nft(st, layout, {_end(layout, link_id, dst).netns for _, dst in fault["directions"]})
     elif kind == "rate":
         for src, _ in fault["directions"]:
-            end = _end(plan, link_id, src)
+            end = _end(layout, link_id, src)
             system.run(["tc", "-n", end.netns, "qdisc", "del", "dev", end.dev, "root"], "clear rate",
                        check=False)
-        _sync_nft(st, plan, {_end(plan, link_id, dst).netns for _, dst in fault["directions"]})
+        _sync_nft(st, layout, {_end(layout, link_id, dst).netns for _, dst in fault["directions"]})
     elif kind in ("down", "flap"):
         if link_id not in down_links(st):
-            restore_link(st, plan, link_id)
+            restore_link(st, layout, link_id)
 
 
 def down_links(st: dict) -> set[str]:
     return {f["link"] for f in st["faults"] if f["kind"] == "down"}
 
 
-def restore_link(st: dict, plan: Plan, link_id: str) -> None:
+def restore_link(st: dict, layout: LabLayout, link_id: str) -> None:
     """Cable up again, and every route that went with it back (the kernel deleted them)."""
-    fabric.set_link(plan, link_id, True)
-    link = plan.links[link_id]
+    fabric.set_link(layout, link_id, True)
+    link = layout.links[link_id]
     host_name = link.a.element.split(":")[0]
     if ":" in link.a.element:
-        host = plan.host(host_name)
+        host = layout.host(host_name)
         lines = [f"route replace {FABRIC_SUPERNET} via {n.gateway} dev {n.name} table {n.table}"
                  for n in host.nics]
         lines.append(f"route replace {FABRIC_SUPERNET} via {host.nics[0].gateway} dev {host.nics[0].name}")
         system.ip_batch(host.netns, lines, f"routes of {host.netns}", force=True)
-    fabric.apply_routes(plan, down_links(st))
+    fabric.apply_routes(layout, down_links(st))
 
 
-def _sync_nft(st: dict, plan: Plan, namespaces: set[str]) -> None:
+def _sync_nft(st: dict, layout: LabLayout, namespaces: set[str]) -> None:
     """Rebuild the lab's nft table of each namespace from the faults in force (atomic per namespace)."""
     for netns in namespaces:
         rules, sink = [], False
         for f in st["faults"]:
             for src, dst in f["directions"]:
-                end = _end(plan, f["link"], dst) if f["link"] else None
+                end = _end(layout, f["link"], dst) if f["link"] else None
                 if end is None or end.netns != netns:
                     continue
                 if f["kind"] == "loss":

@@ -13,7 +13,7 @@ import sys
 import time
 
 from fleetctl.errors import LabError
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 
 
 def main(argv: list[str]) -> int:
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     from fleetctl.lab import fabric, faults, state
 
     st = state.load()
-    plan = build_plan(LabParams(**st["params"]))
+    layout = build_layout(LabParams(**st["params"]))
     stopping = False
 
     def on_term(_signum, _frame):
@@ -40,16 +40,16 @@ def main(argv: list[str]) -> int:
             current = state.load() or st
             static_down = faults.down_links(current)
             if down:
-                fabric.set_link(plan, link_id, False)
-                fabric.apply_routes(plan, static_down | {link_id})
+                fabric.set_link(layout, link_id, False)
+                fabric.apply_routes(layout, static_down | {link_id})
                 print(f"{time.time():.3f} {link_id} down", flush=True)
             else:
-                faults.restore_link(current, plan, link_id)
+                faults.restore_link(current, layout, link_id)
                 print(f"{time.time():.3f} {link_id} up", flush=True)
             next_change += period / 2
         time.sleep(min(0.02, max(0.0, next_change - time.monotonic())))
     if down:
-        faults.restore_link(state.load() or st, plan, link_id)
+        faults.restore_link(state.load() or st, layout, link_id)
     return 0
 
 

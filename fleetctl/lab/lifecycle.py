@@ -20,7 +20,7 @@ from pathlib import Path
 from fleetctl.errors import LabError
 from fleetctl.lab import (fabric, gpusim, paths, services, sitefile, slurmconf, slurmroot, spankbuild, state,
                           system)
-from fleetctl.lab.topology import BRIDGE, LabParams, build_plan
+from fleetctl.lab.topology import BRIDGE, LabParams, build_layout
 
 STEPS = ("preflight", "slurmroot", "namespaces", "links", "addresses", "hostnames", "munge", "slurm",
          "ssh", "lldp", "gpus", "site")
@@ -71,7 +71,7 @@ def unhealthy(st: dict) -> list[str]:
 # ---------------------------------------------------------------- build
 def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
     lab = paths.lab_dir()
-    plan = build_plan(params)
+    layout = build_layout(params)
     st = {"status": "building", "params": params.to_dict(), "lab_dir": str(lab), "started": time.time(),
           "netns": [], "root_links": [], "uts": {}, "processes": [], "faults": []}
     context: dict = {}
@@ -109,19 +109,19 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         context["root"] = root
 
     def step_namespaces():
-        st["netns"] = plan.netns_names()
+        st["netns"] = layout.netns_names()
         state.save(st)  # recorded before creation: a crash in between still gets cleaned up
-        fabric.create_namespaces(plan)
+        fabric.create_namespaces(layout)
 
     def step_links():
-        st["root_links"] = [BRIDGE] + [h.mgmt_root_dev for h in plan.hosts]
+        st["root_links"] = [BRIDGE] + [h.mgmt_root_dev for h in layout.hosts]
         state.save(st)
-        fabric.create_links(plan)
+        fabric.create_links(layout)
 
     def step_hostnames():
-        st["uts"] = {h.name: str(lab / "uts" / h.name) for h in plan.hosts}
+        st["uts"] = {h.name: str(lab / "uts" / h.name) for h in layout.hosts}
         state.save(st)
-        services.create_uts(lab, plan)
+        services.create_uts(lab, layout)
 
     def step_munge():
         if not params.slurm:
@@ -137,7 +137,7 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         version = slurmconf.slurm_version(bindir)
         # spank_fleetctl.so built for the lab's Slurm (scripts/install builds both), loaded when present.
         spank = spankbuild.plugin_for(root) if root else slurmconf.SPANK_PLUGIN
-        conf = slurmconf.write_conf(lab, plan, socket.gethostname().split(".")[0],
+        conf = slurmconf.write_conf(lab, layout, socket.gethostname().split(".")[0],
                                     context["munge_socket"], version, bindir=bindir,
                                     plugin_dir=slurmroot.plugin_dir(root) if root else None,
                                     spank_plugin=spank)
@@ -146,9 +146,9 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
                        "root": str(root) if root else None, "bindir": str(bindir) if bindir else None,
                        "spank_plugin": str(spank) if spank.is_file() else None}
         _track(st, [services.start_slurmctld(lab, conf, bindir, mount_ns)])
-        records = services.start_slurmds(lab, conf, plan, st["uts"], bindir, mount_ns)
+        records = services.start_slurmds(lab, conf, layout, st["uts"], bindir, mount_ns)
         _track(st, records)
-        services.wait_nodes_idle(conf, plan, records, lab, bindir=bindir)
+        services.wait_nodes_idle(conf, layout, records, lab, bindir=bindir)
 
     def step_ssh():
         if not params.ssh:
@@ -156,11 +156,11 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         env = {"FLEETCTL_SITE": str(paths.site_file())}
         if "slurm" in st:
             env["SLURM_CONF"] = st["slurm"]["conf"]
-        context["ssh"] = services.write_ssh_keys(lab, plan, env)
+        context["ssh"] = services.write_ssh_keys(lab, layout, env)
         st["ssh"] = context["ssh"]
-        records = services.start_sshds(lab, plan, st["uts"], st.get("mount_ns"))
+        records = services.start_sshds(lab, layout, st["uts"], st.get("mount_ns"))
         _track(st, records)
-        services.wait_sshds(plan, records, lab)
+        services.wait_sshds(layout, records, lab)
 
     def step_lldp():
         # lldpd where it is installed (scripts/install adds it) and the lab runs services at all (a
@@ -168,21 +168,21 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         if not shutil.which("lldpd") or not (params.slurm or params.ssh):
             return
         (lab / "logs").mkdir(exist_ok=True)
-        _track(st, services.start_lldpds(lab, plan, st["uts"]))
+        _track(st, services.start_lldpds(lab, layout, st["uts"]))
         st["lldp"] = {"socket": str(services.lldp_socket(lab, "{node}"))}
 
     def step_gpus():
-        for i, host in enumerate(plan.hosts, start=1):
+        for i, host in enumerate(layout.hosts, start=1):
             (gpusim.host_dir(lab, host.name)).mkdir(parents=True, exist_ok=True)
             if params.gpus_per_host:
                 gpusim.write_host(lab, host.name, i, params.gpus_per_host)
             else:
                 (gpusim.host_dir(lab, host.name) / "kern.log").touch()
         if params.clock_skew:
-            st["clock"] = clock_truth(plan, seed=int(os.environ.get("FLEETCTL_LAB_SEED", "1")))
+            st["clock"] = clock_truth(layout, seed=int(os.environ.get("FLEETCTL_LAB_SEED", "1")))
 
     def step_site():
-        doc = sitefile.site_document(plan, lab, slurm_conf=st.get("slurm", {}).get("conf", ""),
+        doc = sitefile.site_document(layout, lab, slurm_conf=st.get("slurm", {}).get("conf", ""),
                                      ssh=context.get("ssh", {}), cpus=os.cpu_count() or 1)
         paths.site_file().write_text(sitefile.to_toml(doc))
         from fleetctl.config import load_site
@@ -190,7 +190,7 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         load_site(paths.site_file())  # the lab's own site file must pass the schema
 
     actions = {"preflight": step_preflight, "slurmroot": step_slurmroot, "namespaces": step_namespaces,
-               "links": step_links, "addresses": lambda: fabric.configure(plan), "hostnames": step_hostnames,
+               "links": step_links, "addresses": lambda: fabric.configure(layout), "hostnames": step_hostnames,
                "munge": step_munge, "slurm": step_slurm, "ssh": step_ssh, "lldp": step_lldp, "gpus": step_gpus,
                "site": step_site}
     for name in STEPS:
@@ -209,7 +209,7 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         if name != "preflight":
             state.save(st)
     st["status"] = "up"
-    st["addresses"] = _addresses(plan)
+    st["addresses"] = _addresses(layout)
     st["up_seconds"] = round(time.monotonic() - t0, 3)
     state.save(st)
     return st
@@ -220,21 +220,21 @@ def _track(st: dict, records: list[dict]) -> None:
     state.save(st)
 
 
-def _addresses(plan) -> dict:
+def _addresses(layout) -> dict:
     return {
-        "mgmt": {h.name: h.mgmt_address for h in plan.hosts},
-        "nics": {f"{h.name}:{n.name}": n.address for h in plan.hosts for n in h.nics},
-        "switches": {r.id: r.loopback for r in plan.routers},
-        "netns": {**{h.name: h.netns for h in plan.hosts}, **{r.id: r.netns for r in plan.routers}},
+        "mgmt": {h.name: h.mgmt_address for h in layout.hosts},
+        "nics": {f"{h.name}:{n.name}": n.address for h in layout.hosts for n in h.nics},
+        "switches": {r.id: r.loopback for r in layout.routers},
+        "netns": {**{h.name: h.netns for h in layout.hosts}, **{r.id: r.netns for r in layout.routers}},
     }
 
 
-def clock_truth(plan, seed: int) -> dict:
+def clock_truth(layout, seed: int) -> dict:
     """Known clock offset (+-0.5..5 ms) and drift (+-1..50 ppm) per host, for the probe agent to apply
     and for clock-sync estimates to be checked against. offset(t) = offset_ms + drift_ppm * (t - t0)."""
     rng = random.Random(seed)
     hosts = {}
-    for h in plan.hosts:
+    for h in layout.hosts:
         hosts[h.name] = {"offset_ms": round(rng.choice((-1, 1)) * rng.uniform(0.5, 5.0), 4),
                          "drift_ppm": round(rng.choice((-1, 1)) * rng.uniform(1.0, 50.0), 3)}
     return {"t0": time.time(), "seed": seed, "hosts": hosts}

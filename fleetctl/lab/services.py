@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fleetctl.errors import LabError
 from fleetctl.lab import slurmroot, system
-from fleetctl.lab.topology import MGMT_GATEWAY, Plan
+from fleetctl.lab.topology import MGMT_GATEWAY, LabLayout
 
 
 def spawn(cmd: list[str], log: Path, name: str, env: dict | None = None) -> dict:
@@ -38,12 +38,12 @@ def _require_running(records: list[dict], step: str, logs: dict[str, Path]) -> N
 
 
 # ---------------------------------------------------------------- UTS namespaces (hostnames)
-def create_uts(lab: Path, plan: Plan) -> dict[str, str]:
+def create_uts(lab: Path, layout: LabLayout) -> dict[str, str]:
     """A UTS namespace per host, bind-mounted on a file, so that `hostname` says node3 there."""
     uts_dir = lab / "uts"
     uts_dir.mkdir(exist_ok=True)
     out = {}
-    for host in plan.hosts:
+    for host in layout.hosts:
         path = uts_dir / host.name
         path.touch()
         system.run(["unshare", f"--uts={path}", "hostname", host.name], f"hostname of {host.name}")
@@ -111,20 +111,20 @@ def start_slurmctld(lab: Path, conf: Path, bindir: Path | None = None, mount_ns:
     return rec
 
 
-def start_slurmds(lab: Path, conf: Path, plan: Plan, uts: dict[str, str], bindir: Path | None = None,
+def start_slurmds(lab: Path, conf: Path, layout: LabLayout, uts: dict[str, str], bindir: Path | None = None,
                   mount_ns: str | None = None) -> list[dict]:
     records = []
-    for host in plan.hosts:
+    for host in layout.hosts:
         cmd = system.nsenter(host.netns, uts[host.name], mount_ns) + [
             _program("slurmd", bindir), "-D", "-f", str(conf), "-N", host.name]
         records.append(spawn(cmd, lab / "logs" / f"slurmd.{host.name}.out", f"slurmd:{host.name}"))
     return records
 
 
-def wait_nodes_idle(conf: Path, plan: Plan, records: list[dict], lab: Path, timeout: float = 20,
+def wait_nodes_idle(conf: Path, layout: LabLayout, records: list[dict], lab: Path, timeout: float = 20,
                     bindir: Path | None = None) -> None:
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    names = {h.name for h in plan.hosts}
+    names = {h.name for h in layout.hosts}
     states: dict[str, str] = {}
 
     def idle() -> bool:
@@ -165,7 +165,7 @@ Subsystem sftp internal-sftp
 {setenv}"""
 
 
-def write_ssh_keys(lab: Path, plan: Plan, env: dict[str, str]) -> dict:
+def write_ssh_keys(lab: Path, layout: LabLayout, env: dict[str, str]) -> dict:
     """Keys, known_hosts and per-host sshd configs. `env` is set in every session (SLURM_CONF, so that
     srun and scontrol work on the nodes as on a real cluster)."""
     d = lab / "ssh"
@@ -175,7 +175,7 @@ def write_ssh_keys(lab: Path, plan: Plan, env: dict[str, str]) -> dict:
                "ssh keys")
     (d / "authorized_keys").write_text(Path(f"{client}.pub").read_text())
     known = []
-    for host in plan.hosts:
+    for host in layout.hosts:
         hd = d / host.name
         hd.mkdir(exist_ok=True)
         key = hd / "ssh_host_ed25519_key"
@@ -190,21 +190,21 @@ def write_ssh_keys(lab: Path, plan: Plan, env: dict[str, str]) -> dict:
     return {"identity_file": str(client), "known_hosts": str(d / "known_hosts")}
 
 
-def start_sshds(lab: Path, plan: Plan, uts: dict[str, str], mount_ns: str | None = None) -> list[dict]:
+def start_sshds(lab: Path, layout: LabLayout, uts: dict[str, str], mount_ns: str | None = None) -> list[dict]:
     """One sshd per host; with a Debian root's Slurm, in the lab's mount namespace, so that a session's
     scontrol or srun is that Slurm's as on a real node."""
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     records = []
-    for host in plan.hosts:
+    for host in layout.hosts:
         cmd = system.nsenter(host.netns, uts[host.name], mount_ns) + [
             "/usr/sbin/sshd", "-D", "-e", "-f", str(lab / "ssh" / host.name / "sshd_config")]
         records.append(spawn(cmd, lab / "logs" / f"sshd.{host.name}.log", f"sshd:{host.name}"))
     return records
 
 
-def wait_sshds(plan: Plan, records: list[dict], lab: Path, timeout: float = 10) -> None:
+def wait_sshds(layout: LabLayout, records: list[dict], lab: Path, timeout: float = 10) -> None:
     logs = {r["name"]: lab / "logs" / f"sshd.{r['name'][5:]}.log" for r in records}
-    pending = {h.mgmt_address for h in plan.hosts}
+    pending = {h.mgmt_address for h in layout.hosts}
 
     def ready() -> bool:
         _require_running(records, "ssh", logs)
@@ -222,15 +222,15 @@ def lldp_socket(lab: Path, name: str) -> Path:
     return lab / "lldp" / f"{name}.sock"
 
 
-def start_lldpds(lab: Path, plan: Plan, uts: dict[str, str]) -> list[dict]:
+def start_lldpds(lab: Path, layout: LabLayout, uts: dict[str, str]) -> list[dict]:
     """One lldpd per namespace (hosts and switches), each with its own control socket (-u), its own
     configuration (-O: the element's name as system name, port ids as interface names, a 1 s
     transmit interval so that neighbours and cuts show within seconds) and no daemonizing (-d)."""
     d = lab / "lldp"
     d.mkdir(exist_ok=True)
     records = []
-    elements = [(h.name, h.netns, uts.get(h.name)) for h in plan.hosts] + \
-        [(r.id, r.netns, None) for r in plan.routers]
+    elements = [(h.name, h.netns, uts.get(h.name)) for h in layout.hosts] + \
+        [(r.id, r.netns, None) for r in layout.routers]
     for name, netns, uts_file in elements:
         conf = d / f"{name}.conf"
         conf.write_text(f"configure system hostname {name}\n"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetctl.lab import lifecycle, paths, state
-from fleetctl.lab.topology import LabParams, Plan, build_plan
+from fleetctl.lab.topology import LabLayout, LabParams, build_layout
 
 
 @dataclass
@@ -23,7 +23,7 @@ class Lab:
     """What a test needs to use the running lab."""
 
     params: LabParams
-    plan: Plan
+    layout: LabLayout
     state: dict
     lab_dir: Path
     site_file: Path
@@ -37,7 +37,7 @@ class Lab:
 
     @property
     def nodes(self) -> list[str]:
-        return [h.name for h in self.plan.hosts]
+        return [h.name for h in self.layout.hosts]
 
     def netns(self, node_or_switch: str) -> str:
         return self.state["addresses"]["netns"][node_or_switch]
@@ -82,7 +82,7 @@ class LabSession:
         except BaseException:
             self._release()
             raise
-        return Lab(self.params, build_plan(self.params), st, paths.lab_dir(), paths.site_file(),
+        return Lab(self.params, build_layout(self.params), st, paths.lab_dir(), paths.site_file(),
                    lifecycle.env())
 
     def __exit__(self, *exc) -> None:

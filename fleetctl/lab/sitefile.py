@@ -7,11 +7,11 @@ from pathlib import Path
 
 from fleetctl.lab import gpusim
 from fleetctl.lab.slurmconf import PARTITION
-from fleetctl.lab.topology import NIC_MTU, NIC_RATE_GBPS, Plan
+from fleetctl.lab.topology import NIC_MTU, NIC_RATE_GBPS, LabLayout
 
 
-def site_document(plan: Plan, lab: Path, *, slurm_conf: str, ssh: dict, cpus: int) -> dict:
-    p = plan.params
+def site_document(layout: LabLayout, lab: Path, *, slurm_conf: str, ssh: dict, cpus: int) -> dict:
+    p = layout.params
     nodes = f"node[1-{p.hosts}]" if p.hosts > 1 else "node1"
     node_class = {
         "name": "lab",
@@ -30,11 +30,11 @@ def site_document(plan: Plan, lab: Path, *, slurm_conf: str, ssh: dict, cpus: in
     if p.gpus_per_host:
         checks["simulated_gpus"] = str(lab / "hosts" / "{node}" / "gpus.json")
     access = {"transport": "ssh" if p.ssh else "local",
-              "local": {"netns": plan.hosts[0].netns.replace(plan.hosts[0].name, "{node}")}}
+              "local": {"netns": layout.hosts[0].netns.replace(layout.hosts[0].name, "{node}")}}
     if p.ssh:
         access["ssh"] = {"user": "root", "identity_file": ssh["identity_file"],
                          "known_hosts": ssh["known_hosts"], "host_key_policy": "strict",
-                         "addresses": {h.name: h.mgmt_address for h in plan.hosts}}
+                         "addresses": {h.name: h.mgmt_address for h in layout.hosts}}
     doc = {
         "cluster": {"name": "lab", "description": f"fleetctl lab: {p.hosts} hosts x {p.nics_per_host} "
                     f"NICs, {p.leaves} leaves, {p.spines} spines (emulated on one machine)"},
@@ -43,10 +43,10 @@ def site_document(plan: Plan, lab: Path, *, slurm_conf: str, ssh: dict, cpus: in
         "node_classes": [node_class],
         "fabric": {
             "switches": [{"id": r.id, "tier": r.tier, "model": "linux-netns", "address": r.loopback}
-                         for r in sorted(plan.routers, key=lambda r: (r.tier, r.index))],
+                         for r in sorted(layout.routers, key=lambda r: (r.tier, r.index))],
             "links": [{"id": link.id, "a": link.a.element, "b": link.b.element,
                        "a_address": link.a.address, "b_address": link.b.address,
-                       "rate_gbps": NIC_RATE_GBPS} for link in plan.links.values()],
+                       "rate_gbps": NIC_RATE_GBPS} for link in layout.links.values()],
         },
         "checks": checks,
         "lens": {"state_dir": str(lab / "lens")},

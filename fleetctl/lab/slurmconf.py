@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from fleetctl.lab import system
-from fleetctl.lab.topology import MGMT_GATEWAY, Plan
+from fleetctl.lab.topology import MGMT_GATEWAY, LabLayout
 
 PARTITION = "gpu"
 HOOKS = ("prolog", "epilog", "healthcheck")
@@ -86,7 +86,7 @@ def write_plugstack(lab: Path, plugin: Path | None = SPANK_PLUGIN) -> Path:
     return path
 
 
-def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
+def write_conf(lab: Path, layout: LabLayout, controller_host: str, munge_socket: str,
                version: tuple[int, int], *, bindir: Path | None = None,
                plugin_dir: Path | None = None, spank_plugin: Path | None = SPANK_PLUGIN) -> Path:
     """slurm.conf (and cgroup.conf from 24.05). `bindir`/`plugin_dir`: a Debian root's Slurm, whose
@@ -95,7 +95,7 @@ def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
     hooks = write_hooks(lab)
     slurm = lab / "slurm"
     (slurm / "state").mkdir(parents=True, exist_ok=True)
-    for host in plan.hosts:
+    for host in layout.hosts:
         (slurm / "spool" / host.name).mkdir(parents=True, exist_ok=True)
     logs = lab / "logs"
     logs.mkdir(exist_ok=True)
@@ -139,10 +139,10 @@ def write_conf(lab: Path, plan: Plan, controller_host: str, munge_socket: str,
     if plugin_dir:
         lines.append(f"PluginDir={plugin_dir}")  # the root's own plugins
     lines.append(f"PlugStackConfig={write_plugstack(lab, spank_plugin)}")
-    for host in plan.hosts:
+    for host in layout.hosts:
         lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
                      f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")
-    nodes = ",".join(h.name for h in plan.hosts)
+    nodes = ",".join(h.name for h in layout.hosts)
     lines.append(f"PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP")
     conf = lab / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")

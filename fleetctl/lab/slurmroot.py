@@ -25,7 +25,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -328,33 +327,3 @@ def enter(mount_ns: str | None) -> list[str]:
     """Prefix entering the lab's mount namespace (nothing for the system Slurm). --wd=/ keeps the
     working directory a real one after the switch."""
     return ["nsenter", f"--mount={mount_ns}", "--wd=/"] if mount_ns else []
-
-
-def main(argv: list[str]) -> int:
-    """`python -m fleetctl.lab.slurmroot SUITE...`: build the roots that are absent, add what a cached
-    root lacks, and build spank_fleetctl.so for each root's Slurm (scripts/install)."""
-    for choice in argv or ["trixie"]:
-        suite = suite_of(choice)
-        if suite is None:
-            continue
-        try:
-            root, took = ensure_root(suite, lambda m: print(f"install: {m}", flush=True))
-        except LabError as exc:
-            print(f"install: Debian {suite} root for the lab: {exc.message}", file=sys.stderr)
-            return 1
-        state = f"built in {took:.0f} s" if took is not None else "cached"
-        version = (root / STAMP).read_text().split("slurm=")[-1].strip()
-        print(f"install: Debian {suite} root (Slurm {version}) {state}: {root}")
-        # spank_fleetctl.so for that Slurm (the lab's plugstack loads it); a failure costs only the
-        # SPANK tests on that Slurm, which say why.
-        from fleetctl.lab import spankbuild
-
-        try:
-            print(f"install: spank_fleetctl.so for Slurm {version}: {spankbuild.build(root)}")
-        except LabError as exc:
-            print(f"install: warning: spank_fleetctl.so for Slurm {version}: {exc.message}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

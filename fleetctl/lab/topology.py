@@ -1,7 +1,7 @@
-"""The lab's plan: names, addresses and links of an emulated cluster, computed from its size alone.
+"""The lab's layout: names, addresses and links of an emulated cluster, computed from its size alone.
 
 Pure data, no side effects: the builder, the site-file writer, the fault injector and the tests all read
-the same plan, so an address or a link id is decided in exactly one place.
+the same layout, so an address or a link id is decided in exactly one place.
 
 Layout ("rack style"): hosts are spread over the leaves in contiguous blocks (node1..node2 on leaf1,
 node3..node4 on leaf2 for 4 hosts and 2 leaves); every NIC of a host goes to the host's leaf, every leaf
@@ -124,7 +124,7 @@ class Router:
 
 
 @dataclass
-class Plan:
+class LabLayout:
     params: LabParams
     hosts: list[Host] = field(default_factory=list)
     routers: list[Router] = field(default_factory=list)
@@ -166,17 +166,17 @@ def leaf_of(host_index: int, params: LabParams) -> int:
     return (host_index - 1) * params.leaves // params.hosts + 1
 
 
-def build_plan(params: LabParams) -> Plan:
+def build_layout(params: LabParams) -> LabLayout:
     params.validate()
-    plan = Plan(params)
+    layout = LabLayout(params)
     for s in range(1, params.spines + 1):
-        plan.routers.append(Router(f"spine{s}", 2, s, NETNS_PREFIX + f"spine{s}", f"10.253.0.{s}"))
+        layout.routers.append(Router(f"spine{s}", 2, s, NETNS_PREFIX + f"spine{s}", f"10.253.0.{s}"))
     for leaf in range(1, params.leaves + 1):
-        plan.routers.append(Router(f"leaf{leaf}", 1, leaf, NETNS_PREFIX + f"leaf{leaf}",
-                                   f"10.252.{leaf}.254"))
+        layout.routers.append(Router(f"leaf{leaf}", 1, leaf, NETNS_PREFIX + f"leaf{leaf}",
+                                     f"10.252.{leaf}.254"))
         for s in range(1, params.spines + 1):
             lid = f"leaf{leaf}--spine{s}"
-            plan.links[lid] = CableLink(
+            layout.links[lid] = CableLink(
                 lid,
                 End(f"leaf{leaf}", NETNS_PREFIX + f"leaf{leaf}", f"spine{s}", f"10.253.{leaf}.{4 * s + 1}"),
                 End(f"spine{s}", NETNS_PREFIX + f"spine{s}", f"leaf{leaf}", f"10.253.{leaf}.{4 * s + 2}"))
@@ -190,13 +190,13 @@ def build_plan(params: LabParams) -> Plan:
             leaf_addr, host_addr = f"10.252.{leaf}.{4 * j + 1}", f"10.252.{leaf}.{4 * j + 2}"
             nics.append(HostNic(f"eth{k}", host_addr, leaf_addr, HOST_TABLE_BASE + k))
             lid = f"{name}:eth{k}--leaf{leaf}"
-            plan.links[lid] = CableLink(
+            layout.links[lid] = CableLink(
                 lid,
                 End(f"{name}:eth{k}", host_netns(name), f"eth{k}", host_addr),
                 End(f"leaf{leaf}", NETNS_PREFIX + f"leaf{leaf}", f"n{i}e{k}", leaf_addr))
-        plan.hosts.append(Host(name, host_netns(name), f"leaf{leaf}", f"10.250.0.{10 + i}",
-                               f"fl-m{i}", tuple(nics)))
-    return plan
+        layout.hosts.append(Host(name, host_netns(name), f"leaf{leaf}", f"10.250.0.{10 + i}",
+                                 f"fl-m{i}", tuple(nics)))
+    return layout
 
 
 def leaf_prefixes(leaf_index: int) -> list[str]:
@@ -204,28 +204,28 @@ def leaf_prefixes(leaf_index: int) -> list[str]:
     return [f"10.252.{leaf_index}.0/24", f"10.253.{leaf_index}.0/24"]
 
 
-def router_routes(plan: Plan, down: set[str]) -> dict[str, list[tuple[str, list[tuple[str, str]]]]]:
+def router_routes(layout: LabLayout, down: set[str]) -> dict[str, list[tuple[str, list[tuple[str, str]]]]]:
     """Static routes of every router given the set of links that are down: {netns: [(prefix,
     [(gateway, dev), ...])]}, an empty next-hop list meaning "no route". Recomputing this on every link
     event is how the lab emulates an instantly converged routing protocol."""
     out: dict[str, list] = {}
-    for leaf in plan.leaves:
+    for leaf in layout.leaves:
         routes = []
-        for other in plan.leaves:
+        for other in layout.leaves:
             if other is leaf:
                 continue
-            hops = [(plan.uplink(leaf.id, sp.id).b.address, sp.id) for sp in plan.spines
+            hops = [(layout.uplink(leaf.id, sp.id).b.address, sp.id) for sp in layout.spines
                     if f"{leaf.id}--{sp.id}" not in down and f"{other.id}--{sp.id}" not in down]
             routes += [(prefix, hops) for prefix in leaf_prefixes(other.index)]
-        for sp in plan.spines:
-            link = plan.uplink(leaf.id, sp.id)
+        for sp in layout.spines:
+            link = layout.uplink(leaf.id, sp.id)
             hops = [] if link.id in down else [(link.b.address, sp.id)]
             routes.append((f"{sp.loopback}/32", hops))
         out[leaf.netns] = routes
-    for sp in plan.spines:
+    for sp in layout.spines:
         routes = []
-        for leaf in plan.leaves:
-            link = plan.uplink(leaf.id, sp.id)
+        for leaf in layout.leaves:
+            link = layout.uplink(leaf.id, sp.id)
             hops = [] if link.id in down else [(link.a.address, leaf.id)]
             routes += [(prefix, hops) for prefix in leaf_prefixes(leaf.index)]
         out[sp.netns] = routes

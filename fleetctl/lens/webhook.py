@@ -337,11 +337,6 @@ class WebhookOutbox:
             self._thread = threading.Thread(target=self._run, name="lens-webhook", daemon=True)
             self._thread.start()
 
-    def wait_idle(self, timeout: float) -> bool:
-        """True once nothing is pending (within `timeout` seconds)."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._pending, timeout)
-
     def close(self, timeout: float | None = None) -> None:
         """Stop delivering (a POST under way finishes or meets its deadline first); keeps the
         spool."""

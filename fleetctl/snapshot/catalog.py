@@ -8,7 +8,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetctl.snapshot import SnapshotError, manifest
+from fleetctl.errors import SnapshotError
+from fleetctl.snapshot import manifest
 from fleetctl.snapshot.layout import Entry, parse_step, parse_tmp_step, read_latest, scan
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 
-from fleetctl.snapshot import SnapshotError
+from fleetctl.errors import SnapshotError
 
 # Llama 3 405B: 419 unexpected interruptions in 54 days on 16,384 GPUs (2,048 nodes of 8) =>
 # a node fails about every 2,048 * 54 * 24 / 419 ~ 6,300 h. A default, to be replaced by the site's own.

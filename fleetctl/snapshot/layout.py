@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
+from fleetctl.errors import SnapshotError
 from fleetctl.filekit import read_json, read_text
-from fleetctl.snapshot import SnapshotError
 
 LATEST = "LATEST"
 REQUEST = "REQUEST"

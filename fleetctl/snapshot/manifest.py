@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
+from fleetctl.errors import SnapshotError
 from fleetctl.filekit import read_json
-from fleetctl.snapshot import SnapshotError
 from fleetctl.snapshot.layout import MANIFEST, parse_step
 
 FORMAT = "fleetctl-snapshot/1"

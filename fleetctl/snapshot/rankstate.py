@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from fleetctl.snapshot import SnapshotError
+from fleetctl.errors import SnapshotError
 
 
 def capture_rng() -> dict:

@@ -29,9 +29,8 @@ import time
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
-from fleetctl.errors import DataError
+from fleetctl.errors import DataError, SnapshotError
 from fleetctl.filekit import read_json
-from fleetctl.snapshot import SnapshotError
 from fleetctl.snapshot.layout import MAX_SMALL_FILE, check_not_link
 
 ENV_REGISTRY = "FLEETCTL_SNAPSHOT_REGISTRY"

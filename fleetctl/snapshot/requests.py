@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetctl.errors import FleetctlError
-from fleetctl.snapshot import SnapshotError, manifest
+from fleetctl.errors import FleetctlError, SnapshotError
+from fleetctl.snapshot import manifest
 from fleetctl.snapshot.layout import REQUEST, read_latest, step_name, write_request
 
 POLL_S = 0.2

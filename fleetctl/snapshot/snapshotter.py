@@ -31,7 +31,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from fleetctl.snapshot import SnapshotError, catalog, manifest
+from fleetctl.errors import SnapshotError
+from fleetctl.snapshot import catalog, manifest
 from fleetctl.snapshot.interval import DEFAULT_COST_S, clamp, mtbf_from_env, young
 from fleetctl.snapshot.layout import step_name, take_request, write_latest, write_status
 from fleetctl.snapshot.rankstate import ExtraState, capture_rng, restore_rng

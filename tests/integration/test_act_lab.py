@@ -27,6 +27,7 @@ from fleetctl.lab.topology import MGMT_DEV
 from fleetctl.slurm.parse import expand_nodelist, parse_record
 
 from labutil import wait_for
+from tests.support.crash import CRASH_EXIT
 
 pytestmark = [pytest.mark.lab, pytest.mark.slurm]
 
@@ -186,10 +187,12 @@ def test_crash_mid_policy_drains_nothing_and_the_budget_refuses_a_storm(lab, tmp
                   for n in ("node1", "node2", "node3")]}
     path = tmp_path / "storm.json"
     path.write_text(json.dumps(report))
-    crashed = subprocess.run([sys.executable, "-m", "fleetctl", "act", "run", "--once", "--report", str(path)],
-                             env={**os.environ, "FLEETCTL_ACT_FAULT": "drain:after-pending",
-                                  "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
-    assert crashed.returncode == 86, crashed.stderr[-2000:]
+    # `act run` whose engine crashes between the pending record and the drain (tests/support/crash.py)
+    crashed = subprocess.run([sys.executable, "-m", "tests.support.crash", "drain:after-pending", "act", "run",
+                              "--once", "--report", str(path)],
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    assert crashed.returncode == CRASH_EXIT, crashed.stderr[-2000:]
     assert all("DRAIN" not in node_record(lab, n)["State"] for n in ("node1", "node2", "node3"))
 
     rc, run = fleetctl_json(capsys, "act", "run", "--once", "--report", str(path))

@@ -13,11 +13,12 @@ import pytest
 from fleetctl.act import detections
 from fleetctl.act.actionlog import ActionLog
 from fleetctl.act.config import ActConfig
-from fleetctl.act.engine import FAULT_EXIT, Engine
+from fleetctl.act.engine import Engine
 from fleetctl.act.policies import parse_policies
 from fleetctl.act.undo import undo
 from fleetctl.errors import ConfigError, UsageError
 from fleetctl.spares import SparePool, SparesConfig
+from tests.support.crash import CRASH_EXIT, crash_at
 
 sys.path.insert(0, os.path.dirname(__file__))
 from actfixtures import MemSlurm, audit_report, lens_event  # noqa: E402
@@ -206,14 +207,14 @@ def test_lens_link_event_snapshots_the_jobs_crossing_it(tmp_path):
 def test_a_crash_between_pending_and_the_drain_drains_nothing_and_recovery_says_so(tmp_path):
     slurm, engine = make(tmp_path, policies=({**XID, "actions": ["drain"]},))
     pid = os.fork()
-    if pid == 0:  # the child: the fault point kills it after the pending record
-        os.environ["FLEETCTL_ACT_FAULT"] = "drain:after-pending"
+    if pid == 0:  # the child: its engine crashes after the pending record
+        engine.on_point = crash_at("drain", "after-pending")
         try:
             handle_report(engine, audit_report({"node2": "xid.79"}))
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == FAULT_EXIT
+    assert os.WEXITSTATUS(status) == CRASH_EXIT
     assert not (tmp_path / "drains").exists()  # no drain reached Slurm
     pending = [r for r in ActionLog(tmp_path / "act").current().values() if r["phase"] == "pending"]
     assert len(pending) == 1 and pending[0]["action"] == "drain"
@@ -227,13 +228,13 @@ def test_a_crash_after_the_drain_is_recovered_as_done(tmp_path):
     slurm, engine = make(tmp_path, policies=({**XID, "actions": ["drain"]},))
     pid = os.fork()
     if pid == 0:
-        os.environ["FLEETCTL_ACT_FAULT"] = "drain:after-action"
+        engine.on_point = crash_at("drain", "after-action")
         try:
             handle_report(engine, audit_report({"node2": "xid.79"}))
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == FAULT_EXIT
+    assert os.WEXITSTATUS(status) == CRASH_EXIT
     pending = [r for r in ActionLog(tmp_path / "act").current().values() if r["phase"] == "pending"]
     # The child's Slurm state died with it: show the parent's Slurm the drain the child made.
     slurm.drain(["node2"], "xid.79", f"{pending[0]['id']} GPU has fallen off the bus")

@@ -16,11 +16,11 @@ import pytest
 
 from fleetctl.act import detections
 from fleetctl.act.actionlog import MAX_LINE_BYTES, ActionLog
-from fleetctl.act.engine import FAULT_EXIT
 from fleetctl.act.run import read_report
 from fleetctl.act.undo import undo
 from fleetctl.errors import DataError
 from fleetctl.snapshot import registry
+from tests.support.crash import CRASH_EXIT, crash_at
 
 sys.path.insert(0, os.path.dirname(__file__))
 from actfixtures import audit_report  # noqa: E402
@@ -142,13 +142,13 @@ def test_a_crash_after_the_spare_left_the_pool_can_be_undone(tmp_path):
     slurm.run_job("12", ["node1", "node2"])
     pid = os.fork()
     if pid == 0:
-        os.environ["FLEETCTL_ACT_FAULT"] = "swap:after-release"
+        engine.on_point = crash_at("swap", "after-release")
         try:
             handle_report(engine, audit_report({"node2": "xid.79"}))
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == FAULT_EXIT
+    assert os.WEXITSTATUS(status) == CRASH_EXIT
     slurm.res["fleetctl-spares"] = ["node4"]  # the child's Slurm died with it: node3 had left the pool
     recovered = engine.recover()
     assert [r["phase"] for r in recovered] == ["abandoned"] and "spare node3 was released" in recovered[0]["why"]

@@ -9,7 +9,7 @@ import itertools
 
 from fleetctl.discover.fabric import FabricSpec, LinkSpec, assign_ids, assign_tiers
 from fleetctl.discover.traced import Trace, infer, merge, peer
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 
 # Two leaves, two spines, /30 everywhere (the lab's addressing, written out):
 # node1:eth0 10.0.1.2 -> leaf A 10.0.1.1; node2:eth0 10.0.2.2 -> leaf B 10.0.2.1
@@ -108,13 +108,13 @@ def test_merge_keeps_lldp_host_cables_and_adds_traced_switch_cables():
     assert spec.sources == ["lldp", "trace"] and spec.switches["spine1"]["tier"] == 2
 
 
-def _lab_traces(plan, sports: int = 4):
+def _lab_traces(layout, sports: int = 4):
     """The hop lists the lab's routers give: first hop the leaf's host port, then the spine's port
     towards the source leaf, then the destination leaf's port towards that spine (spine by ECMP)."""
-    nics = {f"{h.name}:{n.name}": (n.address, 30) for h in plan.hosts for n in h.nics}
-    gateway = {f"{h.name}:{n.name}": n.gateway for h in plan.hosts for n in h.nics}
-    leaf = {f"{h.name}:{n.name}": h.leaf for h in plan.hosts for n in h.nics}
-    spines = [s.id for s in plan.spines]
+    nics = {f"{h.name}:{n.name}": (n.address, 30) for h in layout.hosts for n in h.nics}
+    gateway = {f"{h.name}:{n.name}": n.gateway for h in layout.hosts for n in h.nics}
+    leaf = {f"{h.name}:{n.name}": h.leaf for h in layout.hosts for n in h.nics}
+    spines = [s.id for s in layout.spines]
     traces = []
     for (a, b), j in itertools.product(itertools.permutations(sorted(nics), 2), range(sports)):
         if a.split(":")[0] == b.split(":")[0]:
@@ -123,24 +123,24 @@ def _lab_traces(plan, sports: int = 4):
             traces.append(Trace(a, b, [gateway[a], None]))
             continue
         s = spines[(hash((a, b)) + j) % len(spines)]
-        up, down = plan.uplink(leaf[a], s), plan.uplink(leaf[b], s)
+        up, down = layout.uplink(leaf[a], s), layout.uplink(leaf[b], s)
         traces.append(Trace(a, b, [gateway[a], up.b.address, down.a.address, None]))
     return nics, traces
 
 
 def test_the_labs_fabric_from_its_hop_lists_equals_its_site_file_up_to_names():
-    plan = build_plan(LabParams(hosts=8, nics_per_host=2, leaves=4, spines=3))
-    nics, traces = _lab_traces(plan)
-    t = infer(nics, traces, taken={h.name for h in plan.hosts})
+    layout = build_layout(LabParams(hosts=8, nics_per_host=2, leaves=4, spines=3))
+    nics, traces = _lab_traces(layout)
+    t = infer(nics, traces, taken={h.name for h in layout.hosts})
     spec = t.spec
     assign_tiers(spec)
     assign_ids(spec)
-    want = {lid: (l.a.element, l.b.element, l.a.address, l.b.address) for lid, l in plan.links.items()}
+    want = {lid: (l.a.element, l.b.element, l.a.address, l.b.address) for lid, l in layout.links.items()}
     got = {l.id: (l.a, l.b, l.a_address, l.b_address) for l in spec.links}
     # Generated names follow the first host of each leaf and the lowest address of each spine,
     # which in the lab's addressing are its own names; the structure must match regardless.
     assert got == want
-    assert {s: i["tier"] for s, i in spec.switches.items()} == {r.id: r.tier for r in plan.routers}
+    assert {s: i["tier"] for s, i in spec.switches.items()} == {r.id: r.tier for r in layout.routers}
 
 
 def test_the_trace_plan_is_bounded_and_never_traces_a_nodes_own_nics():

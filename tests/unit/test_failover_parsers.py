@@ -203,3 +203,23 @@ def test_drill_route_save_survives_what_a_node_prints(answer):
     faults._restore_routes("a", "eth0")
     replaced = [a for a in runner.argvs if a[:3] == ["ip", "route", "replace"]]
     assert replaced in ([], [["ip", "route", "replace", "10.0.0.0/8", "dev", "eth0"]])
+
+
+def test_the_harness_is_looked_for_where_it_says(tmp_path, monkeypatch):
+    monkeypatch.delenv(harness.HARNESS_ENV, raising=False)
+    monkeypatch.delenv(harness.LIB_ENV, raising=False)
+    with pytest.raises(FailoverError) as caught:
+        harness.locate(tmp_path / "build")
+    assert str(tmp_path / "build" / "fleet_harness") in caught.value.message
+    assert str(tmp_path / "build" / "libnccl-net-fleet.so") in caught.value.message
+    assert f"make -C {tmp_path}" in caught.value.hint and harness.HARNESS_ENV in caught.value.hint
+    program, lib = tmp_path / "h", tmp_path / "lib.so"
+    program.write_text("")
+    program.chmod(0o755)
+    lib.write_text("")
+    monkeypatch.setenv(harness.HARNESS_ENV, str(program))
+    monkeypatch.setenv(harness.LIB_ENV, str(lib))
+    assert harness.locate(tmp_path / "build") == harness.HarnessFiles(program, lib)
+    program.chmod(0o644)  # not executable: not a harness
+    with pytest.raises(FailoverError, match=f"no {program}$"):
+        harness.locate(tmp_path / "build")

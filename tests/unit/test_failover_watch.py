@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.failover.drill import Drill
+from fleetctl.failover.drill import Drill, DrillOptions
+from fleetctl.failover.harness import HarnessFiles
 from fleetctl.failover.realcluster import IpLinkFaults
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nccl_plugin" / "tests"))
@@ -152,8 +153,9 @@ def test_drill_on_a_veth_testbed_down_and_flap():
         for k in range(2):
             ip("-n", tb.ns["a"], "route", "add", f"10.{90 + k}.0.0/24", "via", tb.addr["b"][k], "dev", f"eth{k}",
                "table", str(100 + k))
-        report = Drill(runner, IpLinkFaults(runner), "a", "b", ["eth0", "eth1"], trials=1, fault="both",
-                       hold_s=1.0, flap_s=2.5, phase_s=0.7, holddown_ms=300).run()
+        options = DrillOptions(trials=1, fault="both", hold_s=1.0, flap_s=2.5, phase_s=0.7, holddown_ms=300)
+        report = Drill(runner, IpLinkFaults(runner), "a", "b", ["eth0", "eth1"],
+                       HarnessFiles(fleetnet.HARNESS, fleetnet.LIB), options).run()
         for k in range(2):
             routes = runner.run("a", ["ip", "route", "show", "table", str(100 + k)])
             assert f"10.{90 + k}.0.0/24 via {tb.addr['b'][k]} dev eth{k}" in routes

@@ -11,7 +11,7 @@ import pytest
 from fleetctl.errors import LabError
 from fleetctl.inventory.from_slurm import CHECK_ENV
 from fleetctl.lab import lifecycle, sitefile
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 
 
 def test_lab_env_exports_the_check_paths_of_its_site_file(tmp_path, monkeypatch):
@@ -19,8 +19,8 @@ def test_lab_env_exports_the_check_paths_of_its_site_file(tmp_path, monkeypatch)
     with pytest.raises(LabError):
         lifecycle.env()
     (tmp_path / "state.json").write_text(json.dumps({"status": "up"}))
-    plan = build_plan(LabParams(gpus_per_host=2, ssh=False))
-    doc = sitefile.site_document(plan, tmp_path, slurm_conf="/x/slurm.conf", ssh={}, cpus=2)
+    layout = build_layout(LabParams(gpus_per_host=2, ssh=False))
+    doc = sitefile.site_document(layout, tmp_path, slurm_conf="/x/slurm.conf", ssh={}, cpus=2)
     (tmp_path / "site.toml").write_text(sitefile.to_toml(doc))
     env = lifecycle.env()
     assert {k: env[v] for k, v in CHECK_ENV.items()} == doc["checks"]

@@ -11,28 +11,28 @@ import pytest
 
 from fleetctl.errors import UsageError
 from fleetctl.lab import faults, gpusim, tracer
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 
-PLAN = build_plan(LabParams(gpus_per_host=4))
+LAYOUT = build_layout(LabParams(gpus_per_host=4))
 
 
 def test_resolve_targets():
-    t = faults.resolve(PLAN, "leaf1--spine2")
+    t = faults.resolve(LAYOUT, "leaf1--spine2")
     assert t.link == "leaf1--spine2" and set(t.directions) == {("leaf1", "spine2"), ("spine2", "leaf1")}
-    t = faults.resolve(PLAN, "spine2->leaf1")
+    t = faults.resolve(LAYOUT, "spine2->leaf1")
     assert t.link == "leaf1--spine2" and t.directions == (("spine2", "leaf1"),)
-    t = faults.resolve(PLAN, "node3:eth1")
+    t = faults.resolve(LAYOUT, "node3:eth1")
     assert t.link == "node3:eth1--leaf2" and len(t.directions) == 2
-    t = faults.resolve(PLAN, "leaf2->node3:eth1")
+    t = faults.resolve(LAYOUT, "leaf2->node3:eth1")
     assert t.directions == (("leaf2", "node3:eth1"),)
-    t = faults.resolve(PLAN, "node2:gpu3")
+    t = faults.resolve(LAYOUT, "node2:gpu3")
     assert (t.node, t.gpu, t.link) == ("node2", 3, "")
 
 
 @pytest.mark.parametrize("text", ["leaf1--spine9", "node9:eth0", "leaf1->node3:eth1", "node2:gpu4", "x"])
 def test_unknown_targets_are_named(text):
     with pytest.raises(UsageError, match=re.escape(repr(text))):
-        faults.resolve(PLAN, text)
+        faults.resolve(LAYOUT, text)
 
 
 def test_rates_and_periods():

@@ -12,7 +12,7 @@ import pytest
 
 from fleetctl.config.site import parse_site
 from fleetctl.lab.sitefile import site_document, to_toml
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 from fleetctl.lens.eventlog import read_events
 from fleetctl.lens.options import LensOptions
 from fleetctl.lens.outputs import Outputs
@@ -74,8 +74,8 @@ def test_window_figures_on_metrics(tmp_path):
 def test_segments_are_run_files_audit_analyze_reads(tmp_path):
     """Opt-in segments (lens.segments): the windows' records end up in a run file that
     `audit analyze` reads like any probe run."""
-    lab = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
-                               clock_skew=False, slurm=False, ssh=False))
+    lab = build_layout(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                                 clock_skew=False, slurm=False, ssh=False))
     site = parse_site(to_toml(site_document(lab, Path("/nonexistent-lab"), slurm_conf="",
                                             ssh={}, cpus=2)))
     topo = Topology.from_site(site)

@@ -17,7 +17,7 @@ from fleetctl.cli import run as cli_run
 from fleetctl.config.site import parse_site
 from fleetctl.errors import DataError, UsageError
 from fleetctl.lab.sitefile import site_document, to_toml
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 from fleetctl.lens.segments import SegmentLayout, SegmentPolicy, SegmentWriter
 from fleetctl.mesh.health import HEALTH_FIELDS
 from fleetctl.mesh.pairs import select_pairs
@@ -34,9 +34,9 @@ PARAMS = {"window_s": WINDOW_S, "solver": "nnls", "statistic": "p50"}
 
 @pytest.fixture(scope="module")
 def fabric():
-    plan = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
-                                clock_skew=False, slurm=False, ssh=False))
-    site = parse_site(to_toml(site_document(plan, Path("/nonexistent-lab"), slurm_conf="",
+    layout = build_layout(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                                    clock_skew=False, slurm=False, ssh=False))
+    site = parse_site(to_toml(site_document(layout, Path("/nonexistent-lab"), slurm_conf="",
                                             ssh={}, cpus=2)))
     topo = Topology.from_site(site)
     pairs = [(topo.nics[a], topo.nics[b]) for a, b in select_pairs(topo).pairs]

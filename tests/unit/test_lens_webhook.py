@@ -14,6 +14,7 @@ import pytest
 
 from fleetctl.errors import DataError, UsageError
 from fleetctl.lens.webhook import WebhookOutbox
+from tests.support.outbox import wait_idle
 
 
 class Receiver:
@@ -94,7 +95,7 @@ def test_down_then_500_then_up_then_restart(tmp_path, receiver):
     wait(lambda: receiver.attempts >= 3)
     assert box.stats()["delivered"] == 0 and "HTTP 500" in box.stats()["last_error"]
     receiver.status = 200
-    assert box.wait_idle(10)
+    assert wait_idle(box, 10)
     assert [e["n"] for e in receiver.got] == [0, 1, 2, 3, 4]
     receiver.status = 503  # failing again: three events stay undelivered across the restart
     for i in range(5, 8):
@@ -107,7 +108,7 @@ def test_down_then_500_then_up_then_restart(tmp_path, receiver):
     receiver.status = 200
     box2 = outbox(receiver.url, spool)
     assert box2.pending == 3
-    assert box2.wait_idle(10)
+    assert wait_idle(box2, 10)
     box2.close()
     assert [e["n"] for e in receiver.got] == list(range(8))  # none lost, none twice, in order
     assert receiver.seqs == [str(i) for i in range(1, 9)]
@@ -127,7 +128,7 @@ def test_spool_is_bounded_and_drops_the_oldest(tmp_path, receiver):
     box.close()
     receiver.start()
     box = outbox(receiver.url, spool, max_spool=3)
-    assert box.wait_idle(10)
+    assert wait_idle(box, 10)
     box.close()
     assert [e["n"] for e in receiver.got] == [7, 8, 9]
     assert box.stats()["dropped"] == 7
@@ -139,7 +140,7 @@ def test_permanent_refusal_is_rejected_not_retried(tmp_path, receiver):
     box = outbox(receiver.url, tmp_path / "w.spool")
     box.submit(ev(1))
     box.submit(ev(2))
-    assert box.wait_idle(10)
+    assert wait_idle(box, 10)
     box.close()
     assert box.stats()["rejected"] == 2 and receiver.attempts == 2
 
@@ -153,7 +154,7 @@ def test_compaction_keeps_undelivered(tmp_path, receiver, monkeypatch):
     box = outbox(receiver.url, spool)
     for i in range(12):
         box.submit(ev(i))
-    assert box.wait_idle(10)
+    assert wait_idle(box, 10)
     box.close()
     assert len(spool.read_bytes().splitlines()) < 12
     assert [e["n"] for e in receiver.got] == list(range(12))
@@ -167,7 +168,7 @@ def test_hostile_spool_and_state(tmp_path, receiver):
     box = outbox(receiver.url, spool)
     assert box.stats()["spool_lines_skipped"] == 4
     box.submit(ev(6))  # after the partial line, whole
-    assert box.wait_idle(10)
+    assert wait_idle(box, 10)
     box.close()
     assert [e["n"] for e in receiver.got] == [4, 6]
     # a damaged state is one logged line, never a failed start: the spool is sent again
@@ -175,7 +176,7 @@ def test_hostile_spool_and_state(tmp_path, receiver):
         (tmp_path / "w.spool.state").write_text(bad, errors="surrogateescape")
         logs: list[str] = []
         box = outbox(receiver.url, spool, log=logs.append)
-        assert box.wait_idle(10)
+        assert wait_idle(box, 10)
         box.close()
         assert len(logs) == 1 and "sent again" in logs[0]
     assert [e["n"] for e in receiver.got] == [4, 6] + [4, 6] * 4

@@ -11,7 +11,7 @@ import pytest
 
 from fleetctl.config.site import parse_site
 from fleetctl.lab.sitefile import site_document, to_toml
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 from fleetctl.lens.baseline import PathBaselines
 from fleetctl.lens.clocktrack import ClockTracker
 from fleetctl.lens.jobs import JobMap
@@ -25,9 +25,9 @@ from tests.support.synthetic_run import synthetic_run
 
 @pytest.fixture(scope="module")
 def fabric():
-    plan = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
-                                clock_skew=False, slurm=False, ssh=False))
-    site = parse_site(to_toml(site_document(plan, Path("/nonexistent-lab"), slurm_conf="",
+    layout = build_layout(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                                    clock_skew=False, slurm=False, ssh=False))
+    site = parse_site(to_toml(site_document(layout, Path("/nonexistent-lab"), slurm_conf="",
                                             ssh={}, cpus=2)))
     topo = Topology.from_site(site)
     pairs = [(topo.nics[a], topo.nics[b]) for a, b in select_pairs(topo).pairs]

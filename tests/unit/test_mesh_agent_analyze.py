@@ -12,7 +12,7 @@ import pytest
 from fleetctl.cli import run as cli_run
 from fleetctl.config.site import parse_site
 from fleetctl.lab.sitefile import site_document, to_toml
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 from fleetctl.mesh.pairs import select_pairs
 from fleetctl.meshrun.analyze import RunData, analyze, write_run
 from fleetctl.model.fabric import Topology
@@ -22,9 +22,9 @@ from tests.support.synthetic_run import synthetic_run
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
-    plan = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
-                                clock_skew=False, slurm=False, ssh=False))
-    site = parse_site(to_toml(site_document(plan, Path("/nonexistent-lab"), slurm_conf="",
+    layout = build_layout(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                                    clock_skew=False, slurm=False, ssh=False))
+    site = parse_site(to_toml(site_document(layout, Path("/nonexistent-lab"), slurm_conf="",
                                             ssh={}, cpus=2)))
     topo = Topology.from_site(site)
     pairs = [(topo.nics[a], topo.nics[b]) for a, b in select_pairs(topo).pairs]

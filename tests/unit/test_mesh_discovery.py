@@ -13,7 +13,7 @@ import pytest
 
 from fleetctl.config.site import parse_site
 from fleetctl.lab.sitefile import site_document, to_toml
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 from fleetctl.mesh import discovery
 from fleetctl.mesh.pairs import select_pairs
 from fleetctl.mesh.trace_agent import parse_icmp
@@ -22,9 +22,9 @@ from fleetctl.model.fabric import Topology
 
 @pytest.fixture(scope="module")
 def lab_site():
-    plan = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
-                                clock_skew=False, slurm=False, ssh=False))
-    doc = site_document(plan, Path("/nonexistent-lab"), slurm_conf="", ssh={}, cpus=2)
+    layout = build_layout(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                                    clock_skew=False, slurm=False, ssh=False))
+    doc = site_document(layout, Path("/nonexistent-lab"), slurm_conf="", ssh={}, cpus=2)
     site = parse_site(to_toml(doc))
     return site, Topology.from_site(site)
 

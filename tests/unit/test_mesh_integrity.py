@@ -17,7 +17,7 @@ from fleetctl.meshrun.analyze import exit_code
 from fleetctl.config.site import parse_site
 from fleetctl.errors import DataError
 from fleetctl.lab.sitefile import site_document, to_toml
-from fleetctl.lab.topology import LabParams, build_plan
+from fleetctl.lab.topology import LabParams, build_layout
 from fleetctl.meshrun.analyze import RunData, analyze, read_run, to_dict, write_run
 from fleetctl.mesh.health import HEALTH_FIELDS
 from fleetctl.mesh.pairs import select_pairs
@@ -28,9 +28,9 @@ DURATION = 6.0
 
 @pytest.fixture(scope="module")
 def topo():
-    plan = build_plan(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
-                                clock_skew=False, slurm=False, ssh=False))
-    site = parse_site(to_toml(site_document(plan, Path("/nonexistent-lab"), slurm_conf="",
+    layout = build_layout(LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
+                                    clock_skew=False, slurm=False, ssh=False))
+    site = parse_site(to_toml(site_document(layout, Path("/nonexistent-lab"), slurm_conf="",
                                             ssh={}, cpus=2)))
     return Topology.from_site(site)
 
