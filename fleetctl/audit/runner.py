@@ -79,12 +79,18 @@ def _by_class(site, nodes: list[str]) -> list[list[str]]:
     return list(groups.values())
 
 
-def collect(site, nodes: list[str], level: str, *, transport=None, since: float | None = None,
-            budget_s: float | None = None, escalate: bool = False,
-            on_result: Callable | None = None, ack: dict | None = None) -> dict[str, NodeOutcome]:
-    """Run the checks at `level` on every node through `transport` (default: the site's).
+@dataclass(frozen=True)
+class CollectOptions:
+    since: float | None = None  # judge kernel-log lines from then on
+    budget_s: float | None = None  # per node (None: by level)
+    escalate: bool = False
+    ack: dict | None = None  # {"by": who, "nodes": [...]}: those nodes acknowledge their kernel log
 
-    ack: {"by": who, "nodes": [...]}: those nodes acknowledge their kernel log up to now.
+
+def collect(site, nodes: list[str], level: str, *, transport=None, on_result: Callable | None = None,
+            **options) -> dict[str, NodeOutcome]:
+    """Run the checks at `level` on every node through `transport` (default: the site's).
+    `options`: CollectOptions as keywords (since, budget_s, escalate, ack).
 
     With `escalate`, suspects (a warning, or a check that could not finish) are run again at the next
     level (quick -> standard -> deep), so a prolog-speed sweep can still end in deep evidence for
@@ -94,6 +100,8 @@ def collect(site, nodes: list[str], level: str, *, transport=None, since: float 
         raise UsageError(f"unknown level {level!r}; choose {', '.join(LEVELS)}")
     from fleetctl.fanout import get_transport
 
+    o = CollectOptions(**options)
+    since, budget_s, escalate, ack = o.since, o.budget_s, o.escalate, o.ack
     owned = transport is None
     transport = transport or get_transport(site=site)
     try:
