@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any
@@ -119,32 +117,6 @@ class Application:
                                       "<no site file>")
         raise ConfigError(NO_SITE, hint="or point SLURM_CONF at a slurm.conf: without a site file, "
                           "fleetctl builds its view from Slurm")
-
-
-class StopSignal(threading.Event):
-    """Set by SIGTERM or SIGINT; `signum` says which (None while unset)."""
-
-    signum: int | None = None
-
-    def interrupted(self) -> bool:
-        """Stopped by SIGINT: the command exits EXIT_INTERRUPTED, as after Ctrl-C."""
-        return self.signum == signal.SIGINT
-
-
-def stop_on_signals() -> StopSignal:
-    """A StopSignal for long-running commands (lens run, lens events --follow, failover watch, act
-    run): they finish their current step and exit cleanly. Explicit handlers, because a command
-    started in the background by a non-interactive shell (cron, CI, `cmd &`) inherits SIGINT
-    ignored, and Python then never raises KeyboardInterrupt."""
-    stop = StopSignal()
-
-    def on_signal(signum, _frame):
-        stop.signum = signum
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    return stop
 
 
 def esc(value: Any, limit: int = 4096) -> str:

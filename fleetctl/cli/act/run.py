@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.act.common import line, state_dir_option
-from fleetctl.cli.app import Application, common_options, esc, pass_app, stop_on_signals
+from fleetctl.cli.app import Application, common_options, esc, pass_app
 from fleetctl.cli.params import seconds
+from fleetctl.cli.signals import stop_on_signals
 from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
 

@@ -8,8 +8,9 @@ import time
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
+from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.params import seconds
+from fleetctl.cli.signals import stop_on_signals
 from fleetctl.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_WARNINGS
 
 

@@ -8,8 +8,9 @@ import time
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
+from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.lens.common import MAX_CELL, element, jobs, metric, severity, state_dir_option, state_directory
+from fleetctl.cli.signals import stop_on_signals
 from fleetctl.errors import EXIT_OK, UsageError
 
 

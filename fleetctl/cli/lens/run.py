@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app, stop_on_signals
+from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.lens.common import state_dir_option
 from fleetctl.cli.params import FiniteFloatRange
+from fleetctl.cli.signals import stop_on_signals
 from fleetctl.errors import EXIT_OK
 
 
