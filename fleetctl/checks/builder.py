@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from fleetctl.checks.payload.common import ACTIONS
@@ -53,20 +53,32 @@ def parse_xid_policy(site: Cluster) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class PayloadOptions:
+    """What a caller may set in the payload's argument beyond the site file's (payload_args's
+    keyword options)."""
+
+    budget_s: float | None = None  # None: by level (payload_args)
+    counter_interval_s: float | None = None
+    boot_id: str | None = None
+    dcgm_level: int = 1
+    ack_kernel_log: dict | None = None  # {"by": who, "nodes": [names]}
+
+
 def payload_args(site: Cluster, node: str, level: str = "quick", since: float | str | None = None, *,
-                 budget_s: float | None = None, counter_interval_s: float | None = None,
-                 boot_id: str | None = None, dcgm_level: int = 1,
-                 ack_kernel_log: dict | None = None, alone: bool = False) -> dict:
+                 alone: bool = False, **options) -> dict:
     """The JSON argument of the payload for `node`: its class's expectations, thresholds and paths.
 
     since: epoch seconds, ISO time or 15m/2h/1d; only kernel-log lines from then on are judged
     (None: the whole log).
+    alone: a node in no node class is checked by itself (no expectations) instead of refused.
+    options: the fields of PayloadOptions by name.
     budget_s: hard budget; defaults to thresholds.prolog_budget_s (quick), access.command_timeout less
     one second (standard), an hour (deep).
     ack_kernel_log: {"by": who, "nodes": [names]}: those nodes acknowledge their kernel log up to now
     (docs/checks.md, "Acknowledging the kernel log").
-    alone: a node in no node class is checked by itself (no expectations) instead of refused.
     """
+    opts = PayloadOptions(**options)
     if level not in LEVELS:
         raise UsageError(f"unknown check level {level!r} (choose {', '.join(LEVELS)})")
     cls = site.node_class(node)
@@ -74,6 +86,7 @@ def payload_args(site: Cluster, node: str, level: str = "quick", since: float | 
         raise ConfigError(f"node {node!r} is in no node class", path=site.source, key="node_classes")
     if cls is None:  # alone: the node's own checks, with no class expectations (audit --local)
         cls = NodeClass(name="", nodes=empty())
+    budget_s = opts.budget_s
     if budget_s is None:
         budget_s = {"quick": site.thresholds["prolog_budget_s"],
                     "standard": max(1.0, site.access["command_timeout"] - 1.0), "deep": DEEP_BUDGET_S}[level]
@@ -87,8 +100,8 @@ def payload_args(site: Cluster, node: str, level: str = "quick", since: float | 
         "simulated_gpus": _fill(checks.get("simulated_gpus", ""), node),
         "state_file": _fill(checks.get("state_file", ""), node),
         "xid_policy": parse_xid_policy(site),
-        "counter_interval_s": counter_interval_s, "boot_id": boot_id, "dcgm_level": dcgm_level,
-        "ack_kernel_log": ack_kernel_log,
+        "counter_interval_s": opts.counter_interval_s, "boot_id": opts.boot_id, "dcgm_level": opts.dcgm_level,
+        "ack_kernel_log": opts.ack_kernel_log,
     }
 
 

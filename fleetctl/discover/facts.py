@@ -136,35 +136,37 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
     facts = NodeFacts(node=node, cpus=_num(doc.get("cpus"), f"{where}: cpus", int, 65536),
                       memory_gb=_num(doc.get("memory_gb"), f"{where}: memory_gb", float, 1e6),
                       kernel=_str(doc.get("kernel"), f"{where}: kernel"))
-    gpus = doc.get("gpus") or {}
+    facts.gpus = _gpus(doc.get("gpus") or {}, where)
+    _add_nics(facts, doc.get("rdma") or [], doc.get("netdevs") or [], where)
+    facts.loopback = _cidrs(doc.get("loopback"), f"{where}: loopback")
+    lldp = doc.get("lldp") or {}
+    if isinstance(lldp, dict) and isinstance(lldp.get("text"), str):
+        facts.lldp = parse_neighbours(lldp["text"], f"{where}: lldpcli")
+    elif isinstance(lldp, dict) and lldp.get("error"):
+        facts.notes.append(f"no LLDP table ({_str(lldp['error'], where, 300)})")
+    return facts
+
+
+def _gpus(gpus, where: str) -> dict:
     if not isinstance(gpus, dict):
         raise DataError(f"{where}: gpus is not an object")
-    facts.gpus = {"count": _num(gpus.get("count"), f"{where}: gpus.count", int, 64),
-                  "model": _str(gpus.get("model"), f"{where}: gpus.model"),
-                  "driver_version": _str(gpus.get("driver_version"), f"{where}: gpus.driver_version"),
-                  "vbios_version": _str(gpus.get("vbios_version"), f"{where}: gpus.vbios_version"),
-                  "pcie_gen": _num(gpus.get("pcie_gen"), f"{where}: gpus.pcie_gen", int, 16),
-                  "pcie_width": _num(gpus.get("pcie_width"), f"{where}: gpus.pcie_width", int, 32),
-                  "nvlinks": _num(gpus.get("nvlinks"), f"{where}: gpus.nvlinks", int, 64)}
-    rdma, nets = doc.get("rdma") or [], doc.get("netdevs") or []
+    return {"count": _num(gpus.get("count"), f"{where}: gpus.count", int, 64),
+            "model": _str(gpus.get("model"), f"{where}: gpus.model"),
+            "driver_version": _str(gpus.get("driver_version"), f"{where}: gpus.driver_version"),
+            "vbios_version": _str(gpus.get("vbios_version"), f"{where}: gpus.vbios_version"),
+            "pcie_gen": _num(gpus.get("pcie_gen"), f"{where}: gpus.pcie_gen", int, 16),
+            "pcie_width": _num(gpus.get("pcie_width"), f"{where}: gpus.pcie_width", int, 32),
+            "nvlinks": _num(gpus.get("nvlinks"), f"{where}: gpus.nvlinks", int, 64)}
+
+
+def _add_nics(facts: NodeFacts, rdma, nets, where: str) -> None:
+    """The RDMA devices, then the netdevs (a netdev behind an RDMA device gives that device its
+    addresses and MTU instead); NIC names unique."""
     if not isinstance(rdma, list) or not isinstance(nets, list) or len(rdma) + len(nets) > MAX_NICS:
         raise DataError(f"{where}: rdma/netdevs are not lists of at most {MAX_NICS}")
-    rdma_netdevs = set()
     for r in rdma:
-        if not isinstance(r, dict):
-            raise DataError(f"{where}: an RDMA entry is not an object")
-        w = f"{where}: rdma {str(r.get('name'))[:40]!r}"
-        ports = [p for p in _list(r.get("ports"), f"{w}: ports", 8) if isinstance(p, dict)]
-        nic = NicFact(name=_nic_name(r.get("name"), w), kind="roce" if r.get("kind") == "roce" else "infiniband",
-                      netdev=_nic_name(r.get("netdev"), w) if r.get("netdev") else "", rate_gbps=_num(r.get("rate_gbps"), w, float, 1e5),
-                      firmware=_str(r.get("firmware"), w), pci=_str(r.get("pci"), w, 64),
-                      numa_node=_small_int(r.get("numa_node"), 4096),
-                      guids=[g for g in [_str(r.get("node_guid"), w, 32)] + [_str(p.get("port_guid"), w, 32)
-                                                                           for p in ports] if g],
-                      lids=[p["lid"] for p in ports if _small_int(p.get("lid"), 0xFFFF)],
-                      up=any("ACTIVE" in _str(p.get("state"), w) for p in ports))
-        rdma_netdevs.add(nic.netdev)
-        facts.nics.append(nic)
+        facts.nics.append(_rdma_nic(r, where))
+    rdma_netdevs = {n.netdev for n in facts.nics}
     for n in nets:
         if not isinstance(n, dict):
             raise DataError(f"{where}: a netdev entry is not an object")
@@ -185,13 +187,22 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
     if len(set(names)) != len(names):  # a site file keys NICs by name: two of one name cannot both go in
         dup = next(n for n in names if names.count(n) > 1)
         raise DataError(f"{where}: NIC {dup!r} listed twice")
-    facts.loopback = _cidrs(doc.get("loopback"), f"{where}: loopback")
-    lldp = doc.get("lldp") or {}
-    if isinstance(lldp, dict) and isinstance(lldp.get("text"), str):
-        facts.lldp = parse_neighbours(lldp["text"], f"{where}: lldpcli")
-    elif isinstance(lldp, dict) and lldp.get("error"):
-        facts.notes.append(f"no LLDP table ({_str(lldp['error'], where, 300)})")
-    return facts
+
+
+def _rdma_nic(r, where: str) -> NicFact:
+    if not isinstance(r, dict):
+        raise DataError(f"{where}: an RDMA entry is not an object")
+    w = f"{where}: rdma {str(r.get('name'))[:40]!r}"
+    ports = [p for p in _list(r.get("ports"), f"{w}: ports", 8) if isinstance(p, dict)]
+    return NicFact(name=_nic_name(r.get("name"), w), kind="roce" if r.get("kind") == "roce" else "infiniband",
+                   netdev=_nic_name(r.get("netdev"), w) if r.get("netdev") else "",
+                   rate_gbps=_num(r.get("rate_gbps"), w, float, 1e5),
+                   firmware=_str(r.get("firmware"), w), pci=_str(r.get("pci"), w, 64),
+                   numa_node=_small_int(r.get("numa_node"), 4096),
+                   guids=[g for g in [_str(r.get("node_guid"), w, 32)] + [_str(p.get("port_guid"), w, 32)
+                                                                        for p in ports] if g],
+                   lids=[p["lid"] for p in ports if _small_int(p.get("lid"), 0xFFFF)],
+                   up=any("ACTIVE" in _str(p.get("state"), w) for p in ports))
 
 
 def choose_fabric_nics(facts: NodeFacts, include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> None:

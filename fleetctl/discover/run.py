@@ -13,6 +13,7 @@ from fleetctl.discover.classes import ClassSpec, build_classes
 from fleetctl.discover.fabric import FabricSpec, assign_ids, assign_tiers, from_ibnetdiscover, from_lldp
 from fleetctl.discover.facts import NodeFacts, choose_fabric_nics, parse_facts
 from fleetctl.discover.ibnet import IbFabric
+from fleetctl.discover.options import DiscoverOptions
 from fleetctl.discover.trace_run import fabric_nics, run_traces
 from fleetctl.discover.traced import infer, merge
 from fleetctl.errors import DataError, TransportError
@@ -79,27 +80,28 @@ def collect_facts(transport, nodes: list[str], args: dict, *, switch: bool = Fal
 SOURCES = ("auto", "lldp", "trace")
 
 
-def discover(transport, nodes: list[str], *, switches: list[str] = (), switch_transport=None,
-             include_nics: tuple[str, ...] = (), exclude_nics: tuple[str, ...] = (), lldp_socket: str = "",
-             simulated_gpus: str = "", budget_s: float = 20.0, ib: IbFabric | None = None,
-             node_names: dict[str, str] | None = None, on_result: Callable | None = None,
-             source: str = "auto", trace: bool = False) -> Discovery:
-    """source: `lldp` reads LLDP only; `trace` ignores LLDP and traces the routed fabric; `auto`
+def discover(transport, nodes: list[str], opts: DiscoverOptions = DiscoverOptions(), *,
+             ib: IbFabric | None = None, node_names: dict[str, str] | None = None, simulated_gpus: str = "",
+             switch_transport=None, on_result: Callable | None = None) -> Discovery:
+    """opts.source: `lldp` reads LLDP only; `trace` ignores LLDP and traces the routed fabric; `auto`
     reads LLDP and traces when it gives no switch-to-switch cable on a routed fabric (or always
-    with `trace`)."""
+    with opts.trace). `ib`, `node_names`: an InfiniBand subnet as ibnetdiscover describes it."""
+    switches = opts.switch_nodes()
+    source = opts.source
     if source not in SOURCES:
         raise ValueError(f"unknown fabric source {source!r}")
     started = time.monotonic()
     out = Discovery()
-    args = {"budget_s": budget_s, "lldp_socket": lldp_socket, "simulated_gpus": simulated_gpus}
+    args = {"budget_s": opts.budget, "lldp_socket": opts.lldp_socket or "", "simulated_gpus": simulated_gpus}
     out.facts, out.failed = collect_facts(transport, list(nodes), args, on_result=on_result)
     if not out.facts:
         detail = "; ".join(f"{n}: {why}" for n, why in list(out.failed.items())[:3])
         raise TransportError(f"no node answered the discovery ({detail or 'no nodes'})")
+    include, exclude = opts.include_globs(), opts.exclude_globs()
     for f in out.facts.values():
         if source == "trace":
             f.lldp = []  # ignored: the fabric comes from the traces alone
-        choose_fabric_nics(f, include_nics, exclude_nics)
+        choose_fabric_nics(f, include, exclude)
     if switches and source != "trace":
         out.switch_facts, failed = collect_facts(switch_transport or transport, list(switches), args,
                                                  switch=True)
@@ -109,7 +111,7 @@ def discover(transport, nodes: list[str], *, switches: list[str] = (), switch_tr
         from_lldp(out.facts, out.switch_facts, out.fabric)
     if ib is not None:
         from_ibnetdiscover(ib, out.facts, out.fabric, node_names)
-    if source == "trace" or (source == "auto" and ib is None and (trace or _trace_helps(out))):
+    if source == "trace" or (source == "auto" and ib is None and (opts.trace or _trace_helps(out))):
         _add_traces(transport, out)
     if not out.fabric.links:
         out.notes.append("no LLDP neighbours, no InfiniBand subnet and no traced path: the file has no "

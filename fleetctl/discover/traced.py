@@ -117,14 +117,34 @@ def infer(nics: dict[str, tuple[str, int]], traces: list[Trace], *, names: dict[
     where LLDP (or DNS) says it; the other switches get generated names (leaf1, spine1, ...) that
     avoid `taken` (host names)."""
     names = names or {}
-    out = TracedFabric()
     paths = _switch_hops(traces)
     seen = {h for _t, hops in paths for h in hops if h}
     prefixes = Counter(p for _a, p in nics.values() if p in (30, 31))
     hint = prefixes.most_common(1)[0][0] if prefixes else 30
-    g = _Groups()
-    for h in sorted(seen):
-        g.add(h)
+    firsts, lasts = _end_hops(paths)
+    g, refused = _group(paths, seen, hint, firsts, lasts)
+    members: dict[str, list[str]] = {}
+    for h in sorted(seen, key=_ip_key):
+        members.setdefault(g.find(h), []).append(h)
+    host_end = _host_ends(g, firsts, lasts)
+    notes: list[str] = []
+    directed, loops = _directed(paths, g)
+    if refused:
+        notes.append(f"traced fabric: {refused} point-to-point pairings refused (both ends on one path: "
+                     "routers answering from loopbacks or unnumbered ports)")
+    if loops:
+        notes.append(f"traced fabric: {loops} paths pass a switch twice as grouped; the grouping of "
+                     "answering addresses may be wrong (answers from unexpected interfaces)")
+    cables = _cables(directed, seen, hint, g, notes)
+    tiers = _tiers({grp for grp, _a in host_end.values()}, members, cables)
+    ids = _names(members, tiers, host_end, cables, names, set(taken), notes)
+    out = _traced_fabric(members, tiers, ids, host_end, cables, nics, names)
+    out.spec.notes += notes
+    return out
+
+
+def _end_hops(paths) -> tuple[dict[str, Counter], dict[str, Counter]]:
+    """How often each address answered first on a NIC's flows, and last on the flows towards it."""
     firsts: dict[str, Counter] = {}
     lasts: dict[str, Counter] = {}
     for t, hops in paths:
@@ -132,6 +152,15 @@ def infer(nics: dict[str, tuple[str, int]], traces: list[Trace], *, names: dict[
             firsts.setdefault(t.src, Counter())[hops[0]] += 1
         if hops[-1]:
             lasts.setdefault(t.dst, Counter())[hops[-1]] += 1
+    return firsts, lasts
+
+
+def _group(paths, seen, hint, firsts, lasts) -> tuple[_Groups, int]:
+    """The answering addresses grouped into switches by the three rules; the number of rule-3
+    pairings refused."""
+    g = _Groups()
+    for h in sorted(seen):
+        g.add(h)
     for nic in sorted(set(firsts) | set(lasts)):  # rules 1 and 2
         addrs = sorted(set(firsts.get(nic, ())) | set(lasts.get(nic, ())))
         for a in addrs[1:]:
@@ -149,19 +178,26 @@ def infer(nics: dict[str, tuple[str, int]], traces: list[Trace], *, names: dict[
             p = peer(b, seen, hint) if a and b else ""
             if p and not g.union(a, p):  # rule 3
                 refused += 1
-    members: dict[str, list[str]] = {}
-    for h in sorted(seen, key=_ip_key):
-        members.setdefault(g.find(h), []).append(h)
-    # Host cables: the most common first hop of each NIC (else the last hop towards it).
-    host_end: dict[str, tuple[str, str]] = {}  # NIC -> (group, switch-end address)
+    return g, refused
+
+
+def _host_ends(g: _Groups, firsts, lasts) -> dict[str, tuple[str, str]]:
+    """Host cables: NIC -> (group, switch-end address), from the most common first hop of each NIC
+    (else the last hop towards it, whose switch end is unknown)."""
+    host_end: dict[str, tuple[str, str]] = {}
     for nic in sorted(set(firsts) | set(lasts), key=_natural):
         if nic in firsts:
             hop = firsts[nic].most_common(1)[0][0]
             host_end[nic] = (g.find(hop), hop)
         else:
             host_end[nic] = (g.find(lasts[nic].most_common(1)[0][0]), "")
-    notes: list[str] = []
-    directed: set[tuple[str, str, str]] = set()  # (from group, to group, address the far end answered from)
+    return host_end
+
+
+def _directed(paths, g: _Groups) -> tuple[set[tuple[str, str, str]], int]:
+    """Consecutive hops in different groups: (from group, to group, address the far end answered
+    from); and the number of paths that pass a group twice."""
+    directed: set[tuple[str, str, str]] = set()
     loops = 0
     for t, hops in paths:
         route = [g.find(h) if h else None for h in hops]
@@ -170,15 +206,13 @@ def infer(nics: dict[str, tuple[str, int]], traces: list[Trace], *, names: dict[
         for (a, b), (ga, gb) in zip(zip(hops, hops[1:]), zip(route, route[1:])):
             if a and b and ga != gb:
                 directed.add((ga, gb, b))
-    if refused:
-        notes.append(f"traced fabric: {refused} point-to-point pairings refused (both ends on one path: "
-                     "routers answering from loopbacks or unnumbered ports)")
-    if loops:
-        notes.append(f"traced fabric: {loops} paths pass a switch twice as grouped; the grouping of "
-                     "answering addresses may be wrong (answers from unexpected interfaces)")
-    cables = _cables(directed, seen, hint, g, notes)
-    tiers = _tiers({grp for grp, _a in host_end.values()}, members, cables)
-    ids = _names(members, tiers, host_end, cables, names, set(taken), notes)
+    return directed, loops
+
+
+def _traced_fabric(members, tiers, ids, host_end, cables, nics, names) -> TracedFabric:
+    """The switches (with the addresses they answered from), host cables and switch cables (lower
+    tier first) as a TracedFabric."""
+    out = TracedFabric()
     spec = out.spec
     for grp, addrs in members.items():
         sid = ids[grp]
@@ -196,7 +230,6 @@ def infer(nics: dict[str, tuple[str, int]], traces: list[Trace], *, names: dict[
             x, y, x_addr, y_addr = y, x, y_addr, x_addr
         spec.links.append(LinkSpec(ids[x], ids[y], x_addr, y_addr, 0.0, "trace"))
     spec.sources.append("trace")
-    spec.notes += notes
     return out
 
 

@@ -10,20 +10,15 @@ the lab's `fl-` prefix) are removed first. Set FLEETCTL_LAB_FAIL_AT=<step> to ma
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from fleetctl.errors import LabError
-from fleetctl.lab import (fabric, gpusim, paths, services, sitefile, slurmconf, slurmroot, spankbuild, state,
-                          system)
-from fleetctl.lab.topology import BRIDGE, LabParams, build_layout
-
-STEPS = ("preflight", "slurmroot", "namespaces", "links", "addresses", "hostnames", "munge", "slurm",
-         "ssh", "lldp", "gpus", "site")
+from fleetctl.lab import fabric, paths, services, state, system
+from fleetctl.lab.steps import STEPS, BuildSteps
+from fleetctl.lab.topology import BRIDGE, LabParams
 # What `up` writes into the lab dir; `down` removes these names only (the dir may be shared).
 _OWN_ENTRIES = ("site.toml", "slurm.conf", "cgroup.conf", "plugstack.conf", "hooks", "munge", "slurm",
                 "slurm-bin", "logs", "ssh", "uts", "ns", "hosts", "lldp", "lens")
@@ -70,135 +65,18 @@ def unhealthy(st: dict) -> list[str]:
 
 # ---------------------------------------------------------------- build
 def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
-    lab = paths.lab_dir()
-    layout = build_layout(params)
-    st = {"status": "building", "params": params.to_dict(), "lab_dir": str(lab), "started": time.time(),
-          "netns": [], "root_links": [], "uts": {}, "processes": [], "faults": []}
-    context: dict = {}
+    """Run the steps in order, saving the state after each; a failing step (or Ctrl-C) tears down
+    everything created so far."""
+    steps = BuildSteps(params, progress)
+    st = steps.st
     fail_at = os.environ.get("FLEETCTL_LAB_FAIL_AT", "")
     t0 = time.monotonic()
-
-    suite = slurmroot.suite_of(params.slurm_from) if params.slurm else None
-
-    def step_preflight():
-        needed = ["ip", "nft", "tc", "nsenter", "unshare", "sysctl"]
-        if params.slurm:
-            # A Debian root's Slurm: its daemons' wrappers are compiled (slurmroot.py says why).
-            needed += ["munged"] + (["gcc"] if suite else ["slurmctld", "slurmd", "sinfo"])
-        if params.ssh:
-            needed += ["ssh-keygen", "/usr/sbin/sshd"]
-        system.require_commands(needed)
-        if os.geteuid() != 0:
-            raise LabError("preflight: the lab needs root (network namespaces, veths, daemons)")
-        fabric.check_mgmt_range_free()
-        lab.mkdir(parents=True, exist_ok=True)
-
-    def step_slurmroot():
-        # A Debian root's Slurm: the root (built once, cached), wrappers of its programs, and the lab's
-        # mount namespace in which they cover this machine's (slurmroot.py says why).
-        if not suite:
-            return
-        root, took = slurmroot.ensure_root(suite, progress)
-        if took is not None:
-            st["root_build_seconds"] = took
-        context["bindir"] = lab / "slurm-bin"
-        standard = slurmroot.write_wrappers(root, suite, context["bindir"])
-        st["mount_ns"] = str(lab / "ns" / "mnt")
-        state.save(st)  # recorded before creation, like the namespaces
-        slurmroot.create_mount_ns(Path(st["mount_ns"]), context["bindir"], standard)
-        context["root"] = root
-
-    def step_namespaces():
-        st["netns"] = layout.netns_names()
-        state.save(st)  # recorded before creation: a crash in between still gets cleaned up
-        fabric.create_namespaces(layout)
-
-    def step_links():
-        st["root_links"] = [BRIDGE] + [h.mgmt_root_dev for h in layout.hosts]
-        state.save(st)
-        fabric.create_links(layout)
-
-    def step_hostnames():
-        st["uts"] = {h.name: str(lab / "uts" / h.name) for h in layout.hosts}
-        state.save(st)
-        services.create_uts(lab, layout)
-
-    def step_munge():
-        if not params.slurm:
-            return
-        (lab / "logs").mkdir(exist_ok=True)
-        rec, context["munge_socket"] = services.start_munge(lab)
-        _track(st, [rec])
-
-    def step_slurm():
-        if not params.slurm:
-            return
-        bindir, root, mount_ns = context.get("bindir"), context.get("root"), st.get("mount_ns")
-        version = slurmconf.slurm_version(bindir)
-        # spank_fleetctl.so built for the lab's Slurm (scripts/install builds both), loaded when present.
-        spank = spankbuild.plugin_for(root) if root else slurmconf.SPANK_PLUGIN
-        conf = slurmconf.write_conf(lab, layout, socket.gethostname().split(".")[0],
-                                    context["munge_socket"], version, bindir=bindir,
-                                    plugin_dir=slurmroot.plugin_dir(root) if root else None,
-                                    spank_plugin=spank)
-        st["slurm"] = {"conf": str(conf), "version": f"{version[0]}.{version[1]:02d}",
-                       "partition": slurmconf.PARTITION, "from": params.slurm_from,
-                       "root": str(root) if root else None, "bindir": str(bindir) if bindir else None,
-                       "spank_plugin": str(spank) if spank.is_file() else None}
-        _track(st, [services.start_slurmctld(lab, conf, bindir, mount_ns)])
-        records = services.start_slurmds(lab, conf, layout, st["uts"], bindir, mount_ns)
-        _track(st, records)
-        services.wait_nodes_idle(conf, layout, records, lab, bindir=bindir)
-
-    def step_ssh():
-        if not params.ssh:
-            return
-        env = {"FLEETCTL_SITE": str(paths.site_file())}
-        if "slurm" in st:
-            env["SLURM_CONF"] = st["slurm"]["conf"]
-        context["ssh"] = services.write_ssh_keys(lab, layout, env)
-        st["ssh"] = context["ssh"]
-        records = services.start_sshds(lab, layout, st["uts"], st.get("mount_ns"))
-        _track(st, records)
-        services.wait_sshds(layout, records, lab)
-
-    def step_lldp():
-        # lldpd where it is installed (scripts/install adds it) and the lab runs services at all (a
-        # network-only lab runs no process): `fleetctl site discover` reads the cabling from it.
-        if not shutil.which("lldpd") or not (params.slurm or params.ssh):
-            return
-        (lab / "logs").mkdir(exist_ok=True)
-        _track(st, services.start_lldpds(lab, layout, st["uts"]))
-        st["lldp"] = {"socket": str(services.lldp_socket(lab, "{node}"))}
-
-    def step_gpus():
-        for i, host in enumerate(layout.hosts, start=1):
-            (gpusim.host_dir(lab, host.name)).mkdir(parents=True, exist_ok=True)
-            if params.gpus_per_host:
-                gpusim.write_host(lab, host.name, i, params.gpus_per_host)
-            else:
-                (gpusim.host_dir(lab, host.name) / "kern.log").touch()
-        if params.clock_skew:
-            st["clock"] = clock_truth(layout, seed=int(os.environ.get("FLEETCTL_LAB_SEED", "1")))
-
-    def step_site():
-        doc = sitefile.site_document(layout, lab, slurm_conf=st.get("slurm", {}).get("conf", ""),
-                                     ssh=context.get("ssh", {}), cpus=os.cpu_count() or 1)
-        paths.site_file().write_text(sitefile.to_toml(doc))
-        from fleetctl.config import load_site
-
-        load_site(paths.site_file())  # the lab's own site file must pass the schema
-
-    actions = {"preflight": step_preflight, "slurmroot": step_slurmroot, "namespaces": step_namespaces,
-               "links": step_links, "addresses": lambda: fabric.configure(layout), "hostnames": step_hostnames,
-               "munge": step_munge, "slurm": step_slurm, "ssh": step_ssh, "lldp": step_lldp, "gpus": step_gpus,
-               "site": step_site}
     for name in STEPS:
         progress(f"{name}")
         try:
             if fail_at == name:
                 raise LabError("failure injected by FLEETCTL_LAB_FAIL_AT")
-            actions[name]()
+            steps.run(name)
         except (LabError, OSError, ValueError) as exc:
             message = exc.message if isinstance(exc, LabError) else str(exc)
             _teardown(st, progress)
@@ -209,15 +87,10 @@ def _build(params: LabParams, progress: Callable[[str], None]) -> dict:
         if name != "preflight":
             state.save(st)
     st["status"] = "up"
-    st["addresses"] = _addresses(layout)
+    st["addresses"] = _addresses(steps.layout)
     st["up_seconds"] = round(time.monotonic() - t0, 3)
     state.save(st)
     return st
-
-
-def _track(st: dict, records: list[dict]) -> None:
-    st["processes"].extend(records)
-    state.save(st)
 
 
 def _addresses(layout) -> dict:
@@ -227,17 +100,6 @@ def _addresses(layout) -> dict:
         "switches": {r.id: r.loopback for r in layout.routers},
         "netns": {**{h.name: h.netns for h in layout.hosts}, **{r.id: r.netns for r in layout.routers}},
     }
-
-
-def clock_truth(layout, seed: int) -> dict:
-    """Known clock offset (+-0.5..5 ms) and drift (+-1..50 ppm) per host, for the probe agent to apply
-    and for clock-sync estimates to be checked against. offset(t) = offset_ms + drift_ppm * (t - t0)."""
-    rng = random.Random(seed)
-    hosts = {}
-    for h in layout.hosts:
-        hosts[h.name] = {"offset_ms": round(rng.choice((-1, 1)) * rng.uniform(0.5, 5.0), 4),
-                         "drift_ppm": round(rng.choice((-1, 1)) * rng.uniform(1.0, 50.0), 3)}
-    return {"t0": time.time(), "seed": seed, "hosts": hosts}
 
 
 # ---------------------------------------------------------------- teardown

@@ -93,14 +93,42 @@ def write_conf(lab: Path, layout: LabLayout, controller_host: str, munge_socket:
     plugins are not at the compiled-in path (that is this machine's Slurm's). `spank_plugin`: the
     build of spank_fleetctl.so for the lab's Slurm (loaded when it exists)."""
     hooks = write_hooks(lab)
+    slurm, logs = _make_dirs(lab, layout)
+    hardware = node_hardware(bindir)
+    lines = _controller_lines(controller_host, munge_socket, slurm, logs, hooks)
+    if plugin_dir:
+        lines.append(f"PluginDir={plugin_dir}")  # the root's own plugins
+    lines.append(f"PlugStackConfig={write_plugstack(lab, spank_plugin)}")
+    for host in layout.hosts:
+        lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
+                     f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")
+    nodes = ",".join(h.name for h in layout.hosts)
+    lines.append(f"PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP")
+    conf = lab / "slurm.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    if version >= (24, 5):
+        # From 24.05 slurmd initialises a cgroup plugin unless told not to; the lab has no cgroups
+        # of its own (all nodes share this machine's hierarchy).
+        (lab / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+    return conf
+
+
+def _make_dirs(lab: Path, layout: LabLayout) -> tuple[Path, Path]:
+    """The state and spool directories (slurm/) and the log directory (logs/)."""
     slurm = lab / "slurm"
     (slurm / "state").mkdir(parents=True, exist_ok=True)
     for host in layout.hosts:
         (slurm / "spool" / host.name).mkdir(parents=True, exist_ok=True)
     logs = lab / "logs"
     logs.mkdir(exist_ok=True)
-    hardware = node_hardware(bindir)
-    lines = [
+    return slurm, logs
+
+
+def _controller_lines(controller_host: str, munge_socket: str, slurm: Path, logs: Path,
+                      hooks: dict[str, str]) -> list[str]:
+    """The lines that are the same for every lab: controller, authentication, paths, plugins, hooks
+    and timeouts."""
+    return [
         "# Written by `fleetctl lab up`; removed by `fleetctl lab down`.",
         "ClusterName=lab",
         f"SlurmctldHost={controller_host}({MGMT_GATEWAY})",
@@ -136,18 +164,3 @@ def write_conf(lab: Path, layout: LabLayout, controller_host: str, munge_socket:
         "MinJobAge=60",
         "InactiveLimit=0",
     ]
-    if plugin_dir:
-        lines.append(f"PluginDir={plugin_dir}")  # the root's own plugins
-    lines.append(f"PlugStackConfig={write_plugstack(lab, spank_plugin)}")
-    for host in layout.hosts:
-        lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
-                     f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")
-    nodes = ",".join(h.name for h in layout.hosts)
-    lines.append(f"PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP")
-    conf = lab / "slurm.conf"
-    conf.write_text("\n".join(lines) + "\n")
-    if version >= (24, 5):
-        # From 24.05 slurmd initialises a cgroup plugin unless told not to; the lab has no cgroups
-        # of its own (all nodes share this machine's hierarchy).
-        (lab / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
-    return conf

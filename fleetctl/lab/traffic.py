@@ -13,18 +13,32 @@ import socket
 import struct
 import sys
 import time
+from dataclasses import dataclass
 
 _HDR = struct.Struct("!Qd")  # sequence number, send time
 
 
-def send(src: str, dst: str, dport: int, sport: int = 0, count: int = 0, rate_bps: float = 0,
-         pps: float = 0, size: int = 200, duration: float = 0, burst_ms: float = 0) -> dict:
-    """Paced UDP: `pps` packets per second or `rate_bps` bits per second; stop after `count` packets or
-    `duration` seconds (both 0: until killed). With `burst_ms`, the packets of each burst_ms interval
-    leave back to back: bursty load makes a queue (and its delay) appear below the average cap."""
-    size = max(size, _HDR.size)
-    if rate_bps and not pps:
-        pps = rate_bps / ((size + 28) * 8)
+@dataclass(frozen=True)
+class Pace:
+    """A sender's load: `pps` packets per second or `rate_bps` bits per second, of `size` bytes; stop
+    after `count` packets or `duration` seconds (both 0: until killed). With `burst_ms`, the packets of
+    each burst_ms interval leave back to back: bursty load makes a queue (and its delay) appear below
+    the average cap."""
+
+    count: int = 0
+    rate_bps: float = 0
+    pps: float = 0
+    size: int = 200
+    duration: float = 0
+    burst_ms: float = 0
+
+
+def send(src: str, dst: str, dport: int, sport: int = 0, pace: Pace = Pace()) -> dict:
+    """Paced UDP from (src, sport) to (dst, dport), as `pace` says."""
+    count, pps, duration, burst_ms = pace.count, pace.pps, pace.duration, pace.burst_ms
+    size = max(pace.size, _HDR.size)
+    if pace.rate_bps and not pps:
+        pps = pace.rate_bps / ((size + 28) * 8)
     interval = 1.0 / pps if pps else 0.0
     per_burst = max(1, round(pps * burst_ms / 1000)) if burst_ms and pps else 1
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -163,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=0.0)
     a = ap.parse_args(argv)
     if a.cmd == "send":
-        out = send(a.src, a.dst, a.dport, a.sport, a.count, a.rate_bps, a.pps, a.size, a.duration, a.burst_ms)
+        out = send(a.src, a.dst, a.dport, a.sport, Pace(count=a.count, rate_bps=a.rate_bps, pps=a.pps, size=a.size,
+                                                         duration=a.duration, burst_ms=a.burst_ms))
     elif a.cmd == "sink":
         out = sink(a.bind, a.port, a.idle, a.timeout)
     elif a.cmd == "echo":

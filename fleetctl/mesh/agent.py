@@ -138,12 +138,39 @@ def clock_source(entry: dict | None):
     return CLOCK_SOURCES[name]() if name == "system" else CLOCK_SOURCES[name](entry)
 
 
+class Schedule:
+    """The send schedule of one run: probe i of the round-robin over the targets is due at
+    start + i * interval until `send_end`; catching up never becomes a flood: at most two ticks'
+    worth (or MAX_BURST) per turn."""
+
+    def __init__(self, rate: float, n_targets: int, tick_s: float, start: float, send_end: float):
+        self.interval = 1.0 / (rate * n_targets) if n_targets and rate > 0 else None
+        self.send_end = send_end
+        self.next_t, self.i = start, 0
+        self.max_burst = max(MAX_BURST, int(2 * tick_s / self.interval) + 1) if self.interval else 0
+
+    def sending(self) -> bool:
+        return self.interval is not None and self.next_t < self.send_end
+
+
 class Agent:
     def __init__(self, config: dict, node: str, out=None):
         self.node = node
         mine = config["nodes"].get(node)
         if mine is None:
             raise ValueError(f"node {node!r} is not in the run configuration")
+        self._settings(config, mine)
+        self.counters = {k: 0 for k in COUNTERS}
+        self.errors: list[str] = []
+        self.kernel_rx = 0
+        self.software_rx = 0
+        self.out = out or sys.stdout
+        self._assignment(config, mine)
+        sends_per_s, answers_per_s = self._sizes(config)
+        self._allocate(config, sends_per_s, answers_per_s)
+
+    def _settings(self, config: dict, mine: dict) -> None:
+        """The run's settings, each read and bounded (ValueError, KeyError, TypeError: a bad one)."""
         self.codec = Codec(bytes.fromhex(config["key"]), run_tag(config["run_id"]))
         self.port = int(config["port"])
         self.sports = [int(p) for p in config["sports"]]
@@ -162,11 +189,9 @@ class Agent:
                                                                     max(self.linger, 0.5)))))
         self.clock = clock_source(mine.get("clock"))
         self.rcvbuf = min(64 << 20, max(1024, int(config.get("rcvbuf_bytes", 4 << 20))))
-        self.counters = {k: 0 for k in COUNTERS}
-        self.errors: list[str] = []
-        self.kernel_rx = 0
-        self.software_rx = 0
-        self.out = out or sys.stdout
+
+    def _assignment(self, config: dict, mine: dict) -> None:
+        """This node's NICs, the pairs and loops it sends, the flows it answers."""
         self.nics = {int(i): (addr, dev) for i, addr, dev in mine["nics"]}
         # pairs this node sends: (flow base, src nic, dst nic, dst address)
         self.pairs = [(int(f), int(s), int(d), a) for f, s, d, a in config["pairs"]
@@ -176,10 +201,13 @@ class Agent:
         self.loops = [(int(f), int(s), a) for f, s, a in config.get("loops", [])
                       if int(s) in self.nics]
         self.loop_addr = {f: a for f, _s, a in self.loops}
-        n_sp = len(self.sports)
         # flows answered here: flow -> [highest seq, bitmap] (bounded by the assignment)
         self.replay = {int(f) + j: [-1, 0] for f, _s, d, _a in config["pairs"]
-                       if int(d) in self.nics for j in range(n_sp)}
+                       if int(d) in self.nics for j in range(len(self.sports))}
+
+    def _sizes(self, config: dict) -> tuple[float, float]:
+        """The loop's tick and the record bounds from the load; (sends, answers) per second."""
+        n_sp = len(self.sports)
         cap = int(config.get("max_records", 2_000_000))
         sends_per_s = self.rate * (len(self.pairs) + len(self.loops))
         answers_per_s = self.rate * (len(self.replay) // max(1, n_sp))
@@ -194,6 +222,11 @@ class Agent:
         self.capacity = max(0, min(expected, cap))
         log_expected = int(answers_per_s * self.duration * 1.05) + 16
         self.log_capacity = max(0, min(log_expected, cap))
+        return sends_per_s, answers_per_s
+
+    def _allocate(self, config: dict, sends_per_s: float, answers_per_s: float) -> None:
+        """Everything the hot path uses, allocated once: the record ring, the health meter, the
+        buffers, the epoll and its socket maps."""
         span = self.echo_timeout_s + 2 * self.window_s
         ring = config.get("ring_records") or int(sends_per_s * span * 1.5) + 64
         self.rec = rec = RecordRing(int(ring), int(answers_per_s * 2 * self.window_s * 1.5) + 64,
@@ -546,70 +579,83 @@ class Agent:
         mono0 = time.monotonic() + max(0.0, self.start_at - time.time())
         send_end = mono0 + self.duration
         end = send_end + self.linger
-        interval = 1.0 / (self.rate * len(self.targets)) if self.targets and self.rate > 0 \
-            else None
-        next_t, i = mono0, 0
-        # catching up must not become a flood: at most two ticks' worth (or MAX_BURST) per turn
-        max_burst = max(MAX_BURST, int(2 * self.tick_s / interval) + 1) if interval else 0
+        schedule = Schedule(self.rate, len(self.targets), self.tick_s, mono0, send_end)
         next_window = time.monotonic() + self.window_s
-        poll, by_fd, meter, tick, sleep = self.epoll.poll, self.by_fd, self.health, self.tick_s, \
-            time.sleep
+        meter = self.health
         prev = time.monotonic()
         while True:
             now = time.monotonic()
             meter.note_gap(now - prev)
             prev = now
             if now >= next_window:
-                self.pending_health.append(meter.close())
-                next_window += self.window_s
-                if next_window <= now:  # stalled for more than a window: realign
-                    next_window = now + self.window_s
-                self.emit()
+                next_window = self._close_window(now, next_window)
             if now >= end:
                 break
-            if interval is not None and next_t < send_end:  # (the last tick's probes too)
-                due = min(now, send_end - interval * 1e-3)  # the schedule ends at send_end
-                if due - next_t > MAX_LAG_S:
-                    skip = int((due - next_t) / interval)
-                    self.counters["skipped"] += skip
-                    i += skip
-                    next_t += skip * interval
-                if next_t <= due:  # the due probes in one burst; lateness of its first one
-                    burst = min(max_burst, int((due - next_t) / interval) + 1)
-                    meter.note_late(now - next_t)
-                    self.send_burst(i, burst)
-                    i += burst
-                    next_t += burst * interval
-                wait = min(next_t, end, next_window) - time.monotonic()
+            if schedule.sending():  # (the last tick's probes too)
+                self._send_due(schedule, now)
+                wait = min(schedule.next_t, end, next_window) - time.monotonic()
             else:
                 wait = min(end, next_window) - now
-            meter.wakeups += 1
-            # one blocking call per turn: under load the tick's sleep has filled the queues and
-            # poll(0) finds them; only an idle agent blocks in poll until a datagram or a send
-            turn_ns = time.time_ns()
-            self.backlog = False
-            events = poll(0)
-            if not events:
-                wait = max(wait, now + tick - time.monotonic())
-                if wait > 0:
-                    events = poll(min(wait, 0.05))
-            for fd, _ev in events:
-                sock, role, nic = by_fd[fd]
-                if role == 0:
-                    self.drain_echoes(sock, fd, nic)
-                elif role == 1:
-                    self.drain_probes(sock, fd, nic)
-                else:
-                    self.drain_loop(sock, nic)
-            if not self.backlog:  # every datagram that arrived before turn_ns has been read
-                self.drained_ns = turn_ns
-            # coalesce: at most one turn per tick, so each turn drains many datagrams (the
-            # receive queues hold them meanwhile; t2/t4 are kernel times, unaffected)
-            rest = now + tick - time.monotonic()
-            if rest > 0 and events:
-                sleep(rest)
+            self._turn(now, wait)
         self.pending_health.append(meter.close())
         self.emit(final=True)
+
+    def _close_window(self, now: float, next_window: float) -> float:
+        """The health window ends: its row and the final records leave as a batch. The next
+        window's end."""
+        self.pending_health.append(self.health.close())
+        next_window += self.window_s
+        if next_window <= now:  # stalled for more than a window: realign
+            next_window = now + self.window_s
+        self.emit()
+        return next_window
+
+    def _send_due(self, schedule: Schedule, now: float) -> None:
+        """The probes due by now in one burst (lateness of its first one noted); further behind
+        than MAX_LAG_S, the schedule skips ahead (counted) instead of bursting."""
+        interval = schedule.interval
+        due = min(now, schedule.send_end - interval * 1e-3)  # the schedule ends at send_end
+        if due - schedule.next_t > MAX_LAG_S:
+            skip = int((due - schedule.next_t) / interval)
+            self.counters["skipped"] += skip
+            schedule.i += skip
+            schedule.next_t += skip * interval
+        if schedule.next_t <= due:
+            burst = min(schedule.max_burst, int((due - schedule.next_t) / interval) + 1)
+            self.health.note_late(now - schedule.next_t)
+            self.send_burst(schedule.i, burst)
+            schedule.i += burst
+            schedule.next_t += burst * interval
+
+    def _turn(self, now: float, wait: float) -> None:
+        """One wake-up: drain every ready socket (waiting for one at most `wait`), then sleep out
+        the rest of the tick."""
+        tick, poll, by_fd = self.tick_s, self.epoll.poll, self.by_fd
+        self.health.wakeups += 1
+        # one blocking call per turn: under load the tick's sleep has filled the queues and
+        # poll(0) finds them; only an idle agent blocks in poll until a datagram or a send
+        turn_ns = time.time_ns()
+        self.backlog = False
+        events = poll(0)
+        if not events:
+            wait = max(wait, now + tick - time.monotonic())
+            if wait > 0:
+                events = poll(min(wait, 0.05))
+        for fd, _ev in events:
+            sock, role, nic = by_fd[fd]
+            if role == 0:
+                self.drain_echoes(sock, fd, nic)
+            elif role == 1:
+                self.drain_probes(sock, fd, nic)
+            else:
+                self.drain_loop(sock, nic)
+        if not self.backlog:  # every datagram that arrived before turn_ns has been read
+            self.drained_ns = turn_ns
+        # coalesce: at most one turn per tick, so each turn drains many datagrams (the
+        # receive queues hold them meanwhile; t2/t4 are kernel times, unaffected)
+        rest = now + tick - time.monotonic()
+        if rest > 0 and events:
+            time.sleep(rest)
 
     # ------------------------------------------------------------------ output
     def summary(self) -> dict:

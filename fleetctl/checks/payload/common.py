@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -84,11 +85,28 @@ def read_or_none(path):
         return None
 
 
-def to_int(text):
+def number_or_none(text, kind=int):
+    """kind(text), or None for a value that is missing or no such number (a sysfs file that says
+    "N/A", a cut-off table cell)."""
     try:
-        return int(str(text).strip(), 0)
+        return kind(text)
     except (TypeError, ValueError):
         return None
+
+
+def to_int(text):
+    """An integer written in any base Python reads (sysfs prints a LID in hex: 0x1a), or None."""
+    return number_or_none(str(text).strip(), lambda digits: int(digits, 0))
+
+
+def json_argument(argv, not_object):
+    """The payload's one argument, a JSON object ({} when there is none): argv is the script's
+    arguments (None: sys.argv[1:]); ValueError (`not_object`) for any other JSON value."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = json.loads(argv[0]) if argv else {}
+    if not isinstance(args, dict):
+        raise ValueError(not_object)
+    return args
 
 
 def which(name, extra_dirs=("/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin")):

@@ -10,18 +10,11 @@ import re
 import subprocess
 import time
 
-from fleetctl.checks.payload.common import result, run_cmd, which  # payload-local
+from fleetctl.checks.payload.common import number_or_none, result, run_cmd, which  # payload-local
 
 MAX_TOOL_OUTPUT = 4 << 20  # characters of a tool's output that are parsed
 RANK_PREFIX_RE = re.compile(r"^\s*\d+:\s")  # mpirun --tag-output / srun -l put "0: " before each line
 NCCL_FAILURE_RE = re.compile(r"Test (?:NCCL )?failure|NCCL failure|Test CUDA failure", re.I)
-
-
-def _number(text):
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def parse_nccl_tests(text):
@@ -39,7 +32,7 @@ def parse_nccl_tests(text):
         cols = (line[m.end():] if m else line).split()
         if len(cols) < 11 or not (cols[0].isdigit() and cols[1].isdigit()):
             continue
-        nums = [_number(c) for c in cols[-8:]]
+        nums = [number_or_none(c, float) for c in cols[-8:]]
         if None in (nums[0], nums[1], nums[2], nums[4], nums[5], nums[6]):
             continue  # a cut-off row
         rows.append((int(cols[0]), nums[2], nums[6]))
@@ -211,7 +204,7 @@ def parse_perftest(text):
             continue
         cols = line.split()
         if unit in PERFTEST_UNITS and len(cols) >= 4 and cols[0].isdigit() and cols[1].isdigit():
-            avg = _number(cols[3])
+            avg = number_or_none(cols[3], float)
             if avg is None:
                 continue
             rows += 1

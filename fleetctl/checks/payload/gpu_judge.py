@@ -55,19 +55,42 @@ def judge_gpus(record, expect, thresholds):
     return out
 
 
+def _each_gpu(gpus, evidence, verdict):
+    """(faults, evidence by GPU) of a per-GPU check: evidence(gpu) is what the result shows of it,
+    verdict(gpu, its evidence) its fault (status, action, text) or None."""
+    bad, ev = [], {}
+    for g in gpus:
+        ev[_gid(g)] = e = evidence(g)
+        fault = verdict(g, e)
+        if fault:
+            bad.append((_gid(g),) + fault)
+    return bad, ev
+
+
+def _reported(code, gpus, field, verdict, sim, ok_message, unreported):
+    """A check of one field that older GPUs or sources do not report: skipped when no GPU has it,
+    a GPU without it never at fault."""
+    bad, ev = _each_gpu(gpus, lambda g: g.get(field),
+                        lambda _g, value: None if value is None else verdict(value))
+    if all(g.get(field) is None for g in gpus):
+        return result(code, "skipped", unreported, evidence=ev, simulated=sim)
+    return _aggregate(code, bad, sim, ok_message, ev)
+
+
 # `nvidia-smi -q` "GPU Recovery Action" (R570+), the state Xid 154 announces: what the driver requires now.
 RECOVERY_BY_TEXT = (("reboot", "reboot"), ("reset", "reset-gpu"), ("drain", "reset-gpu"))
 
 
 def _recovery(gpus, sim):
-    bad, ev = [], {}
-    for g in gpus:
-        text = g.get("recovery_action")
-        ev[_gid(g)] = text
-        if text and text.lower() not in ("none", "n/a"):
-            action = next((a for word, a in RECOVERY_BY_TEXT if word in text.lower()), "inspect-hardware")
-            bad.append((_gid(g), "fail", action, "driver requires recovery action %r" % text))
+    bad, ev = _each_gpu(gpus, lambda g: g.get("recovery_action"), _recovery_fault)
     return _aggregate("gpu.recovery", bad, sim, "no recovery action pending", ev)
+
+
+def _recovery_fault(_g, text):
+    if text and text.lower() not in ("none", "n/a"):
+        action = next((a for word, a in RECOVERY_BY_TEXT if word in text.lower()), "inspect-hardware")
+        return "fail", action, "driver requires recovery action %r" % text
+    return None
 
 
 def _count(gpus, expect, sim, src):
@@ -92,92 +115,88 @@ def _model(gpus, expect, sim):
 
 
 def _ecc(gpus, sim):
-    bad, ev = [], {}
-    for g in gpus:
-        ecc = g.get("ecc") or {}
-        ev[_gid(g)] = dict(ecc, mode=g.get("ecc_mode"))
-        if (ecc.get("volatile_dbe") or 0) > 0:
-            bad.append((_gid(g), "fail", "reset-gpu", "%d uncorrectable ECC errors since the last reset"
-                        % ecc["volatile_dbe"]))
-        elif (ecc.get("aggregate_dbe") or 0) > 0:
-            bad.append((_gid(g), "warn", "inspect-hardware", "%d uncorrectable ECC errors over its life"
-                        % ecc["aggregate_dbe"]))
-        elif g.get("ecc_mode") is False:
-            bad.append((_gid(g), "warn", "reset-gpu", "ECC is disabled"))
+    bad, ev = _each_gpu(gpus, lambda g: dict(g.get("ecc") or {}, mode=g.get("ecc_mode")), _ecc_fault)
     return _aggregate("gpu.ecc", bad, sim, "no uncorrectable ECC errors", ev)
 
 
+def _ecc_fault(g, _ev):
+    ecc = g.get("ecc") or {}
+    if (ecc.get("volatile_dbe") or 0) > 0:
+        return "fail", "reset-gpu", "%d uncorrectable ECC errors since the last reset" % ecc["volatile_dbe"]
+    if (ecc.get("aggregate_dbe") or 0) > 0:
+        return "warn", "inspect-hardware", "%d uncorrectable ECC errors over its life" % ecc["aggregate_dbe"]
+    if g.get("ecc_mode") is False:
+        return "warn", "reset-gpu", "ECC is disabled"
+    return None
+
+
 def _remap(gpus, sim):
-    bad, ev, known = [], {}, False
-    for g in gpus:
-        rr = g.get("remapped_rows")
-        ev[_gid(g)] = rr
-        if rr is None:
-            continue
-        known = True
-        if rr.get("failure"):
-            bad.append((_gid(g), "fail", "inspect-hardware", "row remapping failed"))
-        elif rr.get("pending"):
-            bad.append((_gid(g), "fail", "reset-gpu", "row remapping pending (%s uncorrectable rows)"
-                        % rr.get("uncorrectable")))
-    if not known:
-        return result("gpu.remap", "skipped", "row remapping not reported (pre-Ampere GPU or source)",
-                      evidence=ev, simulated=sim)
-    return _aggregate("gpu.remap", bad, sim, "no row remapping pending or failed", ev)
+    return _reported("gpu.remap", gpus, "remapped_rows", _remap_fault, sim, "no row remapping pending or failed",
+                     "row remapping not reported (pre-Ampere GPU or source)")
+
+
+def _remap_fault(rr):
+    if rr.get("failure"):
+        return "fail", "inspect-hardware", "row remapping failed"
+    if rr.get("pending"):
+        return "fail", "reset-gpu", "row remapping pending (%s uncorrectable rows)" % rr.get("uncorrectable")
+    return None
 
 
 def _retired(gpus, sim):
-    bad, ev, known = [], {}, False
-    for g in gpus:
-        rp = g.get("retired_pages")
-        ev[_gid(g)] = rp
-        if rp is None:
-            continue
-        known = True
-        total = (rp.get("sbe") or 0) + (rp.get("dbe") or 0)
-        if total >= RETIRED_PAGES_RMA:
-            bad.append((_gid(g), "fail", "inspect-hardware", "%d retired pages" % total))
-        elif rp.get("pending"):
-            bad.append((_gid(g), "fail", "reset-gpu", "page retirement pending"))
-    if not known:
-        return result("gpu.retired_pages", "skipped", "page retirement not reported (Ampere+ remaps rows)",
-                      evidence=ev, simulated=sim)
-    return _aggregate("gpu.retired_pages", bad, sim, "no retired pages pending", ev)
+    return _reported("gpu.retired_pages", gpus, "retired_pages", _retired_fault, sim, "no retired pages pending",
+                     "page retirement not reported (Ampere+ remaps rows)")
+
+
+def _retired_fault(rp):
+    total = (rp.get("sbe") or 0) + (rp.get("dbe") or 0)
+    if total >= RETIRED_PAGES_RMA:
+        return "fail", "inspect-hardware", "%d retired pages" % total
+    if rp.get("pending"):
+        return "fail", "reset-gpu", "page retirement pending"
+    return None
 
 
 def _temperature(gpus, th, sim):
     warn_c, fail_c = th.get("gpu_temp_warn_c", 85), th.get("gpu_temp_fail_c", 95)
     hbm_fail_c = th.get("hbm_temp_fail_c", 95)
-    bad, ev = [], {}
-    for g in gpus:
-        t, m, slow = g.get("temperature_c"), g.get("memory_temperature_c"), g.get("slowdown_temp_c")
-        margin = None if t is None or slow is None else slow - t
-        ev[_gid(g)] = {"gpu_c": t, "hbm_c": m, "slowdown_c": slow, "margin_c": margin}
+
+    def fault(_g, e):
+        t, m, margin = e["gpu_c"], e["hbm_c"], e["margin_c"]
         if t is not None and t >= fail_c:
-            bad.append((_gid(g), "fail", "inspect-hardware", "GPU at %s C (limit %s C)" % (t, fail_c)))
-        elif m is not None and m >= hbm_fail_c:
-            bad.append((_gid(g), "fail", "inspect-hardware", "HBM at %s C (limit %s C)" % (m, hbm_fail_c)))
-        elif t is not None and t >= warn_c:
-            bad.append((_gid(g), "warn", "inspect-hardware", "GPU at %s C (warning at %s C)" % (t, warn_c)))
-        elif margin is not None and margin < TEMP_MARGIN_WARN_C:
-            bad.append((_gid(g), "warn", "inspect-hardware", "%s C below its slowdown temperature" % margin))
+            return "fail", "inspect-hardware", "GPU at %s C (limit %s C)" % (t, fail_c)
+        if m is not None and m >= hbm_fail_c:
+            return "fail", "inspect-hardware", "HBM at %s C (limit %s C)" % (m, hbm_fail_c)
+        if t is not None and t >= warn_c:
+            return "warn", "inspect-hardware", "GPU at %s C (warning at %s C)" % (t, warn_c)
+        if margin is not None and margin < TEMP_MARGIN_WARN_C:
+            return "warn", "inspect-hardware", "%s C below its slowdown temperature" % margin
+        return None
+
+    bad, ev = _each_gpu(gpus, _temperatures, fault)
     if all(e["gpu_c"] is None for e in ev.values()):
         return result("gpu.temperature", "skipped", "temperature not reported", evidence=ev, simulated=sim)
     return _aggregate("gpu.temperature", bad, sim, "temperatures within limits", ev)
 
 
+def _temperatures(g):
+    t, m, slow = g.get("temperature_c"), g.get("memory_temperature_c"), g.get("slowdown_temp_c")
+    return {"gpu_c": t, "hbm_c": m, "slowdown_c": slow, "margin_c": None if t is None or slow is None else slow - t}
+
+
 def _throttle(gpus, sim):
-    bad, ev = [], {}
-    for g in gpus:
-        reasons = g.get("throttle_reasons")
-        ev[_gid(g)] = reasons
-        hw = [r for r in reasons or () if r in HW_THROTTLE]
-        sw = [r for r in reasons or () if r in SW_THERMAL]
-        if hw:
-            bad.append((_gid(g), "warn", "inspect-hardware", "clocks held down by " + ", ".join(hw)))
-        elif sw:
-            bad.append((_gid(g), "warn", "none", "clocks held down by " + ", ".join(sw)))
+    bad, ev = _each_gpu(gpus, lambda g: g.get("throttle_reasons"), _throttle_fault)
     return _aggregate("gpu.throttle", bad, sim, "no hardware or thermal clock slowdown", ev)
+
+
+def _throttle_fault(_g, reasons):
+    hw = [r for r in reasons or () if r in HW_THROTTLE]
+    sw = [r for r in reasons or () if r in SW_THERMAL]
+    if hw:
+        return "warn", "inspect-hardware", "clocks held down by " + ", ".join(hw)
+    if sw:
+        return "warn", "none", "clocks held down by " + ", ".join(sw)
+    return None
 
 
 def _persistence(gpus, sim):
@@ -188,21 +207,24 @@ def _persistence(gpus, sim):
 
 
 def _pcie(gpus, expect, sim):
-    bad, ev = [], {}
-    for g in gpus:
+    def evidence(g):
         p = g.get("pcie") or {}
-        want_gen = expect.get("pcie_gen") or p.get("max_gen")
-        want_width = expect.get("pcie_width") or p.get("max_width")
-        ev[_gid(g)] = dict(p, expected_gen=want_gen, expected_width=want_width)
-        idle = "gpu_idle" in (g.get("throttle_reasons") or ())
-        if p.get("width") is not None and want_width and p["width"] < want_width:
-            bad.append((_gid(g), "fail", "inspect-hardware", "PCIe link x%s, expected x%s"
-                        % (p["width"], want_width)))
-        elif p.get("gen") is not None and want_gen and p["gen"] < want_gen and not idle:
-            # An idle GPU lowers its link generation to save power: only a busy GPU's gen is judged.
-            bad.append((_gid(g), "warn", "inspect-hardware", "PCIe gen%s, expected gen%s"
-                        % (p["gen"], want_gen)))
+        return dict(p, expected_gen=expect.get("pcie_gen") or p.get("max_gen"),
+                    expected_width=expect.get("pcie_width") or p.get("max_width"))
+
+    bad, ev = _each_gpu(gpus, evidence, _pcie_fault)
     return _aggregate("gpu.pcie", bad, sim, "PCIe links at full width", ev)
+
+
+def _pcie_fault(g, e):
+    p, want_width, want_gen = g.get("pcie") or {}, e["expected_width"], e["expected_gen"]
+    width, gen = p.get("width"), p.get("gen")
+    if width is not None and want_width and width < want_width:
+        return "fail", "inspect-hardware", "PCIe link x%s, expected x%s" % (width, want_width)
+    # An idle GPU lowers its link generation to save power: only a busy GPU's gen is judged.
+    if gen is not None and want_gen and gen < want_gen and "gpu_idle" not in (g.get("throttle_reasons") or ()):
+        return "warn", "inspect-hardware", "PCIe gen%s, expected gen%s" % (gen, want_gen)
+    return None
 
 
 def _nvlink(gpus, expect, sim):

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 
-from fleetctl.checks.payload.common import read_text, read_or_none, run_cmd  # payload-local
+from fleetctl.checks.payload.common import number_or_none, read_text, read_or_none, run_cmd  # payload-local
 
 ETH_RATE_LIMITS = {"rx_errors": 10.0, "tx_errors": 10.0, "rx_crc_errors": 10.0}  # per s
 
@@ -33,18 +33,11 @@ def listdir_or_empty(path):
         return []
 
 
-def int_or_none(text):
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
-
-
 def counter_dir(path, only):
     values = {}
     for name in listdir_or_empty(path):
         if only is None or name in only:
-            values[name] = int_or_none(read_or_none(os.path.join(path, name)))
+            values[name] = number_or_none(read_or_none(os.path.join(path, name)))
     return values
 
 
@@ -85,12 +78,12 @@ class NetdevView:
             return self.links[netdev].get(name)
         dev = os.path.join(self.sysfs, "class/net", netdev)
         if name == "speed":  # EINVAL when down, -1 when unknown (veth without a set speed)
-            speed = int_or_none(read_or_none(dev + "/speed"))
+            speed = number_or_none(read_or_none(dev + "/speed"))
             return speed if speed and speed > 0 else None
         if name == "carrier":
             return read_or_none(dev + "/carrier") == "1"
         value = read_item(os.path.join(dev, name))
-        return int_or_none(value) if name == "mtu" else value
+        return number_or_none(value) if name == "mtu" else value
 
     def counters(self, netdev):
         if self.links is not None:
@@ -98,7 +91,7 @@ class NetdevView:
             return dict(link.get("counters") or {})
         dev = os.path.join(self.sysfs, "class/net", netdev)
         values = counter_dir(os.path.join(dev, "statistics"), ETH_RATE_LIMITS)
-        values["carrier_changes"] = int_or_none(read_or_none(dev + "/carrier_changes"))
+        values["carrier_changes"] = number_or_none(read_or_none(dev + "/carrier_changes"))
         return values
 
 
@@ -110,7 +103,7 @@ def sysfs_matches_netns(sysfs):
         return True
     seen = {}
     for name in listdir_or_empty(os.path.join(sysfs, "class/net")):
-        seen[name] = int_or_none(read_or_none(os.path.join(sysfs, "class/net", name, "ifindex")))
+        seen[name] = number_or_none(read_or_none(os.path.join(sysfs, "class/net", name, "ifindex")))
     return seen == mine
 
 

@@ -11,9 +11,9 @@ import os
 import re
 import time
 
-from fleetctl.checks.payload.common import read_or_none, result, run_cmd  # payload-local
+from fleetctl.checks.payload.common import number_or_none, read_or_none, result, run_cmd  # payload-local
 from fleetctl.checks.payload.netdev import (ETH_RATE_LIMITS, NetdevView, NicItemError, counter_dir,  # payload-local
-                                            int_or_none, listdir_or_empty, read_item)  # payload-local
+                                            listdir_or_empty, read_item)  # payload-local
 
 # DOMAIN.md section 3. Any increase of these is fatal.
 IB_FATAL_COUNTERS = ("link_downed", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
@@ -184,8 +184,8 @@ def _pcie_result(nic, devdir, facts):
     if not os.path.exists(devdir + "/current_link_width"):
         return result("nic.pcie", "skipped", "no PCIe device behind %s (virtual NIC)" % nic["name"],
                       subject=nic["name"])
-    width, max_width = int_or_none(read_item(devdir + "/current_link_width")), \
-        int_or_none(read_item(devdir + "/max_link_width"))
+    width, max_width = number_or_none(read_item(devdir + "/current_link_width")), \
+        number_or_none(read_item(devdir + "/max_link_width"))
     speed = pcie_speed_gts(read_item(devdir + "/current_link_speed"))
     max_speed = pcie_speed_gts(read_item(devdir + "/max_link_speed"))
     ev = {"width": width, "max_width": max_width, "speed_gts": speed, "max_speed_gts": max_speed}

@@ -16,9 +16,9 @@ import sys
 import threading
 import time
 
-from fleetctl.checks.payload.common import (SCHEMA, Deadline, boot_id, load_state,  # payload-local
-                                            result, save_state, strongest_action,  # payload-local
-                                            worst_status)  # payload-local
+from fleetctl.checks.payload.common import (SCHEMA, Deadline, boot_id, json_argument,  # payload-local
+                                            load_state, result, save_state,  # payload-local
+                                            strongest_action, worst_status)  # payload-local
 from fleetctl.checks.payload.gpu_collect import GpuSourceError, collect_gpus  # payload-local
 from fleetctl.checks.payload.gpu_judge import judge_gpus  # payload-local
 from fleetctl.checks.payload.xid import check_xids  # payload-local
@@ -189,11 +189,8 @@ def _document(args, level, started, deadline, complete, results, facts):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = json.loads(argv[0]) if argv else {}
-        if not isinstance(args, dict):
-            raise ValueError("expected a JSON object")
+        args = json_argument(argv, "expected a JSON object")
         deadline = Deadline(float(args.get("budget_s") or 0), count_process_age=True)
         doc = run_checks(args, deadline)
     except ValueError as exc:

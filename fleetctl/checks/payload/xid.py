@@ -533,15 +533,33 @@ def judge_scan(scan, args, state, source):
     """Findings of a scan: one per (GPU, Xid), per (NVSwitch, SXid), per GPU fallen off the bus without
     an Xid; at most MAX_RESULTS, the rest summed; `xid.unparsed` and `xid.scan`."""
     policy = xid_policy(args.get("xid_policy"))
-    overridden = {int(k) for k in (args.get("xid_policy") or {})}
     sim = bool(args.get("simulated_gpus"))
+    findings = _xid_findings(scan, args, policy, source) + _sxid_findings(scan, source)
+    findings.sort(key=lambda f: (-RANK[f[0]], -f[5]["count"], f[3], f[6]))
+    shown, hidden = findings[:MAX_RESULTS], findings[MAX_RESULTS:]
+    out = [_finding(f, args, state, sim) for f in shown]
+    if hidden or scan.overflow:
+        out.append(_more(hidden, scan.overflow, policy, sim))
+    return out + _scan_results(scan, source, len(findings), out, sim)
+
+
+def _xid_groups(scan):
+    """(GPU, Xid) -> its group, with a GPU "fallen off the bus" without an Xid 79 line an Xid 79 all
+    the same; and the Xids of each GPU."""
     groups = dict(scan.groups)
-    for pci, g in scan.fallen.items():  # "fallen off the bus" without an Xid 79 line: still an Xid 79
+    for pci, g in scan.fallen.items():
         if (pci, 79) not in groups:
             groups[(pci, 79)] = dict(g, fallen_message=True)
     xids_on_gpu = {}
     for pci, xid in groups:
         xids_on_gpu.setdefault(pci, set()).add(xid)
+    return groups, xids_on_gpu
+
+
+def _xid_findings(scan, args, policy, source):
+    """[status, action, reboot-recoverable, code, message, evidence, pci] per (GPU, Xid)."""
+    overridden = {int(k) for k in (args.get("xid_policy") or {})}
+    groups, xids_on_gpu = _xid_groups(scan)
     findings = []
     boot = args.get("boot_epoch")
     for (pci, xid), g in groups.items():
@@ -560,6 +578,12 @@ def judge_scan(scan, args, state, source):
             ev["recovery_action"] = scan.recovery[pci][3]
         msg = "Xid %d on %s: %s%s" % (xid, pci, what, " (x%d)" % g["count"] if g["count"] > 1 else "")
         findings.append([status, action, recoverable, "xid.%d" % xid, msg, ev, pci])
+    return findings
+
+
+def _sxid_findings(scan, source):
+    """One finding per (NVSwitch, SXid), as _xid_findings; the severity the driver printed wins."""
+    findings = []
     for (pci, sxid), g in scan.sxids.items():
         if g["fatal"]:
             status, action, kind = "fail", "reboot", "fatal"
@@ -574,25 +598,27 @@ def judge_scan(scan, args, state, source):
         findings.append([status, action, False, "sxid.%d" % sxid,
                          "SXid %d on NVSwitch %s: %s%s" % (sxid, pci, kind, " (x%d lines)" % g["count"]
                                                            if g["count"] > 1 else ""), ev, pci])
-    findings.sort(key=lambda f: (-RANK[f[0]], -f[5]["count"], f[3], f[6]))
-    shown, hidden = findings[:MAX_RESULTS], findings[MAX_RESULTS:]
-    out = [_finding(f, args, state, sim) for f in shown]
-    if hidden or scan.overflow:
-        out.append(_more(hidden, scan.overflow, policy, sim))
+    return findings
+
+
+def _scan_results(scan, source, n_findings, reported, sim):
+    """`xid.unparsed` (when lines could not be parsed) and `xid.scan`: how the scan went, and the worst
+    status of the results `reported` before them and of these."""
     stats = scan.stats
-    summary = dict(stats, source=source, findings=len(findings), complete=not scan.stopped,
+    summary = dict(stats, source=source, findings=n_findings, complete=not scan.stopped,
                    overflow_lines=sum(scan.overflow.values()))
+    out = []
     if stats["unparsed"]:
         out.append(result("xid.unparsed", "warn", "%d Xid lines could not be parsed (truncated or corrupt)"
                           % stats["unparsed"], "none", summary, simulated=sim))
-    worst = worst_status(r["status"] for r in out)
+    worst = worst_status(r["status"] for r in reported + out)
     if scan.stopped:
         out.append(result("xid.scan", "error", "kernel-log scan stopped at the time budget after %d lines; "
-                          "%d findings so far (worst: %s)" % (stats["lines"], len(findings), worst),
+                          "%d findings so far (worst: %s)" % (stats["lines"], n_findings, worst),
                           evidence=summary, simulated=sim))
     else:
         out.append(result("xid.scan", "ok", "%d kernel-log lines read, %d Xid findings (worst: %s)"
-                          % (stats["lines"], len(findings), worst), evidence=summary, simulated=sim))
+                          % (stats["lines"], n_findings, worst), evidence=summary, simulated=sim))
     return out
 
 

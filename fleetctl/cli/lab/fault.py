@@ -9,6 +9,9 @@ from fleetctl.cli.params import FiniteFloatRange
 from fleetctl.errors import EXIT_OK
 
 
+FLAG_KINDS = ("down", "ecc_dbe", "remap_pending")  # faults without a value
+
+
 @click.group("fault")
 def fault() -> None:
     """Inject, list and clear faults (links, NICs, simulated GPUs) by site-file id."""
@@ -29,21 +32,18 @@ def fault() -> None:
 @click.option("--temp", type=click.IntRange(-40, 200), metavar="C", help="GPU: temperature in C.")
 @click.option("--pcie-width", type=click.IntRange(1, 32), metavar="W", help="GPU: degraded PCIe link width.")
 @pass_app
-def fault_add(app: Application, target, loss, down, rate, load, flap, xid, ecc_dbe, remap_pending, temp,
-              pcie_width) -> int:
+def fault_add(app: Application, target, load, **kinds) -> int:
     """Add a fault on TARGET: leaf1--spine2, leaf1->spine2 (one direction), node3:eth1, node2:gpu3."""
     from fleetctl.errors import UsageError
     from fleetctl.lab import faults
 
-    chosen = [(k, v) for k, v in (("loss", loss), ("down", down or None), ("rate", rate),
-                                  ("flap", flap), ("xid", xid), ("ecc_dbe", ecc_dbe or None),
-                                  ("remap_pending", remap_pending or None), ("temp", temp),
-                                  ("pcie_width", pcie_width)) if v is not None]
+    # kinds: one option per fault kind; a flag is given when set, a valued option when not None (0 too)
+    chosen = [(k, v) for k, v in kinds.items() if (v if k in FLAG_KINDS else v is not None)]
     if len(chosen) != 1:
         raise UsageError("give exactly one of --loss, --down, --rate, --flap, --xid, --ecc-dbe, "
                          "--remap-pending, --temp, --pcie-width")
     kind, value = chosen[0]
-    added = faults.add(target, kind, None if value is True else value, load_pct=load)
+    added = faults.add(target, kind, None if kind in FLAG_KINDS else value, load_pct=load)
     app.emit(added, lambda c: c.print(f"fault added: {_fault_text(added)}"))
     return EXIT_OK
 

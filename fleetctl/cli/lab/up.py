@@ -25,15 +25,15 @@ from fleetctl.lab.topology import SIZE_LIMITS
               help="Whose Slurm: this machine's, Debian 13's (trixie = 24.11) or Debian unstable's (sid, "
                    "the newest); the last two from a cached Debian root (built by debootstrap once).")
 @pass_app
-def up(app: Application, hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew, no_slurm,
-       no_ssh, slurm_choice) -> int:
+def up(app: Application, no_slurm, no_ssh, slurm_choice, **shape) -> int:
     """Build the lab (idempotent: a healthy lab of the same size is kept)."""
     from fleetctl.lab import lifecycle
     from fleetctl.lab.topology import LabParams
 
     refuse_if_session_busy()
-    params = LabParams(hosts, nics_per_host, leaves, spines, gpus_per_host, clock_skew,
-                       not no_slurm, not no_ssh, "trixie" if slurm_choice == "24.11" else slurm_choice)
+    # shape: the options named as LabParams' fields (hosts, NICs, switches, GPUs, clock skew)
+    params = LabParams(**shape, slurm=not no_slurm, ssh=not no_ssh,
+                       slurm_from="trixie" if slurm_choice == "24.11" else slurm_choice)
     st = lifecycle.up(params, progress=lambda m: app.debug(m))
     out = {"status": st["status"], "params": st["params"], "site_file": str(site_path()),
            "up_seconds": st.get("up_seconds"), "slurm": st.get("slurm")}

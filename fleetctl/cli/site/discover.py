@@ -1,4 +1,5 @@
-"""`fleetctl site discover [NODESET] [--out site.toml | --diff site.toml]`."""
+"""`fleetctl site discover [NODESET] [--out site.toml | --diff site.toml]`. The work is
+fleetctl.discover.command.discover_site; this module parses options into DiscoverOptions and renders."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ import click
 from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.params import seconds
 from fleetctl.fanout.registry import transports
-
-
-def _globs(value: str | None) -> tuple[str, ...]:
-    return tuple(g.strip() for g in (value or "").split(",") if g.strip())
 
 
 @click.command("discover")
@@ -46,8 +43,7 @@ def _globs(value: str | None) -> tuple[str, ...]:
 @click.option("--budget", type=seconds(1, 600), default=20.0, show_default=True, metavar="S",
               help="Time budget of the collection on each node.")
 @pass_app
-def discover(app: Application, nodeset, out, force, against, transport, netns, switches, lldp_socket,
-             ibnet, node_name_map, source, trace, nics, exclude_nics, cluster_name, budget) -> int:
+def discover(app: Application, **options) -> int:
     """Collect GPUs, NICs, CPUs, memory and LLDP neighbours from every node (srun, ssh or local),
     group nodes into classes by hardware, read the fabric (LLDP, an ibnetdiscover file, TTL-traced
     paths of a routed fabric) and write a
@@ -55,65 +51,28 @@ def discover(app: Application, nodeset, out, force, against, transport, netns, s
 
     Without NODESET: the nodes of the site file in use, else every node Slurm knows.
     """
-    from pathlib import Path
+    from fleetctl.discover.command import discover_site
+    from fleetctl.discover.options import DiscoverOptions
+    from fleetctl.errors import EXIT_OK
 
-    from fleetctl.config.files import read_bounded
-    from fleetctl.discover import diff_site, discover as run_discovery, render, write_site
-    from fleetctl.discover.ibnet import MAX_IBNET_BYTES, parse_ibnetdiscover, parse_node_name_map
-    from fleetctl.errors import EXIT_OK, EXIT_WARNINGS, UsageError
-    from fleetctl.fanout import FanoutOptions, get_transport
-    from fleetctl.nodeset import parse_nodeset
-
-    if out and against:
-        raise UsageError("--out writes a site file and --diff compares with one: give one of them")
-    if out and not force and Path(out).exists():
-        raise UsageError(f"{out} exists: give --force to replace it, or --diff {out} to compare")
-    base = None
-    if app.site_path or os.environ.get("FLEETCTL_SITE") or not nodeset or transport in (None, "srun"):
-        base = _base_site(app, need=not nodeset)
-    nodes = list(parse_nodeset(nodeset)) if nodeset else list(base.nodes)
-    options = FanoutOptions.from_site(base if base and not base.source.startswith("slurm:") else None)
-    if netns:
-        options.local_netns = netns
-    if base is not None and base.source.startswith("slurm:"):
-        options.slurm_conf, options.srun_partition = base.slurm["conf"], base.slurm["partition"]
-    name = transport or (base.access["transport"] if base is not None else "srun")
-    ib = names = None
-    if ibnet:
-        ib = parse_ibnetdiscover(read_bounded(Path(ibnet), "ibnetdiscover output", limit=MAX_IBNET_BYTES), ibnet)
-    if node_name_map:
-        names = parse_node_name_map(read_bounded(Path(node_name_map), "node-name map"), node_name_map)
-    from fleetctl.inventory.from_slurm import checks_from_env
-
-    checks = dict(base.checks) if base is not None and not base.source.startswith("slurm:") else checks_from_env()
-    with get_transport(name, options) as t:
-        result = run_discovery(t, nodes, switches=list(parse_nodeset(switches)) if switches else [],
-                               include_nics=_globs(nics), exclude_nics=_globs(exclude_nics),
-                               lldp_socket=lldp_socket or "", budget_s=budget, ib=ib, node_names=names,
-                               simulated_gpus=checks.get("simulated_gpus", ""), source=source, trace=trace)
-    if against:
-        from fleetctl.config import load_site
-
-        changes = diff_site(load_site(against), result, nodes)
-        app.emit(changes, lambda console: _render_diff(console, changes))
-        return EXIT_WARNINGS if changes["changes"] else EXIT_OK
-    text = render(cluster=cluster_name or (base.name if base is not None else "cluster"),
-                  classes=result.classes, fabric=result.fabric, access=_access(name, options),
-                  slurm=_slurm(base, topology=not result.fabric.links), checks={k: v for k, v in checks.items() if k in (
-                      "kernel_log", "simulated_gpus", "state_file") and v},
-                  notes=result.notes + result.fabric.notes, sources=result.sources)
-    data = result.to_dict()
-    if out:
-        data["file"] = str(write_site(out, text, force=force))
+    opts = DiscoverOptions(**options)
+    opts.check()
+    site_given = bool(app.site_path or os.environ.get("FLEETCTL_SITE"))
+    base = _base_site(app, need=not opts.nodeset) if opts.wants_base(site_given) else None
+    found = discover_site(base, opts)
+    if opts.against:
+        app.emit(found.changes, lambda console: _render_diff(console, found.changes))
+        return found.exit_code
+    data = found.data
     if app.json:
         app.emit(data)
-    elif out:
+    elif opts.out:
         _render_summary(app.console, data)
     else:
         from fleetctl.config import parse_site
 
-        parse_site(text, source="<discovered>")  # what `config check` would say
-        click.echo(text, nl=False)
+        parse_site(found.text, source="<discovered>")  # what `config check` would say
+        click.echo(found.text, nl=False)
         _render_summary(app.err_console, data)
     return EXIT_OK
 
@@ -129,24 +88,6 @@ def _base_site(app: Application, need: bool):
         if need:
             raise
         return None
-
-
-def _access(name: str, options) -> dict:
-    access = {"transport": name}
-    if name == "local" and options.local_netns:
-        access["local"] = {"netns": options.local_netns}
-    if name == "srun" and options.srun_partition:
-        access["srun"] = {"partition": options.srun_partition}
-    return access
-
-
-def _slurm(base, topology: bool) -> dict:
-    """conf and partition of the site in use (or Slurm's); Slurm's topology.conf as the fabric when
-    discovery found no cabling (the loader imports its switches and node links)."""
-    if base is None:
-        return {}
-    keys = ("conf", "partition", "topology_conf") if topology else ("conf", "partition")
-    return {k: v for k, v in base.slurm.items() if k in keys and v}
 
 
 def _render_summary(console, data: dict) -> None:

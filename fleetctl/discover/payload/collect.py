@@ -15,10 +15,11 @@ import platform
 import socket
 import sys
 
-from fleetctl.checks.payload.common import Deadline, read_or_none, run_cmd, to_int  # payload-local
+from fleetctl.checks.payload.common import (Deadline, json_argument, number_or_none, read_or_none,  # payload-local
+                                            run_cmd, to_int)  # payload-local
 from fleetctl.checks.payload.gpu_collect import GpuSourceError, collect_gpus  # payload-local
 from fleetctl.checks.payload.host import meminfo_gib  # payload-local
-from fleetctl.checks.payload.netdev import NetdevView, NicItemError, int_or_none, listdir_or_empty  # payload-local
+from fleetctl.checks.payload.netdev import NetdevView, NicItemError, listdir_or_empty  # payload-local
 from fleetctl.checks.payload.nics import ib_rate_gbps  # payload-local
 
 DISCOVER_SCHEMA = "fleetctl.discover.node/1"
@@ -76,7 +77,7 @@ def _ib_port(dev_dir, port):
     p = os.path.join(dev_dir, "ports", port)
     gid = read_or_none(p + "/gids/0") or ""
     return {
-        "port": int_or_none(port), "state": read_or_none(p + "/state"),
+        "port": number_or_none(port), "state": read_or_none(p + "/state"),
         "rate_gbps": ib_rate_gbps(read_or_none(p + "/rate")), "link_layer": read_or_none(p + "/link_layer"),
         "lid": to_int(read_or_none(p + "/lid")),  # sysfs prints it in hex (0x1a)
         # The port GUID is the low 64 bits of GID 0 (the link-local GID); ibnetdiscover prints it.
@@ -87,7 +88,7 @@ def _ib_port(dev_dir, port):
 def _pci_affinity(devdir):
     real = os.path.realpath(devdir) if os.path.exists(devdir) else ""
     return {"pci": os.path.basename(real) if real else "",
-            "numa_node": int_or_none(read_or_none(devdir + "/numa_node"))}
+            "numa_node": number_or_none(read_or_none(devdir + "/numa_node"))}
 
 
 def rdma_devices(sysfs):
@@ -164,12 +165,8 @@ def discover(args):
 
 
 def discover_main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = json.loads(argv[0]) if argv else {}
-        if not isinstance(args, dict):
-            raise ValueError("argument is not a JSON object")
-        doc = discover(args)
+        doc = discover(json_argument(argv, "argument is not a JSON object"))
     except ValueError as exc:
         doc = {"schema": DISCOVER_SCHEMA, "error": "bad argument: %s" % exc}
     sys.stdout.write(json.dumps(doc) + "\n")
