@@ -8,12 +8,12 @@ and a comment is one line with every non-printable character blanked. A kernel s
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 from fleetctl.atomic import write_atomic
+from fleetctl.config.tomlwrite import toml_value
 from fleetctl.discover.classes import ClassSpec
 from fleetctl.discover.fabric import FabricSpec
 from fleetctl.errors import UsageError
@@ -21,28 +21,12 @@ from fleetctl.filekit import clean_text
 
 
 def _v(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(int(value)) if value.is_integer() else repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return toml_string(value)
+    """A discovered value as TOML: an integral float is written as an integer (24 GiB, not 24.0)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, list):
         return "[" + ", ".join(_v(x) for x in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{toml_string(str(k))} = {_v(x)}" for k, x in value.items()) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def toml_string(text: str) -> str:
-    """A TOML basic string holding exactly `text`. JSON's escapes are TOML's for what must be escaped
-    (quote, backslash, C0 controls); DEL, which JSON leaves raw and TOML forbids, is escaped too.
-    Other characters stay as they are (UTF-8): JSON's ASCII mode would write a character beyond
-    U+FFFF as a surrogate pair, which TOML refuses. (A lone surrogate has no escape in either:
-    parse_facts refuses it.)"""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+    return toml_value(value)
 
 
 def comment(text: object) -> str:

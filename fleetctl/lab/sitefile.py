@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from fleetctl.config.tomlwrite import toml_key, toml_value
 from fleetctl.lab import gpusim
 from fleetctl.lab.slurmconf import PARTITION
 from fleetctl.lab.topology import NIC_MTU, NIC_RATE_GBPS, LabLayout
@@ -62,24 +62,6 @@ def to_toml(doc: dict) -> str:
     return "\n".join(lines).strip() + "\n"
 
 
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k)
-
-
 def _is_table_array(v) -> bool:
     return isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
 
@@ -87,12 +69,12 @@ def _is_table_array(v) -> bool:
 def _table(d: dict, path: list[str], lines: list[str]) -> None:
     scalars = {k: v for k, v in d.items() if not isinstance(v, dict) and not _is_table_array(v)}
     for k, v in scalars.items():
-        lines.append(f"{_key(k)} = {_value(v)}")
+        lines.append(f"{toml_key(k)} = {toml_value(v)}")
     for k, v in d.items():
         if isinstance(v, dict):
-            lines += ["", f"[{'.'.join(_key(p) for p in path + [k])}]"]
+            lines += ["", f"[{'.'.join(toml_key(p) for p in path + [k])}]"]
             _table(v, path + [k], lines)
         elif _is_table_array(v):
             for item in v:
-                lines += ["", f"[[{'.'.join(_key(p) for p in path + [k])}]]"]
+                lines += ["", f"[[{'.'.join(toml_key(p) for p in path + [k])}]]"]
                 _table(item, path + [k], lines)
