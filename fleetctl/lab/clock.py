@@ -1,10 +1,10 @@
 """The lab's clock-skew truth: each host's artificial clock offset and drift (lab up --clock-skew).
 
 All namespaces share one kernel clock, so one-way delays are exact in the lab. To test clock-offset
-estimation, each host's probe agent stamps its packets through an "offset" clock source (the
-agent's plain configuration entry {"source": "offset", "offset_ms", "drift_ppm", "t0"}, made here
-by `agent_clock_entry`), and the estimate is checked against `HostClock.offset_at()`. The agent
-never reads the lab's state: this module is the lab side of that one interface.
+estimation, `lab up --clock-skew` writes each host's artificial offset and drift as plain data
+(`clock.json`, named by the site file's `lab.clock_file`); the probe engine reads that file as data
+(mesh.collect.injected_clocks) and each host's agent stamps its packets through an "offset" clock
+source. Tests check the estimate against `HostClock.offset_at()`.
 """
 
 from __future__ import annotations
@@ -51,25 +51,3 @@ def host_clocks(state_dir: str | Path) -> dict[str, HostClock]:
         return {}
     return {node: HostClock(node, v["offset_ms"], v["drift_ppm"], truth["t0"])
             for node, v in truth["hosts"].items()}
-
-
-def clock_truth(site) -> dict | None:
-    """The injected clock truth ({"t0", "hosts": {node: {offset_ms, drift_ppm}}}) of the lab the
-    site file describes, when it was started with --clock-skew; None otherwise."""
-    lab = site.data.get("lab") or {}
-    if not lab.get("clock_skew") or not lab.get("state_dir"):
-        return None
-    path = Path(lab["state_dir"]) / "state.json"
-    try:
-        clock = json.loads(path.read_text()).get("clock")
-    except (OSError, ValueError) as exc:
-        raise LabError(f"{path}: cannot read the lab's clock truth: {exc}") from None
-    return clock or None
-
-
-def agent_clock_entries(truth: dict | None) -> dict[str, dict]:
-    """Per node, the probe agent's clock-source entry for the lab's emulated skew."""
-    if not truth:
-        return {}
-    return {node: HostClock(node, v["offset_ms"], v["drift_ppm"], truth["t0"]).agent_clock_entry()
-            for node, v in truth.get("hosts", {}).items()}

@@ -50,7 +50,8 @@ def site_document(layout: LabLayout, lab: Path, *, slurm_conf: str, ssh: dict, c
         },
         "checks": checks,
         "lens": {"state_dir": str(lab / "lens")},
-        "lab": {"state_dir": str(lab), "clock_skew": p.clock_skew},
+        "lab": {"state_dir": str(lab), "clock_skew": p.clock_skew,
+                "clock_file": str(lab / "clock.json") if p.clock_skew else ""},
     }
     return doc
 

@@ -4,6 +4,7 @@ created in `st` (before creating it wherever a crash in between must still be cl
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fleetctl.atomic import write_atomic
 from fleetctl.errors import LabError
 from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, slurmroot, spankbuild, state, system
 from fleetctl.lab.topology import BRIDGE, LabParams, build_layout
@@ -151,6 +153,9 @@ class BuildSteps:
                 (gpusim.host_dir(self.lab, host.name) / "kern.log").touch()
         if self.params.clock_skew:
             self.st["clock"] = clock_truth(self.layout, seed=int(os.environ.get("FLEETCTL_LAB_SEED", "1")))
+            # plain data beside the site file, which names it (lab.clock_file): the probe engine reads
+            # it as data (mesh.collect.injected_clocks), never the lab's state or code
+            write_atomic(self.lab / CLOCK_FILE, json.dumps(self.st["clock"], indent=1) + "\n")
 
     def site(self) -> None:
         doc = sitefile.site_document(self.layout, self.lab, slurm_conf=self.st.get("slurm", {}).get("conf", ""),
@@ -159,6 +164,9 @@ class BuildSteps:
         from fleetctl.config import load_site
 
         load_site(paths.site_file())  # the lab's own site file must pass the schema
+
+
+CLOCK_FILE = "clock.json"
 
 
 def clock_truth(layout, seed: int) -> dict:

@@ -21,7 +21,7 @@ health row. Output modes (config "output"):
       lines (collect.parse_stream joins them), then an end object; memory stays bounded by the ring.
 
 Clock: timestamps go through a clock source chosen by the node's "clock" entry: the system clock,
-or "offset" (a fixed offset and drift, e.g. the lab's emulated skew, fleetctl/lab/clock.py). The
+or "offset" (a fixed offset and drift, e.g. the lab's emulated skew: mesh.collect.injected_clocks). The
 agent never reads anything but its configuration and /proc counters.
 
 Configuration (JSON): embedded by the collector in place of `_EMBEDDED_CONFIG` (keeps the key off

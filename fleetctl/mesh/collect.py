@@ -199,17 +199,41 @@ def join_records(cat: dict[str, np.ndarray], seen: np.ndarray, flows: np.ndarray
     return out
 
 
-def lab_clock(site: Cluster) -> tuple[dict | None, dict[str, dict]]:
-    """(clock truth, per-node agent clock entries) of a lab started with --clock-skew, else
-    (None, {}). The lab plugs in here only: its module is imported only for a lab's site file,
-    and the agents get plain offset/drift entries, never the lab's state."""
-    lab = site.data.get("lab") or {}
-    if not lab.get("clock_skew"):
-        return None, {}
-    from fleetctl.lab.clock import agent_clock_entries, clock_truth  # lab only
+MAX_CLOCK_FILE = 1 << 20
 
-    truth = clock_truth(site)
-    return truth, agent_clock_entries(truth)
+
+def injected_clocks(site: Cluster) -> tuple[dict | None, dict[str, dict]]:
+    """(clock truth, per-node agent clock entries) when the site file names an injected-clock file
+    (`lab.clock_file`, written by `fleetctl lab up --clock-skew`: all namespaces of one machine share
+    one clock, so the lab gives each host an artificial offset and drift to estimate), else
+    (None, {}). The file is plain data, read bounded like any input: {"t0": epoch seconds,
+    "hosts": {node: {"offset_ms", "drift_ppm"}}}. The agents get plain "offset" clock-source
+    entries; the truth goes into the run so the estimate can be checked against it."""
+    from fleetctl.config.files import site_path
+    from fleetctl.filekit import read_json
+
+    name = (site.data.get("lab") or {}).get("clock_file")
+    if not name:
+        return None, {}
+    path = site_path(name, site.source)
+    doc = read_json(path, "injected clock file", max_bytes=MAX_CLOCK_FILE, kind=dict)
+    t0, hosts = doc.get("t0"), doc.get("hosts")
+    if not _finite(t0) or not isinstance(hosts, dict):
+        raise DataError(f"{path}: injected clock file is not {{t0, hosts}}")
+    entries = {}
+    for node, h in hosts.items():
+        if not isinstance(h, dict) or not _finite(h.get("offset_ms")) or not _finite(h.get("drift_ppm")):
+            raise DataError(f"{path}: host {str(node)[:64]!r} has no numeric offset_ms and drift_ppm")
+        entries[node] = {"source": "offset", "offset_ms": float(h["offset_ms"]),
+                         "drift_ppm": float(h["drift_ppm"]), "t0": float(t0)}
+    return {"t0": float(t0), "hosts": {n: {"offset_ms": e["offset_ms"], "drift_ppm": e["drift_ppm"]}
+                                       for n, e in entries.items()}}, entries
+
+
+def _finite(value) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def clock_error(model, hosts: list[str], truth: dict, epoch_ns: int, span_s: float) -> dict:

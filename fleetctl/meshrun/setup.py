@@ -18,7 +18,7 @@ from fleetctl.errors import UsageError
 from fleetctl.fanout import run_python
 from fleetctl.fanout.payload import bundle, json_output, with_config
 from fleetctl.mesh import discovery, trace_agent
-from fleetctl.mesh.collect import lab_clock
+from fleetctl.mesh.collect import injected_clocks
 from fleetctl.mesh.loops import plan_loops
 from fleetctl.mesh.plan import DEFAULT_BUDGET_PPS, ProbePlan, plan_probes
 from fleetctl.model.cluster import Cluster
@@ -106,7 +106,7 @@ def prepare(site: Cluster, nodes: list[str], transport, opts: SetupOptions, log=
         # loops to the neighbouring switches tell apart link directions that NIC pairs always
         # cross together (with two leaves: leaf1->spine1 and spine1->leaf2)
         disc, loops = plan_loops(topo, site, disc, usable, len(fplan.flows), opts.port + 2)
-    truth, clocks = lab_clock(site)
+    truth, clocks = injected_clocks(site)
     return ProbeSetup(topo, nics, usable, plan, sports, opts.port, hosts, disc, loops, truth, clocks,
                       warnings)
 

@@ -42,10 +42,8 @@ UI_LIBRARIES = {"click", "rich"}
 LAB_USERS = {"lab", "cli"}  # the lab itself and the command line; tests and benchmarks are outside fleetctl/
 
 # The only ways production code reaches the lab: (importing module, imported module) -> why.
-LAB_INTERFACES = {
-    ("fleetctl.mesh.collect", "fleetctl.lab.clock"):
-        "the clock truth of a lab started with --clock-skew; imported lazily, only when the site "
-        "file's [lab] section says clock_skew",
+LAB_INTERFACES: dict[tuple[str, str], str] = {
+    # none: the lab's injected clocks reach the probe engine as plain data (lab.clock_file)
 }
 
 # Production modules that run `nsenter` (an argv word), with the documented feature that needs it.

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fleetctl.errors import DataError
-from fleetctl.lab.clock import HostClock, agent_clock_entries
+from fleetctl.lab.clock import HostClock
 from fleetctl.mesh import agent
 from fleetctl.mesh.collect import StreamDecoder, decode, parse_stream, probe_records
 from fleetctl.model.fabric import FLOW_DTYPE
@@ -154,16 +154,41 @@ def test_clock_sources():
             agent.clock_source(bad)
 
 
-def test_lab_clock_entries_are_plain_offset_sources():
+def _site_with_clock_file(tmp_path, text: str | None):
+    from fleetctl.config import parse_site
+
+    lab = "" if text is None else str(tmp_path / "clock.json")
+    if text is not None:
+        (tmp_path / "clock.json").write_text(text)
+    return parse_site(f'[cluster]\nname = "t"\n[lab]\nclock_file = "{lab}"\n', str(tmp_path / "site.toml"))
+
+
+def test_injected_clocks_are_plain_data_and_plain_offset_sources(tmp_path):
+    """The lab's injected clocks reach the probe engine as a data file the site file names
+    (never the lab's code or state); each becomes a plain "offset" clock source of the agent."""
+    import json
+
+    from fleetctl.mesh.collect import injected_clocks
+
     truth = {"t0": 100.0, "hosts": {"node1": {"offset_ms": -3.0, "drift_ppm": 20.0}}}
-    entries = agent_clock_entries(truth)
-    assert entries == {"node1": {"source": "offset", "offset_ms": -3.0, "drift_ppm": 20.0,
-                                 "t0": 100.0}}
+    got, entries = injected_clocks(_site_with_clock_file(tmp_path, json.dumps(truth)))
+    assert got == truth
+    assert entries == {"node1": {"source": "offset", "offset_ms": -3.0, "drift_ppm": 20.0, "t0": 100.0}}
     hc = HostClock("node1", -3.0, 20.0, 100.0)
     t = 1000.0
     assert agent.clock_source(entries["node1"]).host(int(t * 1e9)) == \
         pytest.approx(int((t + hc.offset_at(t)) * 1e9), abs=2)
-    assert agent_clock_entries(None) == {}
+    assert injected_clocks(_site_with_clock_file(tmp_path, None)) == (None, {})
+
+
+@pytest.mark.parametrize("text", ["[" * 70_000, '{"t0": "x", "hosts": {}}', '{"t0": 1, "hosts": {"n": {"offset_ms": "1"}}}',
+                                  "not json"])
+def test_a_damaged_clock_file_is_a_data_error(tmp_path, text):
+    from fleetctl.errors import DataError
+    from fleetctl.mesh.collect import injected_clocks
+
+    with pytest.raises(DataError):
+        injected_clocks(_site_with_clock_file(tmp_path, text))
 
 
 def test_record_ring_wraps_and_hands_out_records_in_send_order():
