@@ -15,7 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetctl.errors import DataError
 from fleetctl.failover import FailoverError
+from fleetctl.filekit import loads_json
 
 MAX_LINE = 4096
 MAX_TRACE_LINES = 20_000_000
@@ -86,38 +88,38 @@ def finish(procs: list[subprocess.Popen], timeout: float = 60) -> list[tuple[int
     return out
 
 
-def read_trace(path: Path) -> list[tuple[int, int, int, int]]:
-    """The sender's --trace file: (index, size, post_ns, done_ns) per completed message."""
-    rows = []
+def _lines(path: Path, limit: int):
+    """At most `limit` lines of a file the harness or the plugin wrote (none if it cannot be read)."""
     try:
         with open(path) as fh:
             for n, line in enumerate(fh):
-                if n >= MAX_TRACE_LINES:
-                    break
-                parts = line.split()
-                if len(parts) == 4 and all(p.isdigit() for p in parts):
-                    rows.append(tuple(int(x) for x in parts))
+                if n >= limit:
+                    return
+                yield line
     except OSError:
-        return []
+        return
+
+
+def read_trace(path: Path) -> list[tuple[int, int, int, int]]:
+    """The sender's --trace file: (index, size, post_ns, done_ns) per completed message."""
+    rows = []
+    for line in _lines(path, MAX_TRACE_LINES):
+        parts = line.split()
+        if len(parts) == 4 and all(p.isdigit() for p in parts):
+            rows.append(tuple(int(x) for x in parts))
     return rows
 
 
 def read_events(path: Path) -> list[dict]:
     """The plugin's FLEET_NET_LOG (JSON lines); damaged lines are skipped."""
     out = []
-    try:
-        with open(path) as fh:
-            for n, line in enumerate(fh):
-                if n >= MAX_EVENT_LINES:
-                    break
-                try:
-                    doc = json.loads(line[:MAX_LINE])
-                except (ValueError, RecursionError):  # a line of 4096 '[' nests too deep
-                    continue
-                if isinstance(doc, dict) and isinstance(doc.get("event"), str):
-                    out.append(doc)
-    except OSError:
-        return []
+    for line in _lines(path, MAX_EVENT_LINES):
+        try:
+            doc = loads_json(line[:MAX_LINE], "plugin event", kind=dict)
+        except DataError:  # not JSON, or nested too deep (a line of 4096 '[')
+            continue
+        if isinstance(doc.get("event"), str):
+            out.append(doc)
     return out
 
 

@@ -121,21 +121,10 @@ class Cluster:
     slurm_state: dict[str, SlurmInfo] | None = None
 
     # Sections as validated dicts (defaults filled in): site.access["ssh"]["user"].
-    @property
-    def access(self) -> dict:
-        return self.data["access"]
-
-    @property
-    def slurm(self) -> dict:
-        return self.data["slurm"]
-
-    @property
-    def checks(self) -> dict:
-        return self.data["checks"]
-
-    @property
-    def thresholds(self) -> dict:
-        return self.data["thresholds"]
+    access = property(lambda self: self.data["access"], doc="The [access] section.")
+    slurm = property(lambda self: self.data["slurm"], doc="The [slurm] section.")
+    checks = property(lambda self: self.data["checks"], doc="The [checks] section.")
+    thresholds = property(lambda self: self.data["thresholds"], doc="The [thresholds] section.")
 
     @property
     def mesh(self) -> dict:

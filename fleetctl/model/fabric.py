@@ -66,7 +66,12 @@ class WindowStats:
 
 
 def _sorted_groups(keys: np.ndarray, values: np.ndarray):
-    """(keys, values) sorted by key then value, with each group's start and size."""
+    """The finite values sorted by key then value: (keys, values, each group's start, its size),
+    or None when there is no finite value."""
+    ok = np.isfinite(values)
+    keys, values = keys[ok], values[ok]
+    if keys.size == 0:
+        return None
     order = np.lexsort((values, keys))
     keys, values = keys[order], values[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
@@ -74,38 +79,30 @@ def _sorted_groups(keys: np.ndarray, values: np.ndarray):
     return keys, values, starts, counts
 
 
-def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float],
-                    n_groups: int) -> np.ndarray:
-    """Quantiles (nearest rank) of `values` per integer key; NaN for empty groups."""
+def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float], n_groups: int, *,
+                    linear: bool = False) -> np.ndarray:
+    """Quantiles (q in 0..1) of the finite `values` per integer key; NaN for empty groups. Nearest
+    rank by default; `linear`: numpy's linear interpolation (as np.median / np.percentile)."""
     out = np.full((len(qs), n_groups), np.nan)
-    ok = np.isfinite(values)
-    keys, values = keys[ok], values[ok]
-    if keys.size == 0:
+    groups = _sorted_groups(keys, values)
+    if groups is None:
         return out
-    keys, values, starts, counts = _sorted_groups(keys, values)
+    keys, values, starts, counts = groups
     for i, q in enumerate(qs):
-        pos = starts + np.minimum(counts - 1, np.floor(q * counts).astype(np.int64))
-        out[i, keys[starts]] = values[pos]
+        if not linear:
+            out[i, keys[starts]] = values[starts + np.minimum(counts - 1, np.floor(q * counts).astype(np.int64))]
+            continue
+        pos = q * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        v_lo, v_hi = values[starts + lo], values[starts + np.minimum(lo + 1, counts - 1)]
+        out[i, keys[starts]] = v_lo + (v_hi - v_lo) * (pos - lo)
     return out
 
 
 def group_percentiles(keys: np.ndarray, values: np.ndarray, percentiles: tuple[float, ...],
                       n_groups: int) -> np.ndarray:
-    """(len(percentiles), n_groups): numpy's linear-interpolation percentile of each group's
-    finite values (as np.median / np.percentile); NaN for empty groups."""
-    out = np.full((len(percentiles), n_groups), np.nan)
-    ok = np.isfinite(values)
-    keys, values = keys[ok], values[ok]
-    if keys.size == 0:
-        return out
-    keys, values, starts, counts = _sorted_groups(keys, values)
-    for i, p in enumerate(percentiles):
-        pos = (p / 100.0) * (counts - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, counts - 1)
-        v_lo, v_hi = values[starts + lo], values[starts + hi]
-        out[i, keys[starts]] = v_lo + (v_hi - v_lo) * (pos - lo)
-    return out
+    """(len(percentiles), n_groups): numpy's percentiles (linear interpolation) per group."""
+    return group_quantiles(keys, values, [p / 100.0 for p in percentiles], n_groups, linear=True)
 
 
 @dataclass(frozen=True)
