@@ -253,7 +253,7 @@ def test_jump_host(sshd):
         t.options.addresses["dead"] = "127.0.0.9"
         t.options.ssh_port = _free_port("127.0.0.9")
         dead = t.run(["dead"], "true")[0]
-    assert dead.status == "refused" and "via jump host" in dead.error
+    assert dead.status == "refused" and "via jump host" in dead.error, (dead.status, dead.error)
 
 
 def test_jump_host_that_refuses_forwarding(sshd):
