@@ -137,7 +137,7 @@ class Engine:
         for job in jobs:
             targets = {"jobs": [job["job_id"]], "nodes": det.nodes}
             try:
-                root = lookup(job["job_id"], self.registry, owner=_uid(job.get("user")))
+                root = lookup(job["job_id"], self.registry, owner=self._owner(job))
             except FleetctlError as exc:
                 out.append(self._refuse(policy, det, "snapshot", targets,
                                         f"job {job['job_id']} does not use the snapshot library ({exc.message})"))
@@ -163,6 +163,18 @@ class Engine:
                 out.append(self.log.append({**base, "phase": "failed", "why": f"{what}: {why}",
                                             "seconds": seconds}))
         return [r for r in out if r]
+
+    def _owner(self, job: dict) -> int | None:
+        """The uid owning a job (its registry entry must be theirs): from its user, else Slurm."""
+        uid = _uid(job.get("user"))
+        if uid is None and not job.get("user"):
+            from fleetctl.snapshot.registry import job_owner
+
+            try:
+                uid = job_owner(self.backend, job["job_id"])
+            except FleetctlError:
+                uid = None
+        return uid
 
     def _act_drain(self, policy, det, jobs, _done) -> list[dict]:
         if not det.nodes:
