@@ -86,7 +86,12 @@ def test_clean_16_host_lab_with_defaults_gives_no_finding(lab16, capsys, monkeyp
         monkeypatch.setenv(k, v)
     rc = cli_run(["audit", "--mesh-only", "--duration", str(DURATION), "--format", "json"])
     data = json.loads(capsys.readouterr().out)
-    assert data["findings"] == [] and rc == 0, json.dumps(data["findings"], indent=1)[:3000]
+    # Never a network finding. A probe note (an agent starved of CPU by this 2-core machine for a
+    # window, its probes set aside and said so, exit 1) is the measurement telling the truth about
+    # itself: allowed, but only as that (a CI run once saw one agent at 96 % CPU in 1 window of 7).
+    assert network(data) == [] and rc in (0, 1), json.dumps(data["findings"], indent=1)[:3000]
+    assert all(f.get("check") == "probe.overload" for f in data["findings"]), data["findings"]
+    assert rc == (1 if data["findings"] else 0)
     plan = data["summary"]["plan"]
     assert plan["design"] == "full-mesh" and plan["pairs"] == 32 * 30
     assert plan["host_pps_max"] <= plan["budget_pps"] and not plan["over_budget"]
