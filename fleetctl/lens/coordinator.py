@@ -242,7 +242,9 @@ class Coordinator:
             self.log(f"event {rec['kind']}: {rec['id']} {rec['element']['type']} "
                      f"{rec['element'].get('direction') or rec['element']['id']} {rec['metric']} "
                      f"({rec['severity']}, jobs {jobs}, window end {iso(b)}, closed "
-                     f"{time.time() - b:.2f} s after it)")
+                     f"{time.time() - b:.2f} s after it)"
+                     + (f", refined from {rec['refined_from']['type']} {rec['refined_from']['id']}"
+                        if rec["kind"] == "update" and rec.get("refined_from") else ""))
         self.counters["windows"] += 1
         if res.findings:
             self.counters["windows_with_findings"] = \

@@ -106,6 +106,16 @@ def _iso(value, name: str) -> str | None:
     return None
 
 
+def _element(el, name: str) -> str | None:
+    if not isinstance(el, dict):
+        return f"{name} is not an object"
+    if el.get("type") not in ELEMENT_TYPES:
+        return f"{name}.type is not one of {', '.join(ELEMENT_TYPES)}"
+    return _text(el.get("id"), f"{name}.id") or \
+        ("direction" in el and el["direction"] is not None
+         and _text(el["direction"], f"{name}.direction", empty=True)) or None
+
+
 def problem(rec) -> str | None:
     """Why `rec` is not a valid event record (version 1), or None."""
     if not isinstance(rec, dict):
@@ -126,14 +136,8 @@ def problem(rec) -> str | None:
         why = _iso(rec.get(name), name)
         if why:
             return why
-    el = rec.get("element")
-    if not isinstance(el, dict):
-        return "element is not an object"
-    if el.get("type") not in ELEMENT_TYPES:
-        return f"element.type is not one of {', '.join(ELEMENT_TYPES)}"
-    why = _text(el.get("id"), "element.id") or \
-        ("direction" in el and el["direction"] is not None
-         and _text(el["direction"], "element.direction", empty=True))
+    why = _element(rec.get("element"), "element") or \
+        ("refined_from" in rec and _element(rec["refined_from"], "refined_from"))
     if why:
         return why
     c = rec.get("confidence")

@@ -14,7 +14,10 @@ confidence, evidence) or, by its absence, good. Per location:
   (`explained_by_open_event`, window.py) opens its own event only after `k_open_gray` bad windows
   in a row: one window naming a twin of the open fault is not a second fault;
 - escalation: an open event whose metric or severity changes gets an `update` record (also when
-  the flap count passes 10, 30, 100, ...), never a second event.
+  the flap count passes 10, 30, 100, ...), never a second event;
+- refinement: a finding on a finer element inside an open event's (a link of the switch the
+  event names, its bad paths the event's) moves that event to the finer element with an `update`
+  record (`refined_from` names the element it had): one fault, named more sharply.
 A location is the element, with a NIC's cable folded into the NIC (a cable down is seen as
 the NIC in one window and as one direction of its cable in another: one fault, one event).
 Records follow docs/lens.md ("Event records"); `jobs_for(element)` lists the affected jobs.
@@ -78,6 +81,8 @@ class EventTracker:
                 bad[key] = f
         out: list[dict] = []
         for key, f in bad.items():
+            out += self._refine(key, f.pop("refines", None), f, t_end, now)
+        for key, f in bad.items():
             st = self.loc.setdefault(key, {"bad": 0, "good": 0, "episodes": [], "event": None})
             starts = [float(x) for x in f.pop("down_starts", None) or []
                       if t_start - 1.0 <= float(x) <= t_end + 1.0]
@@ -102,6 +107,32 @@ class EventTracker:
             elif not self._recent(st, t_end):
                 del self.loc[key]  # nothing open, nothing recent: forget it (bounded memory)
         return out
+
+    def _refine(self, key: str, coarse_key, f: dict, t_end: float, now: float) -> list[dict]:
+        """A finding on a finer element inside an open event's coarser one (window.py's
+        `refines`: every path through it crosses the event's element, and the event explains its
+        bad paths): the open event moves to the finer element with an `update` record, one fault
+        named more sharply, never a second event beside the first."""
+        if not isinstance(coarse_key, str) or coarse_key == key:
+            return []
+        old = self.loc.get(coarse_key)
+        ev = old and old["event"]
+        here = self.loc.get(key)
+        if ev is None or (here is not None and here["event"] is not None) or \
+                _elem_rank(f["element"]) >= _elem_rank(ev["element"]) or \
+                ev["metric"] == "flapping":
+            return []
+        old["event"] = None
+        st = self.loc.setdefault(key, {"bad": 0, "good": 0, "episodes": [], "event": None})
+        st["event"] = ev
+        st["episodes"] = sorted(set(st["episodes"]) | set(old["episodes"]))[-MAX_EPISODES:]
+        st["bad"] = max(st["bad"], old["bad"])
+        ev["refined_from"] = dict(ev["element"])
+        ev["element"] = dict(f["element"])
+        ev["last_seen"] = iso(t_end)
+        ev["evidence"] = _evidence(f, t_end)
+        ev["jobs"] = self.jobs_for(ev["element"])
+        return [self._record(ev, "update", now)]
 
     def _flap(self, st: dict, t_end: float) -> dict | None:
         r = self.rules

@@ -173,16 +173,24 @@ class WindowAnalyzer:
         if not open_elements or not findings:
             return
         here = {self.location(el) for el in open_elements}
+        through = [self._through(el) for el in open_elements]
         cover = np.zeros(self.step.n_rows, dtype=bool)
-        for el in open_elements:
-            cover |= self._through(el)
+        for t in through:
+            cover |= t
         for f in findings:
             if self.location(f["element"]) in here:
                 continue
             bad = sig.delayed if f["metric"] == "delay" else sig.lossy
-            mine = self._through(f["element"]) & bad & sig.valid
-            if mine.any() and cover[mine].mean() >= EXPLAINED_SHARE:
-                f["evidence"]["explained_by_open_event"] = True
+            paths = self._through(f["element"]) & sig.valid
+            mine = paths & bad
+            if not (mine.any() and cover[mine].mean() >= EXPLAINED_SHARE):
+                continue
+            f["evidence"]["explained_by_open_event"] = True
+            # a finer element inside an open event's (a link of a switch named a window ago):
+            # the same fault seen more sharply, which refines that event (events.py)
+            inside = [el for el, t in zip(open_elements, through) if not (paths & ~t).any()]
+            if inside:
+                f["refines"] = self.location(inside[0])
 
     def _findings(self, sig) -> list[dict]:
         """The window step's findings (every rule), one verdict per element: a loss (or down)

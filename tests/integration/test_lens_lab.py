@@ -224,7 +224,13 @@ def test_two_percent_loss_is_one_event_with_the_job(lens):
     # the webhook got the event's open and close records, in that order
     opened = wait_for(lambda: lens.posted(ev["id"], "open"), 30, 0.5)
     closed = wait_for(lambda: lens.posted(ev["id"], "close"), 30, 0.5)
-    assert opened["element"]["id"] == "leaf2--spine1" and closed["state"] == "closed"
+    assert closed["element"]["id"] == "leaf2--spine1" and closed["state"] == "closed"
+    if opened["element"]["id"] != "leaf2--spine1":
+        # one window pinned it on the spine first; the next refined the event to the cable
+        refined = lens.posted(ev["id"], "update")
+        assert opened["element"] == {"type": "switch", "id": "spine1"}, opened
+        assert refined["element"]["id"] == "leaf2--spine1", refined
+        assert refined["refined_from"] == opened["element"]
     assert lens.receiver.bodies.index(opened) < lens.receiver.bodies.index(closed)
 
 
@@ -245,13 +251,32 @@ def test_downed_link_is_one_event(lens):
     expect_events(lens, before, 1)
 
 
+def _flapper_downs(since: float) -> list[float]:
+    """When the lab's flapper took node8:eth1's cable down (its log: `<time> <link> down`)."""
+    from fleetctl.lab.paths import lab_dir
+
+    out = []
+    for line in (lab_dir() / "logs" / "flap.log").read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and "node8:eth1" in parts[1] and parts[2] == "down" and \
+                float(parts[0]) >= since:
+            out.append(float(parts[0]))
+    return out
+
+
 def test_flapping_link_is_one_flapping_event(lens):
     before = {e["id"] for e in lens.events()}
+    t0 = time.time()
     faults.add("node8:eth1", "flap", "2s")
     try:
         ev = _one_event(lens, before, lambda e: "node8:eth1" in e["element"]["id"]
                         and e["metric"] == "flapping", timeout=EVENT_WITHIN_S + 10)
-        assert ev["flap"]["count"] >= 3 and 1.0 <= ev["flap"]["period_s"] <= 4.0
+        # the period lens measured, against the one the flapper kept (4 s asked; on a loaded
+        # 2-core machine its rerouting can run late, CI saw 5.0 s): within one window
+        downs = _flapper_downs(t0 - 1)
+        real = (downs[-1] - downs[0]) / (len(downs) - 1) if len(downs) > 1 else 4.0
+        assert ev["flap"]["count"] >= 3 and ev["flap"]["period_s"] >= 1.0, ev["flap"]
+        assert abs(ev["flap"]["period_s"] - real) <= 1.0, (ev["flap"], downs)
         assert lens.job in [j["job_id"] for j in ev["jobs"]]
     finally:
         faults.clear()

@@ -172,3 +172,38 @@ def test_a_finding_an_open_event_explains_must_persist_to_open():
         assert tr.window(t + 1, t + 2, [finding()], now=t + 2) == []
     recs = explained(1009.0) + explained(1010.0)  # it persists: a fault of its own
     assert [(r["kind"], r["element"]["id"]) for r in recs] == [("open", "leaf1--spine1")]
+
+
+def test_a_finer_element_inside_the_open_event_refines_it():
+    """CI saw it (2026-12-02): 2 % loss on leaf2--spine1, one window named switch spine1 (its
+    event opened), the next named the cable. One fault: the event moves to the cable."""
+    tr = EventTracker()
+    spine = {"type": "switch", "id": "spine1"}
+    opened = feed(tr, "B", el=spine)
+    assert [r["kind"] for r in opened] == ["open"]
+    cable = {"type": "link", "id": "leaf2--spine1", "direction": "both"}
+    f = finding(cable)
+    f["evidence"]["explained_by_open_event"] = True
+    f["refines"] = "switch:spine1"
+    recs = tr.window(1001.0, 1002.0, [f], now=1002.0)
+    assert [(r["kind"], r["id"], r["element"]["id"]) for r in recs] == \
+        [("update", opened[0]["id"], "leaf2--spine1")]
+    assert recs[0]["refined_from"] == spine and problem(recs[0]) is None
+    assert [e["element"]["id"] for e in tr.open_events()] == ["leaf2--spine1"]
+    recs = feed(tr, "B", el=cable, t0=1002.0) + feed(tr, "...", t0=1003.0)
+    assert [(r["kind"], r["id"]) for r in recs] == [("close", opened[0]["id"])]
+    assert not tr.open_events()
+
+
+def test_refinement_never_coarsens_nor_takes_a_flap():
+    spine = {"type": "switch", "id": "spine1"}
+    tr = EventTracker()
+    feed(tr, "B")  # an open event on LINK
+    f = finding(spine)
+    f["evidence"]["explained_by_open_event"] = True
+    f["refines"] = "link:" + LINK["id"]  # a coarser element never takes a finer event's place
+    assert tr.window(1001.0, 1002.0, [f, finding()], now=1002.0) == []
+    assert [e["element"]["id"] for e in tr.open_events()] == [LINK["id"]]
+    f2 = finding(LINK)
+    f2["refines"] = "switch:nowhere"  # no open event there: an ordinary finding
+    assert tr.window(1002.0, 1003.0, [f2], now=1003.0) == []

@@ -272,3 +272,23 @@ def test_a_finding_whose_bad_paths_cross_an_open_event_is_marked_explained(fabri
         res = an.analyze(probes, a, b, {}, set(), open_elements=[twins[named[0]]])
         marked += all(f["evidence"].get("explained_by_open_event") for f in res.findings)
     assert marked >= 2
+
+
+def test_a_finding_inside_an_open_events_element_refines_it(fabric):
+    """A cable of the switch an open event names: marked `refines` with the switch's location (its
+    paths all cross the switch); the same finding against a cable elsewhere is not."""
+    syn = run(fabric, [Fault("spine1->leaf2", "loss", 0.05)], duration=3.0)
+    topo, _ = fabric
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    spine = {"type": "switch", "id": "spine1"}
+    other = {"type": "switch", "id": "spine2"}
+    refined = 0
+    for a, b, probes in windows(syn):
+        res = an.analyze(probes, a, b, {}, set(), open_elements=[spine])
+        for f in res.findings:
+            assert f["element"]["type"] == "link" and "spine1" in f["element"]["id"]
+            assert f.get("refines") == "switch:spine1"
+            refined += 1
+        res = an.analyze(probes, a, b, {}, set(), open_elements=[other])
+        assert all("refines" not in f for f in res.findings)
+    assert refined >= 2
