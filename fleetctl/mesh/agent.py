@@ -331,31 +331,46 @@ class Agent:
 
     # The two drains and send_burst are the hot path: names are bound to locals, the common
     # case (one timestamp cmsg, a genuine packet) runs inline, counters are added once per call.
+    def _received(self, sock: socket.socket, fd: int, want):
+        """The ready datagrams of kind `want` (at most MAX_DRAIN read in all): (address, receive
+        time) each, the datagram itself in self.rbuf until the next one is read. Others are
+        counted by kind; a drain that hit MAX_DRAIN sets `backlog`."""
+        recv, bufs, buf, check, c = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check, \
+            self.counters
+        ts = TS.unpack_from
+        kernel = 0
+        try:
+            for _ in range(MAX_DRAIN):
+                try:
+                    n, anc, flags, addr = recv(bufs, CMSG_SPACE)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
+                    continue
+                if len(anc) == 1 and anc[0][1] == SO_TIMESTAMPNS and anc[0][0] == SOL_SOCKET:
+                    sec, nsec = ts(anc[0][2])
+                    rx = sec * 1_000_000_000 + nsec
+                    kernel += 1
+                else:
+                    rx = self._rx_time(anc, fd)
+                kind = check(buf, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
+                if kind != want:
+                    c[kind if kind.__class__ is str else "unexpected"] += 1
+                    continue
+                yield addr, rx
+            else:
+                self.backlog = True
+        finally:
+            self.kernel_rx += kernel
+
     def drain_echoes(self, sock: socket.socket, fd: int, nic: int) -> None:
         """Sender socket: match every ready echo (at most MAX_DRAIN) to its record."""
-        recv, bufs, buf, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check
-        c, mask, host = self.counters, self.rec.mask, self.clock.host
+        buf, c, mask, host = self.rbuf, self.counters, self.rec.mask, self.clock.host
         r_slot, r_flow, r_seq, r_state = self.r_slot, self.r_flow, self.r_seq, self.r_state
         r_t2, r_t3, r_t4 = self.r_t2, self.r_t3, self.r_t4
-        ids, times, ts = IDS.unpack_from, TIMES.unpack_from, TS.unpack_from
-        echoes = kernel = 0
-        for _ in range(MAX_DRAIN):
-            try:
-                n, anc, flags, _addr = recv(bufs, CMSG_SPACE)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:  # ICMP errors queued on the socket (e.g. port unreachable)
-                continue
-            if len(anc) == 1 and anc[0][1] == SO_TIMESTAMPNS and anc[0][0] == SOL_SOCKET:
-                sec, nsec = ts(anc[0][2])
-                rx = sec * 1_000_000_000 + nsec
-                kernel += 1
-            else:
-                rx = self._rx_time(anc, fd)
-            kind = check(buf, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
-            if kind != ECHO:
-                c[kind if kind.__class__ is str else "unexpected"] += 1
-                continue
+        ids, times = IDS.unpack_from, TIMES.unpack_from
+        echoes = 0
+        for _addr, rx in self._received(sock, fd, ECHO):
             src, _dst, flow, seq, slot = ids(buf, IDS_AT)
             pos = slot & mask
             if src != nic or r_slot[pos] != slot or r_flow[pos] != flow or r_seq[pos] != seq:
@@ -369,36 +384,15 @@ class Agent:
             r_t4[pos] = host(rx)
             r_state[pos] = ANSWERED
             echoes += 1
-        else:
-            self.backlog = True
         c["echoes"] += echoes
-        self.kernel_rx += kernel
 
     def drain_probes(self, sock: socket.socket, fd: int, nic: int) -> None:
         """Responder socket: answer every ready genuine probe (at most MAX_DRAIN) in place."""
-        recv, bufs, buf, check = sock.recvmsg_into, self.rbufs, self.rbuf, self.codec.check
-        c, host, echo, sendto = self.counters, self.clock.host, self.codec.echo_in_place, \
-            sock.sendto
-        replay, out, ids, ts, time_ns = self.replay, self.rview[:ECHO_LEN], IDS.unpack_from, \
-            TS.unpack_from, time.time_ns
-        answered = kernel = 0
-        for _ in range(MAX_DRAIN):
-            try:
-                n, anc, flags, addr = recv(bufs, CMSG_SPACE)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                continue
-            if len(anc) == 1 and anc[0][1] == SO_TIMESTAMPNS and anc[0][0] == SOL_SOCKET:
-                sec, nsec = ts(anc[0][2])
-                rx = sec * 1_000_000_000 + nsec
-                kernel += 1
-            else:
-                rx = self._rx_time(anc, fd)
-            kind = check(buf, MAX_DATAGRAM + 1 if flags & MSG_TRUNC else n)
-            if kind != PROBE:
-                c[kind if kind.__class__ is str else "unexpected"] += 1
-                continue
+        buf, c, host, echo, sendto = self.rbuf, self.counters, self.clock.host, \
+            self.codec.echo_in_place, sock.sendto
+        replay, out, ids, time_ns = self.replay, self.rview[:ECHO_LEN], IDS.unpack_from, time.time_ns
+        answered = 0
+        for addr, rx in self._received(sock, fd, PROBE):
             _src, dst, flow, seq, _slot = ids(buf, IDS_AT)
             st = replay.get(flow)
             if dst != nic or st is None:
@@ -421,10 +415,7 @@ class Agent:
                 answered += 1
             except OSError:
                 c["answer_errors"] += 1
-        else:
-            self.backlog = True
         c["answered"] += answered
-        self.kernel_rx += kernel
 
     def drain_loop(self, sock: socket.socket, nic: int) -> None:
         """ICMP port-unreachable from the switch a loop probe was sent to: the loop is closed.

@@ -12,6 +12,7 @@ import pytest
 from fleetctl.errors import UsageError
 from fleetctl.lab import faults, gpusim, tracer
 from fleetctl.lab.topology import LabParams, build_layout
+from fleetctl.mesh import trace_agent
 
 LAYOUT = build_layout(LabParams(gpus_per_host=4))
 
@@ -83,7 +84,7 @@ def _icmp(responder: str, icmp_type: int, src: str, dst: str, sport: int, dport:
 
 def test_tracer_parses_icmp_errors():
     pkt = _icmp("10.253.1.10", 11, "10.252.1.2", "10.252.2.6", 41000, 33434)
-    assert tracer._parse(pkt) == ("10.253.1.10", 11, "10.252.1.2", "10.252.2.6", 41000, 33434)
+    assert trace_agent.parse_icmp(pkt) == ("10.253.1.10", 11, "10.252.1.2", "10.252.2.6", 41000, 33434)
     echo_reply = _icmp("10.0.0.1", 0, "10.252.1.2", "10.252.2.6", 1, 2)
-    assert tracer._parse(echo_reply) is None
+    assert trace_agent.parse_icmp(echo_reply) is None
     assert tracer._ports("1-3,7") == [1, 2, 3, 7]
