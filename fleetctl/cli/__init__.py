@@ -18,32 +18,37 @@ from fleetctl.registry import Registry
 
 # The top-level commands (fleetctl.registry), each with the one-line help `fleetctl --help` shows
 # without importing the command's module.
+COMMANDS = {  # name: (the click command as "module:attribute", its one-line help)
+    "act": ("fleetctl.cli.act:act",
+        "Detect -> Act: policies turn detections into drains, snapshots and swaps."),
+    "audit": ("fleetctl.cli.audit:audit",
+        "Check node health and fleet consistency; drain and resume in Slurm."),
+    "config": ("fleetctl.cli.config:config",
+        "Validate and show the site configuration."),
+    "explain": ("fleetctl.cli.explain:explain",
+        "A plain-language account of a finding, lens event, node or job."),
+    "exec": ("fleetctl.cli.exec:exec_command",
+        "Run a command on nodes (ssh, srun or local), outputs folded."),
+    "failover": ("fleetctl.cli.failover:failover",
+        "NIC failover for NCCL jobs: plan, watch and drill."),
+    "hook": ("fleetctl.cli.hook:hook",
+        "Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer."),
+    "inventory": ("fleetctl.cli.inventory:inventory",
+        "Nodes, NICs, GPUs, switches and links, with Slurm state."),
+    "lab": ("fleetctl.cli.lab:lab",
+        "An emulated GPU cluster on this machine, with fault injection."),
+    "lens": ("fleetctl.cli.lens:lens",
+        "Continuous fabric monitoring: events per element, with the jobs they touch."),
+    "site": ("fleetctl.cli.site:site",
+        "Discover nodes, classes, NICs and cabling; write or diff a site file."),
+    "spares": ("fleetctl.cli.spares:spares",
+        "The audited spare pool and spare swaps."),
+    "snapshot": ("fleetctl.cli.snapshot:snapshot",
+        "Coordinated, verified snapshots of training jobs."),
+}
 commands = Registry("command")
-commands.register("act", "fleetctl.cli.act:act",
-                  help="Detect -> Act: policies turn detections into drains, snapshots and swaps.")
-commands.register("audit", "fleetctl.cli.audit:audit",
-                  help="Check node health and fleet consistency; drain and resume in Slurm.")
-commands.register("config", "fleetctl.cli.config:config", help="Validate and show the site configuration.")
-commands.register("explain", "fleetctl.cli.explain:explain",
-                  help="A plain-language account of a finding, lens event, node or job.")
-commands.register("exec", "fleetctl.cli.exec:exec_command",
-                  help="Run a command on nodes (ssh, srun or local), outputs folded.")
-commands.register("failover", "fleetctl.cli.failover:failover",
-                  help="NIC failover for NCCL jobs: plan, watch and drill.")
-commands.register("hook", "fleetctl.cli.hook:hook",
-                  help="Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer.")
-commands.register("inventory", "fleetctl.cli.inventory:inventory",
-                  help="Nodes, NICs, GPUs, switches and links, with Slurm state.")
-commands.register("lab", "fleetctl.cli.lab:lab",
-                  help="An emulated GPU cluster on this machine, with fault injection.")
-commands.register("lens", "fleetctl.cli.lens:lens",
-                  help="Continuous fabric monitoring: events per element, with the jobs they touch.")
-commands.register("site", "fleetctl.cli.site:site",
-                  help="Discover nodes, classes, NICs and cabling; write or diff a site file.")
-commands.register("spares", "fleetctl.cli.spares:spares",
-                  help="The audited spare pool and spare swaps.")
-commands.register("snapshot", "fleetctl.cli.snapshot:snapshot",
-                  help="Coordinated, verified snapshots of training jobs.")
+for _name, (_target, _help) in COMMANDS.items():
+    commands.register(_name, _target, help=_help)
 
 
 class LazyGroup(click.Group):

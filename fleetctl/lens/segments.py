@@ -52,7 +52,7 @@ from fleetctl.locks import open_lock
 from fleetctl.mesh.health import HEALTH_FIELDS
 from fleetctl.model.fabric import PROBE_DTYPE, PathTable, Topology
 from fleetctl.store.reader import MAX_SPAN_NS, MAX_WINDOWS, open_run
-from fleetctl.store.runfile import FORMAT, RunWriter
+from fleetctl.store.runfile import FORMAT, RunWriter, aborting
 
 DEFAULT_SEGMENT_S = 3600.0
 MAX_SEGMENT_S = 43_200.0  # the reader wants every timestamp within a day of the epoch
@@ -208,7 +208,7 @@ class SegmentWriter:
         keep = self._valid(probes)
         self._dropped += int((~keep).sum())
         probes = probes[keep]
-        try:
+        with aborting(self._lost, f"{wr.path}: cannot write lens segment", interrupt_aborts=False):
             self._append_health(health or {})  # before the probes: see _finalize_partial
             if probes.size:
                 wr.append_probes(probes)
@@ -219,12 +219,6 @@ class SegmentWriter:
             self._windows += 1
             wr.f.flush()
             wr._check()
-        except FleetctlError:
-            self._lost()
-            raise
-        except (OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
-            self._lost()
-            raise DataError(f"{wr.path}: cannot write lens segment: {exc}") from None
 
     def _lost(self) -> None:
         if self._wr is not None:

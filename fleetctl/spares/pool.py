@@ -63,17 +63,23 @@ class PoolStatus:
         return out
 
 
-@dataclass
-class PoolChange:
-    members_before: list[str]
-    members_after: list[str]
-    changed: list[str] = field(default_factory=list)
+@dataclass(kw_only=True)
+class Outcome:
+    """What a pool command did: nodes refused (node -> why), warnings, and whether it only said."""
+
     refused: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     dry_run: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class PoolChange(Outcome):
+    members_before: list[str]
+    members_after: list[str]
+    changed: list[str] = field(default_factory=list)
 
 
 class SparePool:

@@ -8,24 +8,19 @@ module stays free of transports.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from fleetctl.slurm.reasons import is_ours
+from fleetctl.spares.pool import Outcome
 
 
 @dataclass
-class Replenish:
+class Replenish(Outcome):
     candidates: list[str] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     resumed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
-    refused: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    dry_run: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def drained_by_us(backend, nodes: list[str] | None = None) -> list[str]:

@@ -15,6 +15,7 @@ DataError naming the target.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -87,6 +88,27 @@ class _FailSafeIO:
         return self.raw.read(size)
 
 
+@contextlib.contextmanager
+def aborting(abort, what: str, interrupt_aborts: bool = True):
+    """A write step: any failure inside calls `abort` (the half-written file goes) and an OS or
+    HDF5 error becomes a DataError naming `what` (h5py raises OSError, RuntimeError, ValueError,
+    TypeError or KeyError for a full disk, a bad dtype or a damaged file alike). An interrupt
+    (KeyboardInterrupt, SystemExit) aborts too unless `interrupt_aborts` is False: a lens segment
+    cut short is finalized at the next start instead."""
+    try:
+        yield
+    except FleetctlError:
+        abort()
+        raise
+    except (OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+        abort()
+        raise DataError(f"{what}: {_first_line(exc)}") from None
+    except BaseException:
+        if interrupt_aborts:
+            abort()
+        raise
+
+
 def _guarded(method):
     """Any failure inside a write step discards the temporary file and becomes a DataError."""
 
@@ -94,19 +116,10 @@ def _guarded(method):
     def wrapper(self, *args, **kwargs):
         if self.f is None:
             raise DataError(f"{self.path}: run file already closed or discarded")
-        try:
+        with aborting(self.abort, f"{self.path}: cannot write run file"):
             out = method(self, *args, **kwargs)
             self._check()
             return out
-        except FleetctlError:
-            self.abort()
-            raise
-        except (OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
-            self.abort()
-            raise DataError(f"{self.path}: cannot write run file: {_first_line(exc)}") from None
-        except BaseException:
-            self.abort()
-            raise
 
     return wrapper
 
