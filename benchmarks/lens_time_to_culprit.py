@@ -3,7 +3,7 @@
 
 One lab of 8 hosts x 2 NICs (2 leaves, 2 spines, clock skew), taken with the lab lock; lens runs in
 the background at --rate probes/s per NIC pair (100: every 10 ms) with the site's defaults
-(1 s windows, k_open 2, k_open_down 1). After a warm-up, `--injections` faults of mixed kinds, one
+(1 s windows, k_open 1, k_open_down 1). After a warm-up, `--injections` faults of mixed kinds, one
 at a time, on random elements: loss 2 % on a leaf-spine cable, loss 5 % on a NIC cable, a NIC
 cable down, a NIC cable flapping (2 s). Each is held until its event opens (or `--timeout`), then
 cleared; the next starts after its event closed. Time to culprit = the open record's time minus
@@ -27,6 +27,7 @@ from lens_common import fleetctl, lens_site, records, start_lens, status
 from fleetctl.lab import faults
 from fleetctl.lab.session import LabSession
 from fleetctl.lab.topology import LabParams
+from fleetctl.lens.options import LensOptions
 
 KINDS = ("loss2_uplink", "loss5_nic", "down_nic", "flap_nic")
 
@@ -56,7 +57,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--transport", default="local", choices=("local", "ssh"))
-    ap.add_argument("--k-open", type=int, default=None, help="lens.k_open (default: the site's, 2)")
+    ap.add_argument("--k-open", type=int, default=None, help="lens.k_open (default: the site's, 1)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     params = LabParams(hosts=8, nics_per_host=2, leaves=2, spines=2, gpus_per_host=0,
@@ -116,7 +117,7 @@ def main() -> int:
     by_kind = {k: pct([r["time_to_culprit_s"] for r in rows if r["kind"] == k
                        and r["time_to_culprit_s"] is not None], 0.5) for k in KINDS}
     out = {"hosts": params.hosts, "nics_per_host": 2, "rate_per_pair": args.rate,
-           "k_open": args.k_open or 2,
+           "k_open": args.k_open or LensOptions().k_open,
            "transport": args.transport, "injections": len(rows), "detected": len(ttc),
            "time_to_culprit_s": {"p50": pct(ttc, 0.5), "p95": pct(ttc, 0.95),
                                  "max": max(ttc) if ttc else None, "p50_by_kind": by_kind},

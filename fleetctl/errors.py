@@ -94,3 +94,17 @@ class NotifyError(FleetctlError):
     """act's notify action could not deliver its webhook (no answer, an HTTP error)."""
 
     kind = "notify"
+
+
+class ResourceError(FleetctlError):
+    """This machine ran out of what the job needs (memory): the input is fine, the machine too small
+    for it, or fleetctl's way of doing it too costly (a bug worth a report)."""
+
+    kind = "resource"
+
+
+class InternalError(FleetctlError):
+    """A failure inside fleetctl itself (a bug): reported as one line, the traceback with -vv."""
+
+    kind = "internal"
+

@@ -13,7 +13,8 @@ import click
 
 from fleetctl import __version__
 from fleetctl.cli.app import Application, common_options
-from fleetctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FleetctlError
+from fleetctl.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FleetctlError, InternalError,
+                             ResourceError)
 from fleetctl.registry import Registry
 
 # The top-level commands (fleetctl.registry), each with the one-line help `fleetctl --help` shows
@@ -104,6 +105,14 @@ def run(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_OK
+    except MemoryError:
+        return _report(app, ResourceError(
+            "out of memory", hint="a smaller input (fewer nodes or windows) or a machine with more "
+            "memory; if the input is of a size fleetctl is meant to handle, report it"))
+    except Exception as exc:  # noqa: BLE001 - the one exit point: a bug is a line, not a traceback
+        return _report(app, InternalError(
+            f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+            hint="this is a fleetctl bug: run again with -vv for the traceback and report it"))
     if isinstance(result, int):
         return result
     return EXIT_OK

@@ -4,13 +4,15 @@ decoded line by line, and restarted when they die or go silent.
 
 Each node has a thread: start the agent, feed every decoded batch to `on_batch(node, batch)`,
 and when the stream ends (killed, crashed, connection lost) note the gap and start it again after
-a back-off (1 s doubling to 30 s, reset after a minute of good service). An agent that sends no
-batch for `silent_s` is taken for hung and killed. Coverage intervals (from the agent's first
-probe to its last batch) tell the analysis which hosts were blind in a window.
+a back-off (1 s doubling to 30 s, jittered by 25 %, reset after a minute of good service); the
+first starts are spread at START_RATE a second. An agent that sends no batch for `silent_s` is
+taken for hung and killed. Coverage intervals (from the start of the agent's first health window
+to its last batch) tell the analysis which hosts were blind in a window.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import deque
@@ -20,6 +22,7 @@ from fleetctl.fanout.stream import open_stream
 from fleetctl.mesh.collect import StreamDecoder
 
 MAX_INTERVALS = 16
+START_RATE = 20.0  # agent starts a second at most, at start-up
 MAX_GAPS = 32
 
 
@@ -34,11 +37,48 @@ class AgentState:
         self.batches = 0
         self.last_error = ""
         self.intervals: deque[list[float]] = deque(maxlen=MAX_INTERVALS)  # [from, to] covered
+        self.first_batch = False  # the current incarnation has not sent a batch yet
         self.gaps: deque[dict] = deque(maxlen=MAX_GAPS)
         self.down_since: float | None = None
         self.overloaded = False
         self.pps = 0.0
         self.cpu_pct = 0.0
+
+    # Coverage: when the agent surely answered probes. An incarnation covers nothing until its
+    # first batch, and then only from its first health window's start: over a throttled sshd the
+    # agent can start seconds after it was asked to, and probes sent to it meanwhile are lost to
+    # fleetctl's own start-up, not to a cable (the 64-host lab opened `down` events on exactly that).
+    def began(self, start_at: float, now: float) -> None:
+        self.starts += 1
+        self.restarts = self.starts - 1
+        self.alive = True
+        self.started_at = start_at
+        self.last_batch = now
+        self.first_batch = True
+
+    def batch(self, now: float, health_rows: list) -> None:
+        self.last_batch = now
+        self.batches += 1
+        if self.first_batch:
+            self.first_batch = False
+            t0 = now
+            if health_rows and isinstance(health_rows[0], (list, tuple)) and health_rows[0] and \
+                    isinstance(health_rows[0][0], (int, float)) and health_rows[0][0] > 0:
+                t0 = min(now, health_rows[0][0] / 1e9)  # the agent's first window's start
+            self.intervals.append([max(self.started_at, t0) + 0.1, now - 0.05])
+        else:
+            self.intervals[-1][1] = now - 0.05
+
+    def ended(self) -> None:
+        self.alive = False
+        if not self.first_batch and self.intervals:
+            # a dying agent stops answering before its stream ends: trust the last batch minus
+            # one health window only
+            self.intervals[-1][1] = min(self.intervals[-1][1], self.last_batch - 1.0)
+        self.first_batch = False
+
+    def covered(self, a: float, b: float) -> bool:
+        return any(lo <= a and hi >= b for lo, hi in self.intervals)
 
     def to_dict(self) -> dict:
         age = round(time.time() - self.last_batch, 2) if self.last_batch else None
@@ -66,8 +106,11 @@ class AgentSupervisor:
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        for node in self.nodes:
-            t = threading.Thread(target=self._keep, args=(node,), name=f"lens-agent-{node}",
+        for i, node in enumerate(self.nodes):
+            # starts spread at START_RATE a second, so a thousand never storm sshd at once
+            # (MaxStartups drops handshakes beyond 10 unauthenticated by default)
+            delay = i / START_RATE + random.uniform(0.0, 0.5 / START_RATE)
+            t = threading.Thread(target=self._keep, args=(node, delay), name=f"lens-agent-{node}",
                                  daemon=True)
             t.start()
             self.threads.append(t)
@@ -88,12 +131,14 @@ class AgentSupervisor:
         if st is None:
             return False
         with self.lock:
-            return any(lo <= a and hi >= b for lo, hi in st.intervals)
+            return st.covered(a, b)
 
     # ------------------------------------------------------------------ per node
-    def _keep(self, node: str) -> None:
+    def _keep(self, node: str, delay: float = 0.0) -> None:
         st = self.state[node]
         backoff = 1.0
+        if delay > 0:
+            self.stopping.wait(delay)
         while not self.stopping.is_set():
             began = time.time()
             self._run_once(node, st)
@@ -103,9 +148,10 @@ class AgentSupervisor:
             if st.down_since is None:
                 st.down_since = now
             backoff = 1.0 if now - began > 60 else min(30.0, backoff * 2 if st.starts > 1 else 1)
+            wait = backoff * random.uniform(0.75, 1.25)  # jittered: restarts never in lock-step
             self.log(f"agent on {node} ended ({st.last_error or 'no reason given'}); "
-                     f"restarting in {backoff:g} s")
-            self.stopping.wait(backoff)
+                     f"restarting in {wait:.1f} s")
+            self.stopping.wait(wait)
 
     def _run_once(self, node: str, st: AgentState) -> None:
         start_at = time.time() + self.start_delay
@@ -117,12 +163,7 @@ class AgentSupervisor:
             return
         with self.lock:
             self.streams[node] = stream
-            st.starts += 1
-            st.restarts = st.starts - 1
-            st.alive = True
-            st.started_at = start_at
-            st.last_batch = time.time()
-            st.intervals.append([start_at + 0.1, start_at + 0.1])
+            st.began(start_at, time.time())
         if st.down_since is not None:
             gap = {"from": round(st.down_since, 3), "to": round(start_at, 3),
                    "seconds": round(start_at - st.down_since, 2)}
@@ -141,11 +182,8 @@ class AgentSupervisor:
                     if obj.get("kind") == "end":
                         st.last_error = "agent finished its run"
                         continue
-                    now = time.time()
                     with self.lock:
-                        st.last_batch = now
-                        st.batches += 1
-                        st.intervals[-1][1] = now - 0.05
+                        st.batch(time.time(), obj.get("health") or [])
                     self.on_batch(node, obj)
                 if self.stopping.is_set():
                     break
@@ -156,11 +194,8 @@ class AgentSupervisor:
             if not st.last_error or st.last_error == "agent finished its run":
                 st.last_error = (tail[-1] if tail else f"exit {code}")[:300]
             with self.lock:
-                st.alive = False
+                st.ended()
                 self.streams.pop(node, None)
-                # a dying agent stops answering before its stream ends: trust the last batch
-                # minus one health window only
-                st.intervals[-1][1] = min(st.intervals[-1][1], st.last_batch - 1.0)
 
     def _watchdog(self) -> None:
         while not self.stopping.wait(1.0):
