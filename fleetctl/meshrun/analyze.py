@@ -23,7 +23,7 @@ from fleetctl.analysis.significance import DEFAULT_FDR, significant
 from fleetctl.analysis.solvers import get_solver
 from fleetctl.analysis.step import element_stats
 from fleetctl.analysis.triangulate import triangulate
-from fleetctl.analysis.windows import build_windows, host_clock
+from fleetctl.analysis.windows import add_pair_figures, build_windows, host_clock
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, EXIT_WARNINGS, DataError
 from fleetctl.mesh.collect import clock_error
 from fleetctl.mesh.discovery import Discovery, dead_link_findings
@@ -292,6 +292,10 @@ def write_run(path: str | Path, run: RunData, a: Analysis) -> Path:
     in schema 1): `agents`, `discovery`, `switch_probes`, `clock_truth` as JSON."""
     path = Path(path)
     w = a.windows
+    if w.pair_src is None:  # the analysis needs paths only; the file keeps what each pair saw
+        pair = run.probes["dst_nic"] >= 0
+        add_pair_figures(w, run.probes[pair], len(run.topo.nics), run.topo.nic_host_index,
+                         run.epoch_ns, a.clock)
     with RunWriter(path, run_id=run.run_id, cluster=run.cluster, parameters=run.parameters,
                    epoch_ns=run.epoch_ns) as wr:
         wr.write_topology(run.topo)

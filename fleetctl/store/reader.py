@@ -94,6 +94,7 @@ class Run:
                             f"fleetctl; this one reads up to version {SCHEMA_VERSION}")
         if int(version) < 1:
             raise DataError(f"{self.path}: invalid schema version {int(version)}")
+        self.version = int(version)
         complete = _attr(a, "complete")
         if not isinstance(complete, (bool, np.bool_)) or not complete:
             raise DataError(f"{self.path}: incomplete run (`complete` attribute absent or not "
@@ -365,14 +366,36 @@ class Run:
             raise self._bad("windows", "negative counts, or more probes lost than sent")
         return WindowStats(sent=sent, lost=lost, delay=delay)
 
-    def matrices(self) -> dict[str, np.ndarray]:
+    def pair_figures(self) -> dict[str, np.ndarray]:
+        """Per probed NIC pair (forward direction, row = source): `src`, `dst` (K,), and per
+        window `loss`, `p50_us`, `p99_us` (W, K, NaN where a pair had no probe), `sent` (W, K;
+        schema 2 only). A schema-1 file's N x N matrices are read as the pairs they probed."""
         n_nic = self._rows("nics")
-        out = {k: self._numbers(f"windows/{k}", "iuf", np.float32, ndim=3)
-               for k in ("delay_p50_us", "delay_p99_us", "loss")}
-        for k, m in out.items():
-            if m.shape[1:] != (n_nic, n_nic):
-                raise self._bad(f"windows/{k}", f"is not windows x {n_nic} x {n_nic} NICs")
+        if self.version < 2:
+            return self._pairs_of_matrices(n_nic)
+        src = self._numbers("windows/pair_src", "iu", np.int64)
+        dst = self._numbers("windows/pair_dst", "iu", np.int64)
+        if len(src) != len(dst) or _outside(src, 0, n_nic) or _outside(dst, 0, n_nic):
+            raise self._bad("windows/pair_src", f"pair_src and pair_dst are not {n_nic} NICs' "
+                                                 f"indices alike")
+        out = {"src": src, "dst": dst,
+               "sent": self._numbers("windows/pair_sent", "iu", np.int64, ndim=2)}
+        for k in ("loss", "p50_us", "p99_us"):
+            out[k] = self._numbers(f"windows/pair_{k}", "iuf", np.float32, ndim=2)
+        for k in ("sent", "loss", "p50_us", "p99_us"):
+            if out[k].shape[1] != len(src) or out[k].shape[0] != out["sent"].shape[0]:
+                raise self._bad(f"windows/pair_{k}", f"is not windows x {len(src)} pairs")
         return out
+
+    def _pairs_of_matrices(self, n_nic: int) -> dict[str, np.ndarray]:
+        dense = {}
+        for new, old in (("loss", "loss"), ("p50_us", "delay_p50_us"), ("p99_us", "delay_p99_us")):
+            m = self._numbers(f"windows/{old}", "iuf", np.float32, ndim=3)
+            if m.shape[1:] != (n_nic, n_nic):
+                raise self._bad(f"windows/{old}", f"is not windows x {n_nic} x {n_nic} NICs")
+            dense[new] = m
+        src, dst = np.nonzero(np.isfinite(dense["loss"]).any(axis=0))
+        return {"src": src, "dst": dst, **{k: m[:, src, dst] for k, m in dense.items()}}
 
     def clock(self) -> dict[str, np.ndarray]:
         n_host = self._rows("hosts")

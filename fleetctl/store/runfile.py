@@ -30,7 +30,7 @@ from fleetctl.errors import DataError, FleetctlError
 from fleetctl.model.fabric import FLOW_DTYPE, PAIR_DTYPE, PROBE_DTYPE, PathTable, Topology
 
 FORMAT = "fleetctl-mesh-run"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: /windows per NIC pair (K pairs), no longer N x N matrices
 STR = h5py.string_dtype("utf-8")
 REQUIRED = ("nics", "hosts", "elements", "paths/indptr", "paths/elements", "paths/weights",
             "paths/src_nic", "paths/dst_nic", "paths/traced", "flows", "probes")
@@ -226,14 +226,17 @@ class RunWriter:
         self._probes[n:] = records
 
     WINDOW_FIELDS = (("path_sent", np.int32), ("path_lost", np.int32), ("path_p50_us", np.float32),
-                     ("path_p99_us", np.float32), ("delay_p50_us", np.float32),
-                     ("delay_p99_us", np.float32), ("loss", np.float32))
+                     ("path_p99_us", np.float32), ("pair_src", np.int32), ("pair_dst", np.int32),
+                     ("pair_sent", np.int32), ("pair_loss", np.float32), ("pair_p50_us", np.float32),
+                     ("pair_p99_us", np.float32))
 
     @_guarded
     def write_windows(self, w) -> None:
-        """Per window (`w`: analysis.windows.Windows, or anything with its attributes): per-path
-        figures (W x P) and NIC x NIC matrices (W x N x N, NaN where a pair was not probed).
-        Delays in microseconds; one_way False means half round trip."""
+        """Per window (`w`: analysis.windows.Windows built with its pair figures): per-path figures
+        (W x P) and per probed NIC pair (K pairs; W x K, NaN where a pair had no probe). Delays in
+        microseconds; one_way False means half round trip."""
+        if w.pair_src is None:
+            raise DataError(f"{self.path}: windows without their NIC-pair figures")
         g = self.f.create_group("windows")
         g.attrs["window_s"] = float(w.window_s)
         g.attrs["one_way"] = bool(w.one_way)

@@ -25,7 +25,7 @@ def pipeline(t, faults, seed=0, clock=True):
     run = synthetic_run(t, all_pairs(t), faults, sports=8, duration=6.0, seed=seed)
     model = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns) if clock else None
     w = build_windows(run.probes, run.flows, len(run.paths), len(t.nics), run.nic_host, 3.0,
-                      run.epoch_ns, model)
+                      run.epoch_ns, model, pairs=True)
     return run, model, w
 
 
@@ -61,7 +61,59 @@ def test_one_way_delays_with_and_without_clock_sync(topo):
     _, _, raw = pipeline(topo, [], seed=2, clock=False)
     assert not raw.one_way and 8 < np.nanmedian(raw.path_p50_us) < 25
     # without clock sync a NIC x NIC one-way figure is meaningless; with it, both agree
-    assert abs(np.nanmedian(w.delay_p50_us) - np.nanmedian(raw.delay_p50_us)) < 3
+    assert abs(np.nanmedian(w.pair_p50_us) - np.nanmedian(raw.pair_p50_us)) < 3
+
+
+def test_pair_figures_are_the_probed_pairs_and_match_the_probes(topo):
+    run, _, w = pipeline(topo, [Fault("leaf1->spine2", "loss", 0.05)], seed=4, clock=False)
+    p = run.probes
+    assert set(zip(w.pair_src.tolist(), w.pair_dst.tolist())) == \
+        set(zip(p["src_nic"].tolist(), p["dst_nic"].tolist()))
+    assert int(w.pair_sent.sum()) == len(p)
+    k = 3
+    mine = (p["src_nic"] == w.pair_src[k]) & (p["dst_nic"] == w.pair_dst[k])
+    lost = (p["lost"][mine] != 0).sum()
+    sent = w.pair_sent[:, k].sum()
+    assert sent == mine.sum() and np.isclose(np.nansum(w.pair_loss[:, k] * w.pair_sent[:, k]), lost)
+    dense = w.matrix("loss", len(topo.nics))
+    assert dense.shape == (w.pair_sent.shape[0], len(topo.nics), len(topo.nics))
+    assert np.isnan(dense[:, 0, 0]).all()  # a NIC never probes itself
+    assert np.allclose(dense[:, w.pair_src, w.pair_dst], w.pair_loss, equal_nan=True)
+
+
+def test_a_window_costs_what_its_probes_and_paths_do_not_nics_squared():
+    """The issue's figure: one window at 8,192 NICs took 2.9 GB for its N x N matrices. Now the
+    window's arrays hold probes, paths and probed pairs only: 4x the NICs (and pairs, paths,
+    probes) is about 4x the memory, where N x N would be 16x."""
+    import tracemalloc
+
+    from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE
+
+    def peak(n_nics):
+        rng = np.random.default_rng(0)
+        n_flows = n_nics * 4  # 4 peers a NIC (a budgeted plan's order)
+        flows = np.zeros(n_flows, dtype=FLOW_DTYPE)
+        flows["flow"] = np.arange(n_flows) * 7 + 1
+        flows["fwd_path"] = np.arange(n_flows)
+        flows["rev_path"] = np.arange(n_flows) + n_flows
+        probes = np.zeros(n_flows * 20, dtype=PROBE_DTYPE)
+        fi = np.repeat(np.arange(n_flows), 20)
+        probes["flow"] = flows["flow"][fi]
+        probes["src_nic"] = fi // 4
+        probes["dst_nic"] = (fi // 4 + 1 + fi % 4) % n_nics
+        probes["t_send"] = 10**9 + rng.integers(0, 10**9 - 1, len(probes))
+        probes["t_remote_rx"] = probes["t_send"] + 5000
+        probes["t_remote_tx"] = probes["t_remote_rx"] + 1000
+        probes["t_recv"] = probes["t_remote_tx"] + 5000
+        tracemalloc.start()
+        build_windows(probes, flows, 2 * n_flows, n_nics, np.arange(n_nics) // 8, 1.0, pairs=True)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+
+    small, large = peak(2048), peak(8192)
+    assert large < 6 * small, (small, large)  # N x N: 16x (and 800 MB at 8,192 NICs)
+    assert large < 200e6
 
 
 @pytest.mark.parametrize("solver", ["nnls", "l1", "vote", "netbouncer", "flock"])

@@ -167,7 +167,7 @@ def test_site_to_findings_pipeline(tmp_path, site_topo):
     run = synthetic_run(t, pairs, [Fault("spine2->leaf1", "loss", 0.05)], sports=8, seed=9)
     clock = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns)
     w = build_windows(run.probes, run.flows, len(run.paths), len(t.nics), run.nic_host, 3.0,
-                      run.epoch_ns, clock)
+                      run.epoch_ns, clock, pairs=True)
     with RunWriter(tmp_path / "r.h5", run_id="r", cluster="mini") as wr:
         wr.write_topology(t)
         wr.write_paths(run.paths)

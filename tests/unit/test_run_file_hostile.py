@@ -25,7 +25,7 @@ def read_all(path):
     with open_run(path) as r:
         r.attrs, r.topology(), r.paths(), r.flows(), r.probes(), r.findings()
         if "windows" in r.f:
-            r.window_stats("p50"), r.matrices()
+            r.window_stats("p50"), r.pair_figures()
         if "clock" in r.f:
             r.clock()
     read_run(path)

@@ -26,7 +26,7 @@ def run_data():
                         duration=4.0, seed=3)
     clock = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns)
     win = build_windows(run.probes, run.flows, len(run.paths), len(topo.nics), run.nic_host,
-                        2.0, run.epoch_ns, clock)
+                        2.0, run.epoch_ns, clock, pairs=True)
     return topo, run, clock, win
 
 
@@ -66,8 +66,11 @@ def test_round_trip(tmp_path, run_data):
         assert np.array_equal(p.elements, run.paths.elements)
         assert np.array_equal(r.probes(), run.probes)
         assert np.array_equal(r.flows(), run.flows)
-        m = r.matrices()
-        assert np.allclose(m["loss"], w.loss, equal_nan=True)
+        m = r.pair_figures()
+        assert np.array_equal(m["src"], w.pair_src) and np.array_equal(m["dst"], w.pair_dst)
+        assert np.array_equal(m["sent"], w.pair_sent)
+        for k in ("loss", "p50_us", "p99_us"):
+            assert np.allclose(m[k], getattr(w, f"pair_{k}"), equal_nan=True)
         c = r.clock()
         assert np.allclose(c["offset_s"], clock.offset) and len(c["pairs"]) == len(clock.pairs)
         assert r.findings() == json.loads(json.dumps(findings))
@@ -84,8 +87,10 @@ def test_plain_h5py_reads_it(tmp_path, run_data):
         assert probes.chunks is not None
         nics = f["nics"][()]
         assert nics["name"][0].decode() == "node1:eth0"
-        d = f["windows/delay_p50_us"][()]
-        assert d.ndim == 3 and np.isnan(d[0, 0, 0])  # a NIC never probes itself
+        d = f["windows/pair_p50_us"][()]
+        src, dst = f["windows/pair_src"][()], f["windows/pair_dst"][()]
+        assert d.ndim == 2 and d.shape[1] == len(src) == len(dst)
+        assert not (src == dst).any()  # a NIC never probes itself
         assert np.nanmedian(d) > 0
 
 
@@ -198,3 +203,35 @@ def test_inconsistent_elements_and_parameters(tmp_path, run_data):
             r.topology()
         with pytest.raises(DataError, match="'parameters' is not JSON"):
             r.attrs
+
+
+def test_a_schema_1_file_is_read_as_its_probed_pairs(tmp_path, run_data):
+    """Schema 1 stored N x N matrices (NaN where not probed); they read as the pairs they held."""
+    topo, run, clock, w = run_data
+    path = write(tmp_path / "run.h5", run_data)
+    n = len(topo.nics)
+    with h5py.File(path, "a") as f:
+        f.attrs["schema_version"] = 1
+        g = f["windows"]
+        for new, old in (("loss", "loss"), ("p50_us", "delay_p50_us"), ("p99_us", "delay_p99_us")):
+            g.create_dataset(old, data=w.matrix(new, n))
+        for name in ("pair_src", "pair_dst", "pair_sent", "pair_loss", "pair_p50_us", "pair_p99_us"):
+            del g[name]
+    with open_run(path) as r:
+        m = r.pair_figures()
+    order = np.lexsort((w.pair_dst, w.pair_src))  # the matrix's row-major order
+    assert np.array_equal(m["src"], w.pair_src[order]) and np.array_equal(m["dst"], w.pair_dst[order])
+    assert "sent" not in m
+    for k in ("loss", "p50_us", "p99_us"):
+        assert np.allclose(m[k], getattr(w, f"pair_{k}")[:, order], equal_nan=True)
+
+
+def test_pair_indices_outside_the_nics_are_refused(tmp_path, run_data):
+    path = write(tmp_path / "run.h5", run_data)
+    with h5py.File(path, "a") as f:
+        src = f["windows/pair_src"][()]
+        src[0] = 10_000
+        del f["windows/pair_src"]
+        f["windows"].create_dataset("pair_src", data=src)
+    with open_run(path) as r, pytest.raises(DataError, match="pair_src"):
+        r.pair_figures()
