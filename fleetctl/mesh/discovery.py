@@ -305,22 +305,21 @@ def dead_link_findings(topo: Topology, disc: Discovery) -> list[dict]:
 def _coverage(topo: Topology, disc: Discovery, checked: set[str]) -> list[Finding]:
     p = disc.paths
     n_el = topo.n_elements
-    observed = np.zeros(n_el)
+    flows = disc.flows[disc.flows["dst_nic"] >= 0]  # a loop probe (loops.py): no NIC-to-NIC flow
+    pis = np.concatenate([flows["fwd_path"], flows["rev_path"]]).astype(np.int64)
+    pis = pis[pis >= 0]
+    pis = pis[np.asarray(p.traced, dtype=bool)[pis]]
+    # per element: traced paths crossing it, and how many ECMP would send over it (per NIC pair,
+    # its expected row times the pair's traced paths; rows are remembered per switch pair)
+    per_path = np.bincount(pis, minlength=len(p.indptr) - 1).astype(np.float64)
+    observed = np.asarray(p.matrix(n_el).T @ per_path).ravel() if pis.size else np.zeros(n_el)
     expected = np.zeros(n_el)
-    cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    for f in disc.flows:
-        if f["dst_nic"] < 0:  # a loop probe (loops.py): not a NIC-to-NIC flow
-            continue
-        for col in ("fwd_path", "rev_path"):
-            pi = int(f[col])
-            if pi < 0 or not p.traced[pi]:
-                continue
-            observed[p.row(pi)] += 1
-            a, b = int(p.src_nic[pi]), int(p.dst_nic[pi])
-            if (a, b) not in cache:
-                cache[(a, b)] = topo.expected_row(topo.nics[a], topo.nics[b])
-            e, w = cache[(a, b)]
-            expected[e] += w
+    n_nic = max(1, len(topo.nics))
+    keys, counts = np.unique(p.src_nic[pis].astype(np.int64) * n_nic + p.dst_nic[pis],
+                             return_counts=True)
+    for key, count in zip(keys.tolist(), counts.tolist()):
+        e, w = topo.expected_row(topo.nics[key // n_nic], topo.nics[key % n_nic])
+        expected[e] += count * w
     findings = []
     by_link: dict[str, list[int]] = {}
     for u, v, e in topo.switch_edges():
