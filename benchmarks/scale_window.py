@@ -9,12 +9,15 @@ For each size, in its own process (so its peak RSS is its own):
   by per-switch seeded ECMP hashes (as switches do: each has its own seed, so flows are not
   correlated across hops the way one global CRC32 correlates them);
 - probes for `--duration` seconds at the plan's rate: per-element delays (0.5-2 us) plus
-  exponential jitter, clock offsets (up to 2 ms) and drifts (up to 30 ppm) per host, and one
-  injected 2 % loss on a leaf-spine cable (both directions);
+  exponential jitter, clock offsets (up to 2 ms) and drifts (up to 30 ppm) per host, rare drops
+  (2e-5 per element crossed) everywhere, and one injected 2 % loss on a leaf-spine cable (both
+  directions);
 - lens: WindowAnalyzer built once per plan (its time: `plan_step_s`), then `analyze` on each 1 s
-  window (time per window, p50 and max), whether the cable was named;
+  window (time per window, p50 and max), whether the cable was named, what else was; the same
+  on a fault-free run of the same plan (findings there are false);
 - audit analyze: meshrun.analyze.analyze on the whole run (clock fit, windows, triangulation,
-  significance, coverage check), its time and whether the cable was a finding;
+  significance, coverage check), its time and whether the cable was a finding; and its network
+  findings on the fault-free run;
 - peak RSS of the process (ru_maxrss), and what the probes take alone.
 
     python benchmarks/scale_window.py [--sus 0.5,1,2,4] [--duration 5] [--sports 4]
@@ -41,6 +44,7 @@ from fleetctl.config.site import parse_site  # noqa: E402
 from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE, PathTable, Topology  # noqa: E402
 
 EPOCH_NS = 1_800_000_000_000_000_000
+BACKGROUND_LOSS = 2e-5  # per element crossed: ~1e-4 per path, rare drops on a healthy fabric
 MASK64 = (1 << 64) - 1
 
 
@@ -103,7 +107,7 @@ def probes_for(topo: Topology, flows: np.ndarray, paths: PathTable, rate_per_flo
     offset = rng.uniform(-2e-3, 2e-3, len(hosts))
     drift = rng.uniform(-30e-6, 30e-6, len(hosts))
     per_elem = rng.uniform(0.5e-6, 2e-6, topo.n_elements)
-    log_keep = np.zeros(topo.n_elements)
+    log_keep = np.full(topo.n_elements, np.log(1.0 - BACKGROUND_LOSS))  # rare drops everywhere
     log_keep[fault_cols] = np.log(1.0 - loss)
     m = paths.matrix(topo.n_elements)
     path_delay = m @ per_elem
@@ -157,22 +161,30 @@ def one(sus: float, duration: float, sports: int, seed: int) -> dict:
     probes = probes_for(topo, flows, paths, plan.rate / sports, duration, cols, 0.02, seed)
     out.update(probes=len(probes), probes_mb=round(probes.nbytes / 1e6, 1), fault=lid)
 
+    clean = probes_for(topo, flows, paths, plan.rate / sports, duration, [], 0.0, seed + 7)
     t0 = time.perf_counter()
     an = WindowAnalyzer(topo, paths, flows)
     out["lens_plan_step_s"] = round(time.perf_counter() - t0, 2)
-    times, named = [], []
-    t = probes["t_send"]
-    start = int(t.min())
-    for i in range(int(duration)):
-        lo, hi = start + i * 10**9, start + (i + 1) * 10**9
-        win = probes[(t >= lo) & (t < hi)]
-        t0 = time.perf_counter()
-        res = an.analyze(win, lo * 1e-9, hi * 1e-9, {}, set())
-        times.append(time.perf_counter() - t0)
-        named.append(any(f["element"]["id"] == lid for f in res.findings))
+    times, named, other, clean_findings = [], [], [], 0
+    for run_probes, faulty in ((probes, True), (clean, False)):
+        t = run_probes["t_send"]
+        start = int(t.min())
+        for i in range(int(duration)):
+            lo, hi = start + i * 10**9, start + (i + 1) * 10**9
+            win = run_probes[(t >= lo) & (t < hi)]
+            t0 = time.perf_counter()
+            res = an.analyze(win, lo * 1e-9, hi * 1e-9, {}, set())
+            times.append(time.perf_counter() - t0)
+            if faulty:
+                named.append(any(f["element"]["id"] == lid for f in res.findings))
+                other += [f["element"]["id"] for f in res.findings if f["element"]["id"] != lid]
+            else:
+                clean_findings += len(res.findings)
     out["lens_window_s"] = {"p50": round(float(np.median(times)), 3),
                             "max": round(float(max(times)), 3)}
     out["lens_windows_naming_the_fault"] = f"{sum(named)}/{len(named)}"
+    out["lens_other_findings_with_the_fault"] = sorted(set(other))[:10]
+    out["lens_findings_clean"] = clean_findings
     rss_lens = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["rss_after_lens_mb"] = round(rss_lens)
 
@@ -185,6 +197,11 @@ def one(sus: float, duration: float, sports: int, seed: int) -> dict:
     out["audit_findings"] = [f"{f['element']['type']} {f['element'].get('direction') or f['element']['id']}"
                              f" {f['metric']}" for f in net][:10]
     out["audit_found_fault"] = any(f["element"]["id"] == lid for f in net)
+    res = analyze(RunData("bench", "bench", topo, paths, flows, clean, EPOCH_NS,
+                          {"window_s": duration, "duration": duration, "rate": plan.rate}),
+                  "nnls", duration)
+    out["audit_findings_clean"] = len([f for f in res.findings
+                                       if f.get("category", "network") == "network"])
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return out
 

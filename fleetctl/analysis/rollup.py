@@ -51,8 +51,10 @@ def severity(metric: str, loss: float, excess_us: float) -> str:
 class _Call:
     """One call of Rollup.findings: what every group of it is judged against."""
 
-    def __init__(self, blamed: dict[int, float], metric: str, sig: PathSignals, window: int):
+    def __init__(self, blamed: dict[int, float], metric: str, sig: PathSignals, window: int,
+                 pooled: bool = False):
         self.blamed, self.metric, self.sig, self.window = blamed, metric, sig, window
+        self.pooled = pooled  # blamed by pooled loss (step.pooled_loss_blame): judged so too
         self.bad = (sig.lossy if metric == "loss" else sig.delayed) & sig.valid
         self.total_bad = max(1, int(self.bad.sum()))
 
@@ -91,10 +93,10 @@ class Rollup:
         return mask
 
     def findings(self, blamed: dict[int, float], metric: str, sig: PathSignals,
-                 window: int) -> list[Finding]:
+                 window: int, pooled: bool = False) -> list[Finding]:
         """The blamed link directions grouped into the smallest elements that explain them
         (switches, then whole hosts, NICs, links), each judged into a finding or dropped."""
-        call = _Call(blamed, metric, sig, window)
+        call = _Call(blamed, metric, sig, window, pooled)
         left = set(blamed)
         groups = self._switch_groups(call, left)
         host_side: dict[str, str] = {}
@@ -173,6 +175,8 @@ class Rollup:
         return groups
 
     def _finding(self, el: Element, path_elems: list[int], links: list[int], call: _Call) -> Finding | None:
+        if call.pooled:
+            return self._pooled_finding(el, path_elems, links, call)
         sig, bad, metric = call.sig, call.bad, call.metric
         through = self.paths_through(path_elems) & sig.valid
         hit = through & bad
@@ -216,6 +220,49 @@ class Rollup:
                 confidence = round(confidence / (1 + len(twins)), 3)
         return Finding(el, kind, severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
                        confidence, evidence)
+
+    def _pooled_finding(self, el: Element, path_elems: list[int], links: list[int],
+                        call: _Call) -> Finding | None:
+        """A loss finding judged on the probes pooled over its paths: its loss against the loss
+        of every path not through it. Confidence = (1 - background / loss) * (1 - 0.5^(lost / 4)):
+        how far above the rest, and on how many lost probes."""
+        sig, th = call.sig, self.th
+        probed = np.asarray(sig.valid, dtype=bool)
+        through = self.paths_through(path_elems) & probed
+        outside = probed & ~through
+        n_t, k_t = int(sig.sent[through].sum()), int(sig.lost[through].sum())
+        n_o, k_o = int(sig.sent[outside].sum()), int(sig.lost[outside].sum())
+        if n_t == 0 or k_t < th.pooled_min_lost:
+            return None
+        p0 = max(th.background_loss, k_o / max(1, n_o))
+        rate = k_t / n_t
+        if rate < max(2 * p0, th.pooled_min_loss) or binom.sf(k_t - 1, n_t, p0) >= th.loss_alpha:
+            return None
+        confidence = round(float((1 - p0 / rate) * (1 - 0.5 ** (k_t / 4))), 3)
+        if confidence < th.min_confidence:
+            return None
+        estimate = max(call.blamed.get(l, 0.0) for l in links)
+        lossy = through & (np.asarray(sig.lost) > 0)
+        evidence = {
+            "window": call.window, "method": "pooled",
+            "paths_through": int(through.sum()), "paths_with_loss": int(lossy.sum()),
+            "probes_through": n_t, "lost_through": k_t, "loss_pct_through": round(100 * rate, 3),
+            "probes_outside": n_o, "lost_outside": k_o,
+            "background_loss_pct": round(100 * p0, 4),
+            # for the significance test against the rest (significance.py)
+            "probes_clean_outside": n_o, "lost_clean_outside": k_o,
+            "blamed": [self.topo.elements[l].label for l in links],
+            "estimate_loss_pct": round(float(100 * (1 - np.exp(-estimate))), 3),
+        }
+        kind = "down" if rate >= 0.99 else "loss"
+        if el.type == "nic":
+            evidence["alternatives"] = self._nic_alternatives(el.id)
+        if el.type == "link" and len(links) == 1:
+            twins = self.twins(links[0])
+            if twins:
+                evidence["indistinguishable_from"] = [self.topo.elements[t].label for t in twins]
+                confidence = round(confidence / (1 + len(twins)), 3)
+        return Finding(el, kind, severity(kind, rate, 0.0), confidence, evidence)
 
     def _evidence(self, call: _Call, through, hit, outside, background: float, links: list[int],
                   estimate: float) -> dict:

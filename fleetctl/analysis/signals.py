@@ -37,6 +37,10 @@ class Thresholds:
     candidate_share: float = 0.3  # element kept as a suspect when this share of its paths is bad
     switch_bad_share: float = 0.8  # switch blamed when this share of its paths is bad ...
     switch_min_links: int = 3  # ... and at least this many of its link directions are blamed
+    # pooled loss (step.pooled_loss_blame), when too few probes per path show a loss path by path:
+    pooled_min_loss: float = 0.005  # an element's pooled loss below this is never a fault ...
+    pooled_min_lost: int = 5  # ... nor fewer probes lost through it
+    pooled_max_faults: int = 4  # elements blamed per window at most
 
 
 @dataclass

@@ -6,7 +6,9 @@ of a run) and lens (lens.window, one window at a time): per-path signals of one 
     findings = step.findings(sig, window=0)             # Finding objects, every rule applied
 
 Everything that depends only on the plan (the merge of identical paths, the incidence matrix, the
-link columns, the roll-up's indexes) is computed once here. A finding rule is a function
+link columns, the roll-up's indexes) is computed once here. Loss is judged path by path (the
+solver over bad paths) and, where that sees nothing, pooled per element (pooled_loss_blame: a
+fleet's budget leaves a few probes per path and window, too few path by path). A finding rule is a function
 `rule(step, sig, window) -> list[Finding]` in RULES: a new kind of network finding is written once,
 as a rule, and both `audit --mesh` and lens report it. Triangulation (solver + roll-up, for loss
 and for delay) is the first rule.
@@ -19,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
+from scipy.stats import binom
 
 from fleetctl.analysis.merge import merge_stats, path_groups
 from fleetctl.analysis.rollup import Rollup
@@ -76,6 +79,46 @@ class WindowStep:
         return {int(self.link_cols[c]): v for c, v in self.solver.blame(problem).items()}
 
 
+def pooled_loss_blame(step: WindowStep, sig: PathSignals) -> dict[int, float]:
+    """Link directions whose pooled loss stands out, greedily (element index -> -log(1 - loss)).
+
+    Path by path, a 2 % loss needs tens of probes per path and window to show; a fleet's budget
+    gives a few (at 1,000 hosts, ~7 per path in a 1 s window), so most paths over a lossy cable
+    lose nothing that window and the path classifier sees too few bad paths. Pooled over every
+    path through an element, the same probes are thousands: the element's loss is tested against
+    the loss of all paths not through it (binomial, `loss_alpha` over the candidates), the most
+    concentrated excess (log-likelihood ratio) is blamed, its paths are set aside (they explain
+    the excess of every element they cross: its switch, its twin), and the search repeats."""
+    th = step.th
+    a = step.links_only  # merged rows x link directions
+    rows = np.array(sig.valid, dtype=bool)  # as path by path: a window's thin tail says nothing
+    sent, lost = np.asarray(sig.sent, float), np.asarray(sig.lost, float)
+    blamed: dict[int, float] = {}
+    for _ in range(th.pooled_max_faults):
+        s, l = np.where(rows, sent, 0.0), np.where(rows, lost, 0.0)
+        total_n, total_k = s.sum(), l.sum()
+        if total_k < th.pooled_min_lost:
+            break
+        n, k = a.T @ s, a.T @ l
+        p0 = np.maximum(th.background_loss, (total_k - k) / np.maximum(total_n - n, 1.0))
+        rate = k / np.maximum(n, 1.0)
+        cand = np.flatnonzero((k >= th.pooled_min_lost) & (rate >= np.maximum(2 * p0, th.pooled_min_loss)))
+        if cand.size == 0:
+            break
+        p = binom.sf(np.rint(k[cand]) - 1, np.rint(n[cand]), p0[cand])
+        ok = cand[p < th.loss_alpha / max(1, a.shape[1])]
+        if ok.size == 0:
+            break
+        r, q = np.minimum(rate[ok], 1 - 1e-12), p0[ok]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            llr = k[ok] * np.log(r / q) + (n[ok] - k[ok]) * np.log((1 - r) / (1 - q))
+        best = int(ok[np.nanargmax(llr)])
+        blamed[int(step.link_cols[best])] = float(-np.log(1 - min(rate[best], 1 - 1e-12)))
+        col = a.getcol(best)
+        rows[col.indices[col.data > 0]] = False
+    return blamed
+
+
 def for_metric(sig: PathSignals, metric: str) -> PathSignals:
     """A lossy path's delay figure comes from the probes that survived: for a delay finding it is
     neither bad nor clean."""
@@ -91,6 +134,10 @@ def triangulation(step: WindowStep, sig: PathSignals, window: int) -> list[Findi
         blamed = step.blame(msig, metric)
         if blamed:
             out += step.rollup.findings(blamed, metric, msig, window)
+        elif metric == "loss":  # too few probes per path to see it path by path: pooled
+            pooled = pooled_loss_blame(step, msig)
+            if pooled:
+                out += step.rollup.findings(pooled, metric, msig, window, pooled=True)
     return out
 
 
