@@ -205,16 +205,23 @@ class WindowAnalyzer:
         return list(out.values())
 
     def _element_rows(self, sig, m_delay) -> list[dict]:
-        """Per link direction, switch and NIC: probes through it, loss %, path delay p50/p99."""
+        """Per link direction, switch and NIC: probes through it, loss %, path delay p50/p99.
+        Rounded as arrays and read out as Python lists: per-element numpy scalars cost 0.2 s a
+        window at 8,192 NICs."""
         st = element_stats(self.step.inc, sig.sent, sig.lost, m_delay)
+        cols = self.report_cols[st["sent"][self.report_cols] > 0]
+        sent = st["sent"][cols]
+        loss = np.round(100 * st["lost"][cols] / sent, 3).tolist()
+        p50, p99 = (np.round(st["delay"][i, cols], 1) for i in (0, 1))
+        p50 = np.where(np.isfinite(p50), p50, np.nan).tolist()
+        p99 = np.where(np.isfinite(p99), p99, np.nan).tolist()
+        probes = np.rint(sent).astype(np.int64).tolist()
         rows = []
-        for e in self.report_cols[st["sent"][self.report_cols] > 0]:
+        for e, lo, d50, d99, n in zip(cols.tolist(), loss, p50, p99, probes):
             el = self.topo.elements[e]
-            p50, p99 = st["delay"][0, e], st["delay"][1, e]
-            row = {"type": el.type, "id": el.id, "loss_pct": round(100 * st["lost"][e] / st["sent"][e], 3),
-                   "delay_p50_us": round(float(p50), 1) if np.isfinite(p50) else None,
-                   "delay_p99_us": round(float(p99), 1) if np.isfinite(p99) else None,
-                   "probes": int(round(st["sent"][e]))}
+            row = {"type": el.type, "id": el.id, "loss_pct": lo,
+                   "delay_p50_us": d50 if d50 == d50 else None,
+                   "delay_p99_us": d99 if d99 == d99 else None, "probes": n}
             if el.direction:
                 row["direction"] = el.direction
             rows.append(row)

@@ -69,29 +69,49 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, nics_per_host: int
     return Topology.build(f"leaf-spine-{leaves}x{spines}", nics, switches, links)
 
 
-def ecmp_path(topo: Topology, src_nic: str, dst_nic: str, flow: int) -> list[int]:
-    """The path one flow takes: each switch hashes (pair, flow, switch) over its next hops."""
+MASK64 = (1 << 64) - 1
+
+
+def mix64(x: int) -> int:
+    """splitmix64's finalizer: every input bit moves every output bit."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def ecmp_path(topo: Topology, src_nic: str, dst_nic: str, flow: int, seeded: bool = False
+              ) -> list[int]:
+    """The path one flow takes: each switch hashes (pair, flow, switch) over its next hops.
+
+    Default: CRC32 of the whole text, as the tests were written against. CRC32 is linear, so with
+    a power-of-two fan-out its low bits correlate across switches and flows (at k=16 and k=32
+    fat-trees, flows bunch on the same core links). `seeded`: what switches do, one hash of the
+    flow mixed with each switch's own seed (benchmarks/triangulation.py)."""
     (ssw, up, _), (dsw, _, down) = topo.route_ends(src_nic, dst_nic)
     path = [topo.index("nic", src_nic), up]
     u = ssw
+    flow_hash = zlib.crc32(f"{src_nic}|{dst_nic}|{flow}".encode()) if seeded else 0
     while True:
         path.append(topo.index("switch", topo.switch_id(u)))
         if u == dsw:
             break
         hops = topo.next_hops(u, dsw)
-        h = zlib.crc32(f"{src_nic}|{dst_nic}|{flow}|{u}".encode())
+        h = mix64(flow_hash ^ mix64(u + 0x5EED)) if seeded else \
+            zlib.crc32(f"{src_nic}|{dst_nic}|{flow}|{u}".encode())
         u, e = hops[h % len(hops)]
         path.append(e)
     path += [down, topo.index("nic", dst_nic)]
     return path
 
 
-def path_table(topo: Topology, flows: list[tuple[str, str, int]], traced: bool = True) -> PathTable:
+def path_table(topo: Topology, flows: list[tuple[str, str, int]], traced: bool = True,
+               seeded: bool = False) -> PathTable:
     """Path table for flows (src nic, dst nic, flow number): ECMP-hashed or expected rows."""
     rows, src, dst = [], [], []
     for s, d, f in flows:
         if traced:
-            p = np.array(ecmp_path(topo, s, d, f), dtype=np.int64)
+            p = np.array(ecmp_path(topo, s, d, f, seeded), dtype=np.int64)
             rows.append((p, np.ones(len(p))))
         else:
             rows.append(topo.expected_row(s, d))

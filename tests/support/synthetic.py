@@ -32,9 +32,10 @@ def fault_columns(topo: Topology, fault: Fault) -> list[int]:
 
 
 def simulate(topo: Topology, paths: PathTable, faults: list[Fault] = (), windows: int = 3,
-             probes: int = 100, jitter_us: float = 3.0, background_loss: float = 1e-4,
+             probes=100, jitter_us: float = 3.0, background_loss: float = 1e-4,
              spike_rate: float = 1e-3, seed: int = 0) -> WindowStats:
-    """Window stats for traced `paths` with the given faults active in every window."""
+    """Window stats for traced `paths` with the given faults active in every window. `probes`:
+    per path and window, one number or one per path (unequal rates)."""
     rng = np.random.default_rng(seed)
     inc = paths.matrix(topo.n_elements).tocsc()
     n = len(paths)
@@ -57,8 +58,8 @@ def simulate(topo: Topology, paths: PathTable, faults: list[Fault] = (), windows
         else:
             extra[hit] += f.value
     shape = (windows, n)
-    sent = np.full(shape, probes, dtype=np.int64)
-    lost = rng.binomial(probes, 1.0 - keep * (1.0 - background_loss), size=shape)
+    sent = np.broadcast_to(np.asarray(probes, dtype=np.int64), shape).copy()  # per path if given
+    lost = rng.binomial(sent, 1.0 - keep * (1.0 - background_loss))
     delay = base + extra + rng.normal(0.0, jitter_us, size=shape)
     spikes = rng.random(shape) < spike_rate
     delay[spikes] += rng.exponential(50.0, size=int(spikes.sum()))
