@@ -166,5 +166,6 @@ def element_stats(inc, sent: np.ndarray, lost: np.ndarray, delay: np.ndarray,
     keep = coo.data > 0
     cols, rows = coo.col[keep], coo.row[keep]
     out["paths"] = np.bincount(cols, minlength=inc.shape[1])
-    out["delay"] = group_percentiles(cols, np.asarray(delay, float)[rows], percentiles, inc.shape[1])
+    out["delay"] = group_percentiles(cols, np.asarray(delay, float)[rows], percentiles, inc.shape[1],
+                                     resolution=1e-3)  # delays in us: to the nanosecond
     return out

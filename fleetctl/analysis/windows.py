@@ -19,6 +19,9 @@ from fleetctl.errors import DataError
 from fleetctl.model.fabric import NOT_RECORDED, group_quantiles
 
 
+US_RESOLUTION = 1e-3  # delays in microseconds, their quantiles to the nanosecond (timestamps' unit)
+
+
 @dataclass
 class Windows:
     window_s: float
@@ -94,7 +97,8 @@ def build_windows(probes: np.ndarray, flows: np.ndarray, n_paths: int, n_nics: i
     size = n_w * n_paths
     sent = np.bincount(p_key, minlength=size).reshape(n_w, n_paths)
     nlost = np.bincount(p_key, weights=p_lost, minlength=size).reshape(n_w, n_paths)
-    pq = group_quantiles(p_key, p_delay, [0.5, 0.99], size).reshape(2, n_w, n_paths)
+    pq = group_quantiles(p_key, p_delay, [0.5, 0.99], size, resolution=US_RESOLUTION
+                         ).reshape(2, n_w, n_paths)
     out = Windows(window_s, (epoch_ns + (start + np.arange(n_w) * window_s) * 1e9).astype(np.int64),
                   sent, nlost.astype(np.int64), pq[0], pq[1], clock is not None)
     if pairs:
@@ -163,7 +167,8 @@ def _pair_figures(out: Windows, probes: np.ndarray, w: np.ndarray, n_w: int, n_n
     m_lost = np.bincount(key, weights=(probes["lost"][sel] != 0), minlength=size)
     with np.errstate(invalid="ignore", divide="ignore"):
         loss = np.where(m_sent > 0, m_lost / np.maximum(m_sent, 1), np.nan)
-    q = group_quantiles(key, d_fwd[sel], [0.5, 0.99], size).reshape(2, n_w, n_k)
+    q = group_quantiles(key, d_fwd[sel], [0.5, 0.99], size, resolution=US_RESOLUTION
+                        ).reshape(2, n_w, n_k)
     out.pair_src, out.pair_dst = (uniq // n_nics).astype(np.int32), (uniq % n_nics).astype(np.int32)
     out.pair_sent = m_sent.reshape(n_w, n_k).astype(np.int32)
     out.pair_loss = loss.reshape(n_w, n_k).astype(np.float32)

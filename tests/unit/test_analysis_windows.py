@@ -193,3 +193,25 @@ def test_column_nanquantile_is_numpys():
             for q in (0.0, 0.1, 0.5, 0.99):
                 assert np.allclose(column_nanquantile(x, q), np.nanquantile(x, q, axis=0),
                                    equal_nan=True)
+
+
+def test_group_quantiles_packed_sort_agrees_to_its_resolution():
+    from fleetctl.model.fabric import PACK_KEY_LIMIT, group_quantiles
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 500, 20_000)
+    vals = rng.exponential(30.0, 20_000) - 5.0  # us, some negative (one-way, clock error)
+    vals[::13] = np.nan
+    for linear in (False, True):
+        exact = group_quantiles(keys, vals, [0.5, 0.99], 500, linear=linear)
+        fast = group_quantiles(keys, vals, [0.5, 0.99], 500, linear=linear, resolution=1e-3)
+        assert np.allclose(fast, exact, atol=1e-3, equal_nan=True)
+    # keys or values that do not fit the packed key: the exact two-key sort
+    from fleetctl.model.fabric import _packed
+
+    finite = np.nan_to_num(vals)
+    assert _packed(keys + PACK_KEY_LIMIT, finite, 1e-3) is None
+    assert _packed(keys, finite * 1e9, 1e-3) is None and _packed(keys, finite, 1e-3) is not None
+    huge = vals * 1e9
+    assert np.array_equal(group_quantiles(keys, huge, [0.5], 500, resolution=1e-3),
+                          group_quantiles(keys, huge, [0.5], 500), equal_nan=True)
