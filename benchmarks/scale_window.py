@@ -135,7 +135,18 @@ def probes_for(topo: Topology, flows: np.ndarray, paths: PathTable, rate_per_flo
     out["t_remote_tx"] = np.where(lost_f, 0, stamp(hb, send + d_f + turn))
     out["t_recv"] = np.where(lost_f | lost_r, 0, stamp(ha, send + d_f + turn + d_r))
     out["lost"] = np.where(lost_f, 1, np.where(lost_r, 2, 0))
-    return out[np.argsort(out["t_send"], kind="stable")]
+    return out[np.argsort(out["t_send"], kind="stable")], offset, drift
+
+
+def clock_error(model, offset: np.ndarray, drift: np.ndarray, t: float) -> dict:
+    """|estimated - true| theta of every host against host 0 at time t, in us."""
+    h = np.arange(len(offset))
+    est = model.theta(np.zeros_like(h), h, t)
+    true = (offset[h] - offset[0]) + (drift[h] - drift[0]) * t
+    err = np.abs(est - true)[1:] * 1e6
+    err = err[np.isfinite(err)]
+    return {"hosts": int(err.size), "p50": round(float(np.percentile(err, 50)), 3),
+            "p99": round(float(np.percentile(err, 99)), 3), "max": round(float(err.max()), 3)}
 
 
 def one(sus: float, duration: float, sports: int, seed: int) -> dict:
@@ -158,10 +169,11 @@ def one(sus: float, duration: float, sports: int, seed: int) -> dict:
                any(topo.switch_tier.get(e) == 2 for e in ends))
     a, b = topo.links[lid]
     cols = [topo.link_dir(lid, a, b), topo.link_dir(lid, b, a)]
-    probes = probes_for(topo, flows, paths, plan.rate / sports, duration, cols, 0.02, seed)
+    probes, true_offset, true_drift = probes_for(topo, flows, paths, plan.rate / sports, duration,
+                                                 cols, 0.02, seed)
     out.update(probes=len(probes), probes_mb=round(probes.nbytes / 1e6, 1), fault=lid)
 
-    clean = probes_for(topo, flows, paths, plan.rate / sports, duration, [], 0.0, seed + 7)
+    clean = probes_for(topo, flows, paths, plan.rate / sports, duration, [], 0.0, seed + 7)[0]
     t0 = time.perf_counter()
     an = WindowAnalyzer(topo, paths, flows)
     out["lens_plan_step_s"] = round(time.perf_counter() - t0, 2)
@@ -197,6 +209,8 @@ def one(sus: float, duration: float, sports: int, seed: int) -> dict:
     out["audit_findings"] = [f"{f['element']['type']} {f['element'].get('direction') or f['element']['id']}"
                              f" {f['metric']}" for f in net][:10]
     out["audit_found_fault"] = any(f["element"]["id"] == lid for f in net)
+    out["clock_error_us"] = clock_error(res.clock, true_offset, true_drift, duration / 2)
+    out["clock_pairs_fitted"] = len(res.clock.pairs)
     res = analyze(RunData("bench", "bench", topo, paths, flows, clean, EPOCH_NS,
                           {"window_s": duration, "duration": duration, "rate": plan.rate}),
                   "nnls", duration)
