@@ -101,24 +101,32 @@ class ClockTracker:
         return float(model.offset[h] + model.drift[h] * (t - epoch_ns * 1e-9))
 
     def _compare(self, model, epoch: int, t: float) -> None:
+        prev, prev_epoch = self.fit
+        ref_now = _references(model)
+        ref_prev = _references(prev) if prev is not None else {}
         for h, host in enumerate(self.hosts):
             if not np.isfinite(model.offset[h]):
                 continue
             off = self.offset_at(model, epoch, h, t)
             drift_ppm = float(model.drift[h]) * 1e6
             self.history[host].append((round(t, 3), round(off * 1e6, 3), round(drift_ppm, 3)))
-            prev, prev_epoch = self.fit
+            # offsets are relative to their component's reference host: a jump means something
+            # only against the same reference (a host that went quiet hands the role to another,
+            # and every offset moves by the difference of the two clocks)
             if prev is not None and np.isfinite(prev.offset[h]) and \
-                    prev.component[h] == model.component[h]:
+                    ref_prev.get(int(prev.component[h])) == ref_now.get(int(model.component[h])):
                 predicted = self.offset_at(prev, prev_epoch, h, t)
                 jump = (off - predicted) * 1e6
                 if abs(jump) > self.jump_us:
                     self.jumps[host] = (t + self.hold_s, round(jump, 1))
 
-    def findings(self, t_end: float) -> list[dict]:
+    def findings(self, t_end: float, quiet: set[str] = frozenset()) -> list[dict]:
+        """`clock` findings at t_end; none on a host in `quiet` (its agent overloaded or not
+        running this window: late software timestamps and a thin fit are fleetctl's own
+        measurement, never the host's clock)."""
         out = []
         for host, hist in self.history.items():
-            if not hist:
+            if not hist or host in quiet:
                 continue
             _t, off_us, drift_ppm = hist[-1]
             why = []
@@ -145,3 +153,13 @@ class ClockTracker:
                 out.append({"host": host, "offset_us": off_us, "drift_ppm": drift_ppm,
                             "fitted_at": t, "fits": len(hist)})
         return out
+
+
+def _references(model) -> dict[int, int]:
+    """Component -> its reference host (the first host of it, held at offset 0)."""
+    out: dict[int, int] = {}
+    for h, c in enumerate(np.asarray(model.component).tolist()):
+        if c >= 0 and c not in out:
+            out[c] = h
+    return out
+

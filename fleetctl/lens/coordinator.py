@@ -223,7 +223,7 @@ class Coordinator:
             self.baselines.update(res.path_delay, res.path_healthy)
         for st in self.supervisor.state.values():
             st.overloaded = st.node in res.overloaded
-        findings = res.findings + self.clock.findings(b)
+        findings = res.findings + self.clock.findings(b, set(res.overloaded) | set(res.blind))
         notes = {n["element"]["id"]: n for n in res.host_side}
         for host in sorted(set(notes) - self.host_side):  # once per episode, not every window
             self.log(f"window {iso(b)}: {notes[host]['note']} (not an event)")
