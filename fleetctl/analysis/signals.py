@@ -59,6 +59,9 @@ class PathSignals:
     lost: np.ndarray
 
 
+PEER_QUANTILE = 25.0  # percentile of a hop class's own baselines that stands for the class
+
+
 def column_nanquantile(x: np.ndarray, q: float) -> np.ndarray:
     """np.nanquantile(x, q, axis=0) (linear interpolation), NaN for an all-NaN column, without
     numpy's per-column Python loop (4 s for 55,000 paths)."""
@@ -88,7 +91,10 @@ def path_baseline(stats: WindowStats, hop_class: np.ndarray, min_probes: int = 1
         members = hop_class == cls
         vals = own[members]
         if np.any(np.isfinite(vals)):
-            peer[members] = np.nanmedian(vals)
+            # the lower quartile, not the median: with two spines a slow spine carries half of
+            # a hop class's paths, and the median then sits on a slow path (missed in 15 of 33
+            # switch delays once ECMP was hashed per switch, benchmarks/triangulation.py)
+            peer[members] = np.nanpercentile(vals, PEER_QUANTILE)
     base = np.fmin(own, peer)
     if stats.baseline is not None:
         base = np.fmin(base, np.asarray(stats.baseline, dtype=np.float64))

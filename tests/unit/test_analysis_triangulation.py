@@ -145,10 +145,12 @@ def test_one_slow_nic_with_a_healthy_sibling_stays_a_link_finding(lab, sibling_u
 def test_delay_under_the_floor_is_never_a_finding_just_over_it_always(lab):
     """`delay_floor_us` (20) is a promise about the element: paths whose excess sits just over
     it by jitter (about half of a 19 us cable's paths) must not make a finding of a cable the
-    fit gives 7-13 us (CI's false lens events had estimates of 10-14 us)."""
+    fit gives 7-13 us (CI's false lens events had estimates of 10-14 us). At the floor itself
+    (20 us) either answer is right; since a hop class's baseline is its lower quartile (not its
+    median), a 20 us fault can be estimated just over 20 and reported."""
     t, paths = lab
     for seed in range(6):
-        for us in (19.0, 20.0):
+        for us in (18.0, 19.0):
             stats = simulate(t, paths, [Fault("node3:eth0->leaf2", "delay", us)], windows=2,
                              seed=seed)
             assert triangulate(t, paths, stats, "nnls") == [], (us, seed)
