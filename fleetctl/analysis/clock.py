@@ -133,7 +133,7 @@ def max_margin_line(ut, uv, lt, lv) -> tuple[float, float, float]:
 
 
 def synchronize(hosts: list[str], src: np.ndarray, dst: np.ndarray, t1, t2, t3, t4,
-                bins: int = 32, max_peers: int = MAX_PEERS) -> ClockModel:
+                max_peers: int = MAX_PEERS) -> ClockModel:
     """Fit host pairs, then the network. Lost probes carry NaN timestamps.
 
     A pair's probes in both directions make one fit (B -> A probes bound theta_AB too, from the
@@ -165,7 +165,7 @@ def synchronize(hosts: list[str], src: np.ndarray, dst: np.ndarray, t1, t2, t3, 
         a, b = int(lo_h[idx[0]]), int(hi_h[idx[0]])
         if a == b:
             continue
-        got = fit_pair(a1[idx], a2[idx], a3[idx], a4[idx], bins=bins)
+        got = fit_pair(a1[idx], a2[idx], a3[idx], a4[idx])
         if got is None:
             continue
         t0, off, drift, margin = got

@@ -72,13 +72,15 @@ def host_clock(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str],
 
 def build_windows(probes: np.ndarray, flows: np.ndarray, n_paths: int, n_nics: int,
                   nic_host: np.ndarray, window_s: float, epoch_ns: int = 0,
-                  clock: ClockModel | None = None, pairs: bool = False) -> Windows:
-    """Per window and path: probes, lost, delay p50/p99; with `pairs`, the same per NIC pair
-    probed. Memory and time grow with probes + windows x paths, never with NICs squared."""
+                  clock: ClockModel | None = None) -> Windows:
+    """Per window and path: probes, lost, delay p50/p99 (add_pair_figures adds the same per NIC
+    pair probed). Memory and time grow with probes + windows x paths, never with NICs squared."""
     if window_s <= 0:
         raise DataError(f"window length must be positive, not {window_s}")
     if probes.size == 0:
         raise DataError("no probe records to analyse")
+    if probes["src_nic"].min() < 0 or max(probes["src_nic"].max(), probes["dst_nic"].max()) >= n_nics:
+        raise DataError(f"a probe names a NIC outside the {n_nics} NICs of the topology")
     fi = _flow_rows(probes["flow"], flows["flow"])
     fwd_path, rev_path = flows["fwd_path"][fi], flows["rev_path"][fi]
     rel = (probes["t_send"] - epoch_ns).astype(np.float64) * 1e-9
@@ -101,8 +103,6 @@ def build_windows(probes: np.ndarray, flows: np.ndarray, n_paths: int, n_nics: i
                          ).reshape(2, n_w, n_paths)
     out = Windows(window_s, (epoch_ns + (start + np.arange(n_w) * window_s) * 1e9).astype(np.int64),
                   sent, nlost.astype(np.int64), pq[0], pq[1], clock is not None)
-    if pairs:
-        _pair_figures(out, probes, w, n_w, n_nics, d_fwd)
     return out
 
 

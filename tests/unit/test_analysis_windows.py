@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fleetctl.analysis.triangulate import triangulate
-from fleetctl.analysis.windows import build_windows, host_clock
+from fleetctl.analysis.windows import add_pair_figures, build_windows, host_clock
 from fleetctl.errors import DataError
 from fleetctl.model.fabric import WindowStats, group_quantiles
 from tests.support.fabrics import find, leaf_spine
@@ -25,7 +25,8 @@ def pipeline(t, faults, seed=0, clock=True):
     run = synthetic_run(t, all_pairs(t), faults, sports=8, duration=6.0, seed=seed)
     model = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns) if clock else None
     w = build_windows(run.probes, run.flows, len(run.paths), len(t.nics), run.nic_host, 3.0,
-                      run.epoch_ns, model, pairs=True)
+                      run.epoch_ns, model)
+    add_pair_figures(w, run.probes, len(t.nics), run.nic_host, run.epoch_ns, model)
     return run, model, w
 
 
@@ -106,7 +107,8 @@ def test_a_window_costs_what_its_probes_and_paths_do_not_nics_squared():
         probes["t_remote_tx"] = probes["t_remote_rx"] + 1000
         probes["t_recv"] = probes["t_remote_tx"] + 5000
         tracemalloc.start()
-        build_windows(probes, flows, 2 * n_flows, n_nics, np.arange(n_nics) // 8, 1.0, pairs=True)
+        w = build_windows(probes, flows, 2 * n_flows, n_nics, np.arange(n_nics) // 8, 1.0)
+        add_pair_figures(w, probes, n_nics, np.arange(n_nics) // 8)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         return peak
@@ -215,3 +217,14 @@ def test_group_quantiles_packed_sort_agrees_to_its_resolution():
     huge = vals * 1e9
     assert np.array_equal(group_quantiles(keys, huge, [0.5], 500, resolution=1e-3),
                           group_quantiles(keys, huge, [0.5], 500), equal_nan=True)
+
+
+def test_a_probe_naming_a_nic_outside_the_topology_is_a_data_error(topo):
+    from fleetctl.errors import DataError
+
+    run, _, _ = pipeline(topo, [], seed=6, clock=False)
+    bad = run.probes.copy()
+    bad["dst_nic"][0] = len(topo.nics)
+    with pytest.raises(DataError, match="outside the"):
+        build_windows(bad, run.flows, len(run.paths), len(topo.nics), run.nic_host, 3.0,
+                      run.epoch_ns)

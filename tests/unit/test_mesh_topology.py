@@ -155,7 +155,7 @@ def test_site_to_findings_pipeline(tmp_path, site_topo):
     from tests.support.synthetic import Fault
     from tests.support.synthetic_run import synthetic_run
     from fleetctl.analysis.triangulate import triangulate
-    from fleetctl.analysis.windows import build_windows, host_clock
+    from fleetctl.analysis.windows import add_pair_figures, build_windows, host_clock
     from fleetctl.mesh.pairs import select_pairs
     from fleetctl.store.reader import open_run
     from fleetctl.store.runfile import RunWriter
@@ -167,7 +167,8 @@ def test_site_to_findings_pipeline(tmp_path, site_topo):
     run = synthetic_run(t, pairs, [Fault("spine2->leaf1", "loss", 0.05)], sports=8, seed=9)
     clock = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns)
     w = build_windows(run.probes, run.flows, len(run.paths), len(t.nics), run.nic_host, 3.0,
-                      run.epoch_ns, clock, pairs=True)
+                      run.epoch_ns, clock)
+    add_pair_figures(w, run.probes, len(t.nics), run.nic_host, run.epoch_ns, clock)
     with RunWriter(tmp_path / "r.h5", run_id="r", cluster="mini") as wr:
         wr.write_topology(t)
         wr.write_paths(run.paths)

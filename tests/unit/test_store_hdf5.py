@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fleetctl.analysis.triangulate import triangulate
-from fleetctl.analysis.windows import build_windows, host_clock
+from fleetctl.analysis.windows import add_pair_figures, build_windows, host_clock
 from fleetctl.errors import DataError
 from fleetctl.model.fabric import PROBE_DTYPE
 from fleetctl.store.reader import open_run
@@ -26,7 +26,8 @@ def run_data():
                         duration=4.0, seed=3)
     clock = host_clock(run.probes, run.nic_host, run.hosts, run.epoch_ns)
     win = build_windows(run.probes, run.flows, len(run.paths), len(topo.nics), run.nic_host,
-                        2.0, run.epoch_ns, clock, pairs=True)
+                        2.0, run.epoch_ns, clock)
+    add_pair_figures(win, run.probes, len(topo.nics), run.nic_host, run.epoch_ns, clock)
     return topo, run, clock, win
 
 
