@@ -102,4 +102,5 @@ def test_element_stats_count_what_crosses_each_element(fabric):
         assert st["sent"][e] == pytest.approx(float(col.data @ sent[col.indices]))
         assert st["paths"][e] == rows.size
         if rows.size:
-            assert st["delay"][0, e] == pytest.approx(np.median(delay[rows]))
+            # delays in us, sorted to the nanosecond (model.fabric._sorted_groups)
+            assert st["delay"][0, e] == pytest.approx(np.median(delay[rows]), abs=1e-3)
