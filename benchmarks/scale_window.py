@@ -42,20 +42,10 @@ sys.path.insert(0, str(ROOT))
 
 from fleetctl.config.site import parse_site  # noqa: E402
 from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE, PathTable, Topology  # noqa: E402
+from tests.support.fabrics import mix64  # noqa: E402  (the per-switch ECMP hash)
 
 EPOCH_NS = 1_800_000_000_000_000_000
 BACKGROUND_LOSS = 2e-5  # per element crossed: ~1e-4 per path, rare drops on a healthy fabric
-MASK64 = (1 << 64) - 1
-
-
-def mix(x: int) -> int:
-    """splitmix64's finalizer: a well-mixed 64-bit hash of an integer (a switch's ECMP hash)."""
-    x = (x + 0x9E3779B97F4A7C15) & MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
-    return x ^ (x >> 31)
-
-
 def fabric(sus: float, nodes_per_su: int = 256) -> Topology:
     n_su = max(1, int(np.ceil(sus)))
     per = int(nodes_per_su * sus / n_su)
@@ -74,7 +64,7 @@ def route(topo: Topology, src: str, dst: str, flow_hash: int, seeds: list[int]) 
         if u == dsw:
             break
         hops = topo.next_hops(u, dsw)
-        u, e = hops[mix(flow_hash ^ seeds[u]) % len(hops)]
+        u, e = hops[mix64(flow_hash ^ seeds[u]) % len(hops)]
         path.append(e)
     path += [down, topo.index("nic", dst)]
     return path
@@ -88,8 +78,8 @@ def flows_and_paths(topo: Topology, pairs, sports: int, seed: int):
         na, nb = topo.nics[a], topo.nics[b]
         for s in range(sports):
             fid = len(flow_rows)
-            h = mix((a << 40) ^ (b << 16) ^ (40000 + s))
-            for x, y, hh in ((na, nb, h), (nb, na, mix(h))):
+            h = mix64((a << 40) ^ (b << 16) ^ (40000 + s))
+            for x, y, hh in ((na, nb, h), (nb, na, mix64(h))):
                 p = np.array(route(topo, x, y, hh, seeds), dtype=np.int64)
                 rows.append((p, np.ones(len(p))))
             src += [a, b]
