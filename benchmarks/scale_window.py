@@ -28,11 +28,13 @@ Sizes are scalable units of 256 hosts x 8 NICs (0.5 = 128 hosts). 1,250 hosts is
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import resource
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +42,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fleetctl.analysis.summaries import SUMMARY_DTYPE  # noqa: E402
 from fleetctl.config.site import parse_site  # noqa: E402
 from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE, PathTable, Topology  # noqa: E402
 from tests.support.fabrics import mix64  # noqa: E402  (the per-switch ECMP hash)
 
 EPOCH_NS = 1_800_000_000_000_000_000
+SUMMARY_FIELDS = [n for n in SUMMARY_DTYPE.names if n != "received"]  # what an agent sends
 BACKGROUND_LOSS = 2e-5  # per element crossed: ~1e-4 per path, rare drops on a healthy fabric
 def fabric(sus: float, nodes_per_su: int = 256) -> Topology:
     n_su = max(1, int(np.ceil(sus)))
@@ -139,6 +143,81 @@ def clock_error(model, offset: np.ndarray, drift: np.ndarray, t: float) -> dict:
             "p99": round(float(np.percentile(err, 99)), 3), "max": round(float(err.max()), 3)}
 
 
+def agent_batches(topo: Topology, flows: np.ndarray, win: np.ndarray, window_ns: int) -> list:
+    """What each host's agent sends for one window in summary mode (mesh/summary.py's format):
+    its flows' summaries, and the counts of what it answered (not timed: the agents' work)."""
+    from fleetctl.analysis.summaries import from_probes
+
+    def enc(a, dtype):
+        return base64.b64encode(zlib.compress(np.ascontiguousarray(a, dtype=dtype).tobytes(),
+                                              1)).decode()
+
+    s = from_probes(win, window_ns)
+    host_of_row = topo.nic_host_index[flows["src_nic"][s.rows["flow"]]]
+    got = win[(win["lost"] == 0) | (win["lost"] == 2)]
+    got_host = topo.nic_host_index[np.maximum(got["dst_nic"], 0)]
+    out = []
+    for h, host in enumerate(topo.hosts):
+        mine = s.select(host_of_row == h)
+        r = got[got_host == h]
+        key, count = np.unique(r["t_send"] // window_ns * (1 << 32) + r["flow"],
+                               return_counts=True)
+        bins = np.c_[mine.bin_rows, mine.bin_sent, mine.bin_lost].ravel()
+        doc = {"window_ns": window_ns, "bins": s.n_bins,
+               "rows": {"n": int(mine.rows.size),
+                        **{k: enc(mine.rows[k], "<u4" if k in ("flow", "sent", "answered")
+                                  else "<i8") for k in SUMMARY_FIELDS}},
+               "row_bins": {"n": int(bins.size), "data": enc(bins, "<u4")},
+               "received": {"n": int(key.size), "window": enc(key >> 32, "<i8"),
+                            "flow": enc(key & 0xFFFFFFFF, "<u4"), "count": enc(count, "<u4")}}
+        out.append((host, {"kind": "batch", "summary": doc, "health": []}))
+    return out
+
+
+def summary_windows(topo: Topology, flows: np.ndarray, paths: PathTable, probes: np.ndarray,
+                    clean: np.ndarray, lid: str) -> dict:
+    """lens with agents in summary mode (its default): per whole 1 s window, the coordinator's
+    ingest (decoding every agent's batch, merging, joining the responders' counts) and the
+    window step on the summaries."""
+    from fleetctl.lens.ingest import Ingest
+    from fleetctl.lens.window import WindowAnalyzer
+
+    w_ns = 10**9
+    an = WindowAnalyzer(topo, paths, flows)
+    ingest_s, analyze_s, named, other, clean_findings, rows = [], [], [], [], 0, 0
+    for run_probes, faulty in ((probes, True), (clean, False)):
+        t = run_probes["t_send"]
+        for k in range(int(t.min()) // w_ns + 1, int(t.max()) // w_ns):
+            win = run_probes[(t >= k * w_ns) & (t < (k + 1) * w_ns)]
+            batches = agent_batches(topo, flows, win, w_ns)
+            ing = Ingest(flows)
+            t0 = time.perf_counter()
+            for node, b in batches:
+                ing.add(node, b, 0.0)
+            s = ing.close_summary(k * w_ns, (k + 1) * w_ns)
+            t1 = time.perf_counter()
+            res = an.analyze(s, k * 1.0, k + 1.0, {}, set())
+            ingest_s.append(t1 - t0)
+            analyze_s.append(time.perf_counter() - t1)
+            rows = s.rows.size
+            if faulty:
+                named.append(any(f["element"]["id"] == lid for f in res.findings))
+                other += [f["element"]["id"] for f in res.findings if f["element"]["id"] != lid]
+            else:
+                clean_findings += len(res.findings)
+    total = np.array(ingest_s) + np.array(analyze_s)
+    return {"summary_rows_per_window": rows,
+            "summary_ingest_s": {"p50": round(float(np.median(ingest_s)), 3),
+                                 "max": round(float(max(ingest_s)), 3)},
+            "summary_window_s": {"p50": round(float(np.median(analyze_s)), 3),
+                                 "max": round(float(max(analyze_s)), 3)},
+            "summary_total_s": {"p50": round(float(np.median(total)), 3),
+                                "max": round(float(total.max()), 3)},
+            "summary_windows_naming_the_fault": f"{sum(named)}/{len(named)}",
+            "summary_other_findings_with_the_fault": sorted(set(other))[:10],
+            "summary_findings_clean": clean_findings}
+
+
 def one(sus: float, duration: float, sports: int, seed: int) -> dict:
     from fleetctl.lens.window import WindowAnalyzer
     from fleetctl.mesh.plan import plan_probes
@@ -189,6 +268,9 @@ def one(sus: float, duration: float, sports: int, seed: int) -> dict:
     out["lens_findings_clean"] = clean_findings
     rss_lens = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["rss_after_lens_mb"] = round(rss_lens)
+    out.update(summary_windows(topo, flows, paths, probes, clean, lid))
+    out["rss_after_lens_summaries_mb"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
     run = RunData("bench", "bench", topo, paths, flows, probes, EPOCH_NS,
                   {"window_s": duration, "duration": duration, "rate": plan.rate})

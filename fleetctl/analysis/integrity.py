@@ -158,6 +158,21 @@ def probes_kept(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str],
     return keep
 
 
+def hosts_set_aside(marks: dict[str, HostOverload], a_ns: int, b_ns: int) -> set[str]:
+    """Hosts whose probes of window [a_ns, b_ns) are set aside as a whole (per-window summaries
+    cannot be split by time the way probes_kept splits records): overloaded at any time in it,
+    or its agent started inside it or stopped reporting before its middle (its last health row
+    may still be on its way when the window closes)."""
+    out = set()
+    mid = (a_ns + b_ns) // 2
+    for host, m in marks.items():
+        if any(lo < b_ns and hi > a_ns for lo, hi in m.intervals):
+            out.add(host)
+        elif m.alive is not None and (m.alive[0] > a_ns or m.alive[1] < mid):
+            out.add(host)
+    return out
+
+
 def _merged(intervals: list[tuple[int, int]]) -> np.ndarray:
     """Sorted, overlapping intervals joined: disjoint (start, end) rows."""
     out: list[list[int]] = []

@@ -37,6 +37,10 @@ class ClockTracker:
         self.jumps: dict[str, tuple[float, float]] = {}  # host -> (until t, jump us)
         self._busy = False
         self.window_share = 1.0 / max(1.0, horizon_s)  # of MAX_PROBES per second of probes
+        # no fit over less time than this: one window of bounds pins the offsets but not the
+        # drift (a fit over lens's first 1 s window of summaries read 828 ppm for a 20 ppm host:
+        # a false `clock` finding), and a wrong drift misplaces every later window's delays
+        self.min_span_s = min(3.0, horizon_s / 2)
 
     def add(self, probes: np.ndarray) -> None:
         """A window's answered NIC-pair probes (thinned to what a fit uses)."""
@@ -76,6 +80,9 @@ class ClockTracker:
         if not chunks:
             return False
         probes = np.concatenate(chunks)
+        t = probes["t_send"]
+        if probes.size == 0 or (int(t.max()) - int(t.min())) * 1e-9 < self.min_span_s:
+            return False
         if probes.size > MAX_PROBES:
             probes = probes[:: int(np.ceil(probes.size / MAX_PROBES))]
         epoch = int(probes["t_send"].min())

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetctl.analysis.summaries import clock_records
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import DataError
 from fleetctl.lens.agents import AgentSupervisor
@@ -33,7 +34,7 @@ from fleetctl.lens.ingest import Ingest
 from fleetctl.lens.jobs import JobMap
 from fleetctl.lens.options import LensOptions
 from fleetctl.lens.state import STATE_VERSION, first_window_end, read_state, resume
-from fleetctl.lens.window import WindowAnalyzer
+from fleetctl.lens.window import FLAP_BIN_S, WindowAnalyzer
 from fleetctl.mesh import agent as agent_module
 from fleetctl.meshrun.setup import SetupOptions, payload, prepare
 
@@ -55,7 +56,9 @@ class LensPlan:
         self.flows, self.paths = setup.disc.flows, setup.disc.paths
         self.agent_cfg = setup.agent_config(
             duration=opts.agent_hours * 3600, linger=opts.echo_timeout_s, echo_timeout_s=opts.echo_timeout_s,
-            health_window_s=opts.health_window_s, output="stream")
+            health_window_s=opts.health_window_s, output="stream" if opts.records else "summary")
+        self.agent_cfg.update(summary_window_s=opts.window_s,
+                              summary_bins=max(1, min(100, round(opts.window_s / FLAP_BIN_S))))
         self.t0 = time.time()
         self.fingerprint = f"{len(self.paths)}:{len(self.flows)}:{len(self.plan.pairs)}"
 
@@ -210,13 +213,15 @@ class Coordinator:
     def _close(self, a: float, b: float) -> None:
         o = self.opts
         probes, health = self.ingest.close(int(a * 1e9), int(b * 1e9))
+        summary = self.ingest.close_summary(int(a * 1e9), int(b * 1e9))
         blind = {h for h in self.plan.hosts
                  if not self.supervisor.covered(h, a - 0.3, b + o.echo_timeout_s)}
         began = time.monotonic()
-        self.clock.add(probes)
+        data = summary if summary is not None and not probes.size else probes
+        self.clock.add(probes if data is probes else clock_records(summary, self.plan.flows))
         self.clock.maybe_refit(b, background=True)
         model, epoch = self.clock.fit
-        res = self.analyzer.analyze(probes, a, b, health, blind, (model, epoch),
+        res = self.analyzer.analyze(data, a, b, health, blind, (model, epoch),
                                     self.baselines.current(),
                                     [ev["element"] for ev in self.tracker.open_events()])
         if res.path_delay is not None and res.path_healthy is not None:

@@ -14,8 +14,9 @@ from collections import deque
 
 import numpy as np
 
+from fleetctl.analysis.summaries import WindowSummary, merge
 from fleetctl.errors import DataError
-from fleetctl.mesh.collect import decode, join_records
+from fleetctl.mesh.collect import decode, decode_summary, join_records
 
 MAX_PENDING = 5_000_000  # records waiting for their window: beyond this the oldest are dropped
 
@@ -33,8 +34,16 @@ class Ingest:
         self.late = 0
         self.dropped = 0
         self.bad_batches = 0
+        # agents in summary mode: per window index, the batches' summaries and the responders'
+        # counts (window, flow, count) until the window closes
+        self.summaries: dict[int, list[WindowSummary]] = {}
+        self.received: dict[int, list[np.ndarray]] = {}
+        self.summary_rows = 0
 
     def add(self, node: str, batch: dict, now: float) -> None:
+        if "summary" in batch:
+            self._add_summary(node, batch)
+            return
         try:
             fields, keys = decode(batch, node)
         except DataError:
@@ -52,10 +61,7 @@ class Ingest:
             self.pending += fields["flow"].size
         if keys.size:
             self.keys.append((now, keys))
-        rows = batch.get("health") or []
-        if rows:
-            h = self.health.setdefault(node, deque(maxlen=64))
-            h.extend(r for r in rows if isinstance(r, list))
+        self._note_health(node, batch)
         while self.keys and self.keys[0][0] < now - self.keep_s:
             self.keys.popleft()
         if self.pending > MAX_PENDING:  # the analysis cannot keep up: shed the oldest
@@ -63,12 +69,77 @@ class Ingest:
             self.pending -= old["flow"].size
             self.dropped += old["flow"].size
 
+    def _add_summary(self, node: str, batch: dict) -> None:
+        try:
+            s, got = decode_summary(batch["summary"], node)
+        except DataError:
+            self.bad_batches += 1
+            return
+        if s.rows.size and int(s.rows["flow"].max()) >= len(self.flows) or \
+                got.size and int(got["flow"].max()) >= len(self.flows):
+            self.bad_batches += 1
+            return
+        self.window_ns = s.window_ns
+        closed = self.closed_until_ns // s.window_ns
+        late = s.rows["window"] < closed
+        if late.any():
+            self.late += int(s.rows["sent"][late].sum())
+            s = s.select(~late)
+        for w in np.unique(s.rows["window"]).tolist():
+            self.summaries.setdefault(w, []).append(s.select(s.rows["window"] == w))
+        got = got[got["window"] >= closed]
+        for w in np.unique(got["window"]).tolist():
+            self.received.setdefault(w, []).append(got[got["window"] == w])
+        self.summary_rows += s.rows.size
+        self._note_health(node, batch)
+        while self.summary_rows > MAX_PENDING // 8 and self.summaries:  # shed the oldest
+            w = min(self.summaries)
+            for part in self.summaries.pop(w):
+                self.summary_rows -= part.rows.size
+                self.dropped += part.size
+            self.received.pop(w, None)
+
+    def _note_health(self, node: str, batch: dict) -> None:
+        rows = batch.get("health") or []
+        if rows:
+            h = self.health.setdefault(node, deque(maxlen=64))
+            h.extend(r for r in rows if isinstance(r, list))
+
+    def close_summary(self, a_ns: int, b_ns: int) -> WindowSummary | None:
+        """The merged summaries of the window [a_ns, b_ns) (one summary window), with each
+        row's `received` from the responders' counts; None when no agent sends summaries."""
+        w_ns = getattr(self, "window_ns", None)
+        if w_ns is None:
+            return None
+        lo, hi = a_ns // w_ns, max(a_ns // w_ns + 1, b_ns // w_ns)
+        parts = [p for w in range(lo, hi) for p in self.summaries.pop(w, [])]
+        got = [g for w in range(lo, hi) for g in self.received.pop(w, [])]
+        for w in [w for w in self.summaries if w < lo]:  # behind a skip: dropped, counted
+            for part in self.summaries.pop(w):
+                self.late += part.size
+            self.received.pop(w, None)
+        for w in [w for w in self.received if w < lo]:
+            self.received.pop(w)
+        s = merge(parts, w_ns, parts[0].n_bins if parts else 10)
+        self.summary_rows = sum(p.rows.size for ps in self.summaries.values() for p in ps)
+        if s.rows.size and got:
+            g = np.concatenate(got)
+            key = g["window"] * (1 << 32) + g["flow"].astype(np.int64)
+            uniq, inv = np.unique(key, return_inverse=True)
+            count = np.bincount(inv, weights=g["count"], minlength=uniq.size)
+            rk = s.rows["window"] * (1 << 32) + s.rows["flow"].astype(np.int64)
+            pos = np.clip(np.searchsorted(uniq, rk), 0, max(0, uniq.size - 1))
+            hit = uniq[pos] == rk
+            s.rows["received"] = np.where(hit, count[pos], 0)
+        self.closed_until_ns = max(self.closed_until_ns, b_ns)
+        return s
+
     def set_fields(self, fields: list[str]) -> None:
         self.fields = list(fields)
 
     def close(self, a_ns: int, b_ns: int) -> tuple[np.ndarray, dict]:
         """The joined probe records sent in [a_ns, b_ns), and every host's health table rows
-        that overlap the window +- 2 s (for the integrity step)."""
+        that overlap the window +- 2 s (for the integrity step). Then `close_summary`."""
         take, keep = [], []
         for c in self.chunks:
             t1 = c["t1"]

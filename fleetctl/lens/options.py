@@ -42,6 +42,9 @@ class LensOptions:
     segment_s: float = 3600.0
     segment_retention: int = 24
     segments: bool = False  # opt-in: every probe record, ~60 bytes each, is kept
+    # what agents send: per-window, per-flow summaries (O(flows) a window for the coordinator),
+    # or every probe record ("records": needed by segments, which keep every record)
+    agent_output: str = "summary"
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -54,7 +57,8 @@ class LensOptions:
                     "flap_window_s", "rate", "metrics_port", "metrics_address",
                     "metrics_max_connections", "webhook_url",
                     "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
-                    "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments"):
+                    "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments",
+                    "agent_output"):
             if key in lens and lens[key] is not None:
                 setattr(o, key, lens[key])
         if o.rate is not None and float(o.rate) <= 0:
@@ -69,9 +73,16 @@ class LensOptions:
             raise UsageError(f"lens window {self.window_s:g} s: between 0.2 and 60 seconds")
         if self.rate is not None and not 0.1 <= self.rate <= 1000:
             raise UsageError(f"--rate {self.rate:g}: between 0.1 and 1000 probes/s per pair")
+        if self.agent_output not in ("summary", "records"):
+            raise UsageError(f"lens.agent_output {self.agent_output!r}: summary or records")
         for name in ("k_open", "k_open_down", "k_open_gray", "m_close", "flap_count"):
             if not 1 <= int(getattr(self, name)) <= 1000:
                 raise UsageError(f"lens.{name} {getattr(self, name)}: between 1 and 1000")
+
+    @property
+    def records(self) -> bool:
+        """Do agents send every probe record (segments keep them all), not summaries?"""
+        return bool(self.segments) or self.agent_output == "records"
 
     @property
     def lag_s(self) -> float:

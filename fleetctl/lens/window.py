@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetctl.analysis.integrity import host_delay_note, overload_marks, probes_kept
+from fleetctl.analysis.integrity import host_delay_note, hosts_set_aside, overload_marks, \
+    probes_kept
 from fleetctl.analysis.rollup import is_host_side
 from fleetctl.analysis.signals import Thresholds
 from fleetctl.analysis.step import WindowStep, element_stats
-from fleetctl.analysis.windows import build_windows
+from fleetctl.analysis.summaries import WindowSummary, flow_rows, loop_figures, path_figures
+from fleetctl.analysis.windows import Windows, build_windows
 from fleetctl.lens.jobs import element_columns
-from fleetctl.mesh.loops import add_loop_stats
+from fleetctl.mesh.loops import add_loop_stats, place_loop_figures
 from fleetctl.model.fabric import PathTable, Topology, WindowStats
 
 FLAP_BIN_S = 0.1  # time resolution of down/up transitions within a window
@@ -59,11 +61,12 @@ class WindowAnalyzer:
         # fixed rhythm keeps its phase against the windows, so this would repeat every time)
         self.end_state: dict[str, str | None] = {}
 
-    def analyze(self, probes: np.ndarray, t_start: float, t_end: float, health: dict,
+    def analyze(self, data, t_start: float, t_end: float, health: dict,
                 blind: set[str], clock_fit: tuple = (None, 0),
                 baseline: np.ndarray | None = None,
                 open_elements: list[dict] | None = None) -> WindowResult:
-        """`open_elements`: the elements of the events open now. A finding elsewhere whose bad
+        """`data`: the window's probe records, or its per-flow summaries (WindowSummary).
+        `open_elements`: the elements of the events open now. A finding elsewhere whose bad
         paths nearly all cross one of them is marked `explained_by_open_event` (events.py then
         waits for it to persist): with two leaves, a cable's direction and its twin on the other
         leaf share every path but the loop probes', and a window with few loop losses can name
@@ -71,24 +74,16 @@ class WindowAnalyzer:
         out = WindowResult(t_start, t_end, blind=sorted(blind))
         marks = overload_marks(health, self.hosts)
         out.overloaded = sorted(h for h, m in marks.items() if m.overloaded)
-        if probes.size == 0:
-            return out
-        keep = probes_kept(probes, self.nic_host, self.hosts, marks)
-        if blind:
-            bad_h = np.array([h in blind for h in self.hosts] + [False])  # last: a loop's end
-            dst = probes["dst_nic"]
-            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
-            keep &= ~(bad_h[self.nic_host[probes["src_nic"]]] | bad_h[dst_h])
-        out.probes, out.set_aside = int(probes.size), int((~keep).sum())
-        probes = probes[keep]
-        pair = probes["dst_nic"] >= 0
-        if not pair.any():
+        if data.size == 0:
             return out
         clock, clock_epoch_ns = clock_fit  # the clock model and its epoch (ClockTracker.fit)
-        w = build_windows(probes[pair], self.flows, len(self.paths), len(self.topo.nics),
-                          self.nic_host, (t_end - t_start) + 3600.0,
-                          clock_epoch_ns if clock is not None else 0, clock)
-        add_loop_stats(w, probes[~pair], self.flows, self.topo, self.paths)
+        epoch = clock_epoch_ns if clock is not None else 0
+        if isinstance(data, WindowSummary):
+            kept, w = self._summary_windows(data, t_start, t_end, marks, blind, clock, epoch, out)
+        else:
+            kept, w = self._probe_windows(data, t_end - t_start, marks, blind, clock, epoch, out)
+        if w is None:
+            return out
         sent, lost, delay = w.path_sent[0], w.path_lost[0], w.path_p50_us[0]
         out.path_delay = delay
         base = baseline if baseline is not None else np.full(len(self.paths), np.nan)
@@ -102,8 +97,56 @@ class WindowAnalyzer:
         bad_rows = sig.lossy | sig.delayed
         out.path_healthy = (sent >= self.th.min_probes) & ~bad_rows[self.step.group]
         out.elements = self._element_rows(sig, m_delay)
-        self._mark_down(out, probes[pair], silent=bool(blind or out.overloaded))
+        self._mark_down(out, kept, silent=bool(blind or out.overloaded))
         return out
+
+    def _probe_windows(self, probes: np.ndarray, length_s: float, marks: dict, blind: set[str],
+                       clock, epoch: int, out: WindowResult):
+        """Per-probe records (`audit --mesh`'s, or lens agents in record mode): the probes kept
+        (NIC pairs) and the window's per-path figures, or (.., None) when nothing is left."""
+        keep = probes_kept(probes, self.nic_host, self.hosts, marks)
+        if blind:
+            bad_h = np.array([h in blind for h in self.hosts] + [False])  # last: a loop's end
+            dst = probes["dst_nic"]
+            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
+            keep &= ~(bad_h[self.nic_host[probes["src_nic"]]] | bad_h[dst_h])
+        out.probes, out.set_aside = int(probes.size), int((~keep).sum())
+        probes = probes[keep]
+        pair = probes["dst_nic"] >= 0
+        if not pair.any():
+            return probes[pair], None
+        w = build_windows(probes[pair], self.flows, len(self.paths), len(self.topo.nics),
+                          self.nic_host, length_s + 3600.0, epoch, clock)
+        add_loop_stats(w, probes[~pair], self.flows, self.topo, self.paths)
+        return probes[pair], w
+
+    def _summary_windows(self, s: WindowSummary, t_start: float, t_end: float, marks: dict,
+                         blind: set[str], clock, epoch: int, out: WindowResult):
+        """Per-flow summaries (lens agents' default): the same figures from O(flows) rows;
+        a host overloaded or not running in the window is set aside for all of it."""
+        fi = flow_rows(s, self.flows)
+        aside = set(blind) | hosts_set_aside(marks, int(t_start * 1e9), int(t_end * 1e9))
+        src, dst = self.flows["src_nic"][fi], self.flows["dst_nic"][fi]
+        keep = np.ones(s.rows.size, dtype=bool)
+        if aside:
+            bad_h = np.array([h in aside for h in self.hosts] + [False])  # last: a loop's end
+            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
+            keep = ~(bad_h[self.nic_host[src]] | bad_h[dst_h])
+        out.probes = s.size
+        out.set_aside = int(s.rows["sent"][~keep].sum())
+        pair = keep & (dst >= 0)
+        if not pair.any():
+            return s.select(pair), None
+        n_p = len(self.paths)
+        fig = path_figures(s.select(pair), self.flows, n_p, self.nic_host, clock, epoch)
+        w = Windows(t_end - t_start, np.array([int(t_start * 1e9)]), fig.sent[None],
+                    fig.lost[None], fig.p50_us[None], fig.p99_us[None], clock is not None)
+        loops = keep & (dst < 0)
+        if loops.any():
+            cols, sent, lost, q = loop_figures(s.select(loops), self.flows, n_p)
+            place_loop_figures(w, cols, sent[None], lost[None], q[:, None, :], self.topo,
+                               self.paths)
+        return s.select(pair), w
 
     def _mark_down(self, out: WindowResult, probes: np.ndarray, silent: bool) -> None:
         """Loss findings whose probes went from getting through to all lost inside the window: the
@@ -138,21 +181,11 @@ class WindowAnalyzer:
         if not cols or probes.size == 0:
             return [], None
         through = np.asarray(self.inc_orig[:, cols].sum(axis=1)).ravel() > 0
-        fi = probes["flow"].astype(np.int64)
-        fwd, rev = self.flows["fwd_path"][fi], self.flows["rev_path"][fi]
-        on_fwd = (fwd >= 0) & through[np.maximum(fwd, 0)]
-        on_rev = (rev >= 0) & through[np.maximum(rev, 0)] & (probes["lost"] != 1)
-        lost = probes["lost"]
-        use = on_fwd | on_rev
-        if use.sum() < 20:
+        bins = self._summary_bins(probes, through) if isinstance(probes, WindowSummary) else \
+            self._probe_bins(probes, through)
+        if bins is None:
             return [], None
-        fail = (on_fwd & np.isin(lost, (1, 3))) | (on_rev & np.isin(lost, (2, 3)))
-        t = probes["t_send"][use].astype(np.float64) * 1e-9
-        fail = fail[use]
-        t0 = float(t.min())
-        b = ((t - t0) // FLAP_BIN_S).astype(np.int64)
-        n = np.bincount(b)
-        k = np.bincount(b, weights=fail)
+        t0, bin_s, n, k = bins
         starts = []
         for i in range(len(n)):
             if n[i] < 5:
@@ -160,10 +193,46 @@ class WindowAnalyzer:
             rate = k[i] / n[i]
             now = "down" if rate >= 0.8 else "up" if rate <= 0.2 else None
             if now == "down" and state == "up":
-                starts.append(round(t0 + i * FLAP_BIN_S, 3))
+                starts.append(round(t0 + i * bin_s, 3))
             if now is not None:
                 state = now
         return starts[-50:], state
+
+    def _probe_bins(self, probes: np.ndarray, through: np.ndarray):
+        """(first send s, bin length, probes per bin, failed per bin) over the element's probes
+        (forward paths through it, and back paths of what reached the far end), or None."""
+        fi = probes["flow"].astype(np.int64)
+        fwd, rev = self.flows["fwd_path"][fi], self.flows["rev_path"][fi]
+        on_fwd = (fwd >= 0) & through[np.maximum(fwd, 0)]
+        on_rev = (rev >= 0) & through[np.maximum(rev, 0)] & (probes["lost"] != 1)
+        lost = probes["lost"]
+        use = on_fwd | on_rev
+        if use.sum() < 20:
+            return None
+        fail = (on_fwd & np.isin(lost, (1, 3))) | (on_rev & np.isin(lost, (2, 3)))
+        t = probes["t_send"][use].astype(np.float64) * 1e-9
+        fail = fail[use]
+        t0 = float(t.min())
+        b = ((t - t0) // FLAP_BIN_S).astype(np.int64)
+        return t0, FLAP_BIN_S, np.bincount(b), np.bincount(b, weights=fail)
+
+    def _summary_bins(self, s: WindowSummary, through: np.ndarray):
+        """The same from summaries: the rows of flows with either path through the element, their
+        unanswered probes per bin (direction unknown: a row with no loss has no bins, its
+        probes count as getting through, spread evenly)."""
+        fi = flow_rows(s, self.flows)
+        fwd, rev = self.flows["fwd_path"][fi], self.flows["rev_path"][fi]
+        on = ((fwd >= 0) & through[np.maximum(fwd, 0)]) | ((rev >= 0) & through[np.maximum(rev, 0)])
+        if s.rows["sent"][on].sum() < 20:
+            return None
+        has_bins = np.zeros(s.rows.size, dtype=bool)
+        has_bins[s.bin_rows] = True
+        b_on = on[s.bin_rows]
+        n = s.bin_sent[b_on].sum(axis=0).astype(np.float64)
+        k = s.bin_lost[b_on].sum(axis=0).astype(np.float64)
+        n += s.rows["sent"][on & ~has_bins].sum() / s.n_bins
+        t0 = float(s.rows["window"][on].min()) * s.window_ns * 1e-9
+        return t0, s.window_ns * 1e-9 / s.n_bins, n, k
 
     def _through(self, element: dict) -> np.ndarray:
         """Per merged path: does it cross the element (an event's or finding's element dict)?"""

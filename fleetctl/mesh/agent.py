@@ -43,12 +43,14 @@ import time
 from fleetctl.mesh.health import HEALTH_FIELDS, HealthMeter  # payload-local
 from fleetctl.mesh.records import ANSWERED, FREE, PENDING, SEND_FAILED, UNANSWERED  # payload-local
 from fleetctl.mesh.records import RecordRing, b64  # payload-local
-from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, MAX_DATAGRAM  # payload-local
+from fleetctl.mesh.summary import received_counts, summarize  # payload-local
+from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, IDS_T1  # payload-local
+from fleetctl.mesh.wire import MAX_DATAGRAM  # payload-local
 from fleetctl.mesh.wire import PROBE, PROBE_LEN, TIMES, Codec, run_tag  # payload-local
 
 # the shipped script: these modules of this package, in this order, lines marked payload-local
 # left out (meshrun.setup.payload joins them); each only uses names of the modules before it
-PAYLOAD_PARTS = ("wire", "health", "records", "agent")
+PAYLOAD_PARTS = ("wire", "health", "records", "summary", "agent")
 
 _EMBEDDED_CONFIG = None  # replaced by the collector with the run's configuration (a JSON string)
 
@@ -181,9 +183,15 @@ class Agent:
         self.duration = float(config["duration"])
         self.linger = float(config.get("linger", 1.0))
         self.start_at = float(config.get("start_at") or time.time())
-        self.stream = config.get("output", "document") == "stream"
-        if config.get("output", "document") not in ("document", "stream"):
-            raise ValueError(f"unknown output mode {config.get('output')!r}")
+        output = config.get("output", "document")
+        if output not in ("document", "stream", "summary"):
+            raise ValueError(f"unknown output mode {output!r}")
+        self.stream = output != "document"  # batches printed as they leave the ring
+        self.summaries = output == "summary"
+        # summary windows: the coordinator's (the sender's clock cuts them); at most 100 bins
+        self.summary_window_ns = int(1e9 * min(60.0, max(0.1, float(
+            config.get("summary_window_s", 1.0)))))
+        self.summary_bins = min(100, max(1, int(config.get("summary_bins", 10))))
         self.window_s = min(60.0, max(0.1, float(config.get("health_window_s", 1.0))))
         self.echo_timeout_s = min(10.0, max(0.1, float(config.get("echo_timeout_s",
                                                                     max(self.linger, 0.5)))))
@@ -390,10 +398,11 @@ class Agent:
         """Responder socket: answer every ready genuine probe (at most MAX_DRAIN) in place."""
         buf, c, host, echo, sendto = self.rbuf, self.counters, self.clock.host, \
             self.codec.echo_in_place, sock.sendto
-        replay, out, ids, time_ns = self.replay, self.rview[:ECHO_LEN], IDS.unpack_from, time.time_ns
+        replay, out, ids, time_ns = self.replay, self.rview[:ECHO_LEN], IDS_T1.unpack_from, \
+            time.time_ns
         answered = 0
         for addr, rx in self._received(sock, fd, PROBE):
-            _src, dst, flow, seq, _slot = ids(buf, IDS_AT)
+            _src, dst, flow, seq, _slot, t1 = ids(buf, IDS_AT)
             st = replay.get(flow)
             if dst != nic or st is None:
                 c["unexpected"] += 1
@@ -408,7 +417,7 @@ class Agent:
                     c["replayed"] += 1
                     continue
                 st[1] = bits | (1 << back)
-            self._log(flow, seq)
+            self._log(flow, seq, t1)
             echo(buf, host(rx), host(time_ns()))
             try:
                 sendto(out, addr)
@@ -455,14 +464,14 @@ class Agent:
                 continue
             self._loop_closed(nic, flow, seq, slot, rx)
 
-    def _log(self, flow: int, seq: int) -> None:
+    def _log(self, flow: int, seq: int, t1: int) -> None:
         rec = self.rec
         if not self.stream and rec.log_n >= self.log_capacity:
             self.counters["log_dropped"] += 1
             return
         if rec.log_full():
             self.emit()  # the log ring is full before its window ended: flush it early
-        rec.log(flow, seq)
+        rec.log(flow, seq, t1)
 
     def _loop_closed(self, nic, flow, seq, slot, rx) -> None:
         pos = slot & self.rec.mask
@@ -542,19 +551,39 @@ class Agent:
             # a record is lost only if its echo timeout passed before a drain that emptied every
             # socket: after a stall its echo may be waiting in a receive queue, not lost
             limit = self.clock.host(self.drained_ns) - int(self.echo_timeout_s * 1e9)
-            upto = self.rec.n if final else self.rec.final_upto(limit)
+            if final:
+                upto = self.rec.n
+            elif self.summaries:  # whole summary windows only: all their records are final
+                w = self.summary_window_ns
+                upto = self.rec.sent_before(limit // w * w)
+            else:
+                upto = self.rec.final_upto(limit)
         recs = self.rec.take(upto)
-        flows, seqs = self.rec.take_log()
+        flows, seqs, t1s = self.rec.take_log()
         rows, self.pending_health = self.pending_health, []
         if not self.stream:
             return
         batch = {"kind": "batch", "v": VERSION, "node": self.node, "batch": self.batches,
-                 "records": {"n": len(recs["flow"]),
-                             **{k: "".join(b64(v)) for k, v in recs.items()}},
-                 "received": {"n": len(flows), "flow": "".join(b64(flows)),
-                              "seq": "".join(b64(seqs))},
                  "health": rows}
+        if self.summaries:
+            batch["summary"] = self._summary(recs, flows, t1s)
+        else:
+            batch["records"] = {"n": len(recs["flow"]),
+                                **{k: "".join(b64(v)) for k, v in recs.items()}}
+            batch["received"] = {"n": len(flows), "flow": "".join(b64(flows)),
+                                 "seq": "".join(b64(seqs))}
         self._print_object(batch)
+
+    def _summary(self, recs: dict, flows, t1s) -> dict:
+        """A batch's records and responder log as per-window, per-flow summaries (summary.py)."""
+        w = self.summary_window_ns
+        rows, bins = summarize(recs, w, self.summary_bins, self.loop_addr)
+        got = received_counts(flows, t1s, w)
+        return {"window_ns": w, "bins": self.summary_bins,
+                "rows": {"n": len(rows["flow"]), **{k: "".join(b64(v)) for k, v in rows.items()}},
+                "row_bins": {"n": len(bins), "data": "".join(b64(bins))},
+                "received": {"n": len(got["flow"]),
+                             **{k: "".join(b64(v)) for k, v in got.items()}}}
 
     def _print_object(self, obj: dict) -> None:
         """One object as FLS1 lines: `FLS1 <batch> <i> <n> <piece>` (compact JSON in pieces)."""

@@ -267,3 +267,63 @@ def clock_error(model, hosts: list[str], truth: dict, epoch_ns: int, span_s: flo
             "offset_error_us_p99": round(float(np.percentile(e, 99)), 2),
             "offset_error_us_max": round(float(e.max()), 2),
             "drift_error_ppm_max": round(float(max(drift_errs)), 3)}
+
+
+MAX_SUMMARY_ROWS = 1 << 21  # per batch: an agent sends one row per flow and window
+RECEIVED_DTYPE = np.dtype([("window", "<i8"), ("flow", "<i4"), ("count", "<u4")])
+
+
+def _bounded_array(doc: dict, name: str, dtype: str, n: int, node: str) -> np.ndarray:
+    """One base64(zlib) array of exactly n items; inflated no further than that (a hostile
+    batch cannot make the coordinator inflate a bomb)."""
+    size = np.dtype(dtype).itemsize * n
+    try:
+        text = doc[name]
+        z = zlib.decompressobj()
+        raw = z.decompress(base64.b64decode("".join(text) if isinstance(text, list) else text),
+                           size + 1)
+    except (KeyError, ValueError, TypeError, zlib.error) as exc:
+        raise DataError(f"{node}: summary field {name!r} is unreadable: {exc}") from None
+    if len(raw) != size:
+        raise DataError(f"{node}: summary field {name!r} holds {len(raw)} bytes, not {size}")
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def decode_summary(doc: dict, node: str):
+    """(WindowSummary, responder counts as RECEIVED_DTYPE rows) of one agent batch's "summary"
+    (mesh/summary.py); DataError for anything malformed or out of bounds."""
+    from fleetctl.model.summary import MAX_BINS, SUMMARY_DTYPE, WindowSummary
+    from fleetctl.mesh.summary import RECEIVED_FIELDS, SUMMARY_FIELDS
+
+    if not isinstance(doc, dict):
+        raise DataError(f"{node}: summary is not an object")
+    try:
+        window_ns, n_bins = int(doc["window_ns"]), int(doc["bins"])
+        parts = [doc["rows"], doc["row_bins"], doc["received"]]
+        n, n_b, n_r = (int(p.get("n", 0)) for p in parts)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise DataError(f"{node}: summary is malformed: {exc}") from None
+    if not (10**8 <= window_ns <= 6 * 10**10 and 1 <= n_bins <= MAX_BINS):
+        raise DataError(f"{node}: summary window {window_ns} ns / {n_bins} bins out of range")
+    if not (0 <= n <= MAX_SUMMARY_ROWS and 0 <= n_r <= MAX_SUMMARY_ROWS and
+            0 <= n_b <= n * (1 + 2 * n_bins) and n_b % (1 + 2 * n_bins) == 0):
+        raise DataError(f"{node}: summary sizes out of range")
+    codes = {"q": "<i8", "I": "<u4"}
+    rows = np.zeros(n, SUMMARY_DTYPE)
+    for name, code in SUMMARY_FIELDS:
+        if n:
+            rows[name] = _bounded_array(parts[0], name, codes[code], n, node)
+    got = np.zeros(n_r, RECEIVED_DTYPE)
+    for name, code in RECEIVED_FIELDS:
+        if n_r:
+            got[name] = _bounded_array(parts[2], name, codes[code], n_r, node)
+    flat = _bounded_array(parts[1], "data", "<u4", n_b, node).astype(np.int64) if n_b else \
+        np.zeros(0, np.int64)
+    table = flat.reshape(-1, 1 + 2 * n_bins)
+    bin_rows = table[:, 0]
+    if bin_rows.size and (bin_rows.max() >= n):
+        raise DataError(f"{node}: summary bins name a row it does not have")
+    if ((rows["answered"] > rows["sent"]) | (rows["flow"] < 0)).any() or (got["flow"] < 0).any():
+        raise DataError(f"{node}: summary rows are inconsistent")
+    return (WindowSummary(window_ns, n_bins, rows, bin_rows, table[:, 1:1 + n_bins],
+                          table[:, 1 + n_bins:]), got)

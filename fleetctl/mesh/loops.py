@@ -81,7 +81,15 @@ def add_loop_stats(w, probes: np.ndarray, flows: np.ndarray, topo: Topology,
     sent = np.bincount(key, minlength=n_w * n_p).reshape(n_w, n_p)
     nlost = np.bincount(key, weights=lost, minlength=n_w * n_p).reshape(n_w, n_p)
     q = group_quantiles(key, rtt, [0.5, 0.99], n_w * n_p).reshape(2, n_w, n_p)
-    loop_cols = np.unique(path)
+    place_loop_figures(w, np.unique(path), sent, nlost, q, topo, paths)
+
+
+def place_loop_figures(w, loop_cols: np.ndarray, sent: np.ndarray, nlost: np.ndarray,
+                       q: np.ndarray, topo: Topology, paths: PathTable) -> None:
+    """Put the loop paths' figures ((W, P) sent and lost, (2, W, P) round-trip p50/p99 in us)
+    into the windows: a loop's round trip is the switch's answer time plus two hops, so it is
+    moved onto the delay scale of the NIC-pair paths with as many links."""
+    n_w = w.path_sent.shape[0]
     hops = _link_counts(topo, paths)
     for wi in range(n_w):
         loop_p50 = q[0, wi, loop_cols]

@@ -60,6 +60,7 @@ class RecordRing:
         self.emitted = 0  # records that left the ring
         self.l_flow = array("I", bytes(4 * self.log_size))
         self.l_seq = array("I", bytes(4 * self.log_size))
+        self.l_t1 = array("q", bytes(8 * self.log_size))  # the probe's send time (its window)
         self.log_n = self.log_emitted = 0
         self.keep = keep
         self.acc = {name: array(code) for name, code in RECORD_FIELDS}
@@ -71,9 +72,9 @@ class RecordRing:
     def log_full(self) -> bool:
         return self.log_n - self.log_emitted >= self.log_size
 
-    def log(self, flow: int, seq: int) -> None:
+    def log(self, flow: int, seq: int, t1: int = 0) -> None:
         pos = self.log_n & self.log_mask
-        self.l_flow[pos], self.l_seq[pos] = flow, seq
+        self.l_flow[pos], self.l_seq[pos], self.l_t1[pos] = flow, seq, t1
         self.log_n += 1
 
     def final_upto(self, limit_t1: int) -> int:
@@ -84,6 +85,14 @@ class RecordRing:
             pos = i & mask
             if st[pos] == PENDING and t1[pos] >= limit_t1:
                 break
+            i += 1
+        return i
+
+    def sent_before(self, limit_t1: int) -> int:
+        """Index after the last record sent before limit_t1 (records are in send order; the
+        caller knows those are final: a summary window closes after its echo timeout)."""
+        i, t1, mask = self.emitted, self.t1, self.mask
+        while i < self.n and t1[i & mask] < limit_t1:
             i += 1
         return i
 
@@ -108,16 +117,17 @@ class RecordRing:
         self.emitted = upto
         return out
 
-    def take_log(self) -> tuple[array, array]:
-        """The responder log since the last call: (flows, seqs)."""
+    def take_log(self) -> tuple[array, array, array]:
+        """The responder log since the last call: (flows, seqs, the probes' send times)."""
         parts = spans(self.log_emitted & self.log_mask, self.log_n - self.log_emitted,
                       self.log_size)
-        flows, seqs = array("I"), array("I")
+        flows, seqs, t1s = array("I"), array("I"), array("q")
         for lo, hi in parts:
             flows.extend(self.l_flow[lo:hi])
             seqs.extend(self.l_seq[lo:hi])
+            t1s.extend(self.l_t1[lo:hi])
         self.log_emitted = self.log_n
         if self.keep:
             self.acc_flow.extend(flows)
             self.acc_seq.extend(seqs)
-        return flows, seqs
+        return flows, seqs, t1s

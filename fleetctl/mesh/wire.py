@@ -41,6 +41,7 @@ _KIND_AT = 4  # byte offset of the packet type
 _TAG_AT, _TAG_END = 6, 14
 IDS_AT = 14  # src_nic, dst_nic, flow, seq, slot start here
 IDS = struct.Struct("<IIIII")
+IDS_T1 = struct.Struct("<IIIIIq")  # the same, then the probe's send time t1 (HEAD's last)
 
 
 def run_tag(run_id: str) -> bytes:

@@ -4,11 +4,13 @@ agent that was not running (blind host) never makes a finding; clock tracking; a
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fleetctl.analysis.summaries import clock_records, from_probes
 from fleetctl.config.site import parse_site
 from fleetctl.lab.sitefile import site_document, to_toml
 from fleetctl.lab.topology import LabParams, build_layout
@@ -17,7 +19,7 @@ from fleetctl.lens.clocktrack import ClockTracker
 from fleetctl.lens.jobs import JobMap
 from fleetctl.lens.window import WindowAnalyzer
 from fleetctl.mesh.pairs import select_pairs
-from fleetctl.model.fabric import Topology
+from fleetctl.model.fabric import FLOW_DTYPE, Topology
 from fleetctl.slurm.base import SlurmJob
 from tests.support.synthetic import Fault
 from tests.support.synthetic_run import synthetic_run
@@ -36,13 +38,46 @@ def fabric():
 
 def run(fabric, faults=(), seed=3, duration=6.0):
     topo, pairs = fabric
-    return synthetic_run(topo, pairs, list(faults), sports=8, rate_hz=40, duration=duration,
-                         seed=seed)
+    syn = synthetic_run(topo, pairs, list(faults), sports=8, rate_hz=40, duration=duration,
+                        seed=seed)
+    # host clocks within +-2 ms of a whole second: every run's first send just after it, so
+    # windows on whole seconds (as lens and its agents' summaries cut them) hold whole seconds
+    p = syn.probes
+    for f in ("t_send", "t_remote_rx", "t_remote_tx", "t_recv"):
+        p[f] = np.where(p[f] != 0, p[f] + np.int64(3_000_000), 0)
+    return syn
+
+
+class SummaryWindowAnalyzer(WindowAnalyzer):
+    """Lens agents' default: each window arrives as per-flow summaries (what the agents would
+    send for these records), not as the records."""
+
+    def analyze(self, probes, t_start, t_end, *args, **kw):
+        return super().analyze(from_probes(probes, int(round((t_end - t_start) * 1e9))),
+                               t_start, t_end, *args, **kw)
+
+
+class SummaryClockTracker(ClockTracker):
+    def add(self, probes):
+        ids, first = np.unique(probes["flow"], return_index=True)
+        flows = np.zeros(len(ids), FLOW_DTYPE)  # the flows of these probes, from the probes
+        flows["flow"], flows["src_nic"] = ids, probes["src_nic"][first]
+        flows["dst_nic"] = probes["dst_nic"][first]
+        super().add(clock_records(from_probes(probes, 1_000_000_000), flows))
+
+
+@pytest.fixture(params=["records", "summary"], autouse=True)
+def mode(request, monkeypatch):
+    """Every test twice: windows of probe records, and of the agents' per-flow summaries."""
+    if request.param == "summary":
+        monkeypatch.setattr(sys.modules[__name__], "WindowAnalyzer", SummaryWindowAnalyzer)
+        monkeypatch.setattr(sys.modules[__name__], "ClockTracker", SummaryClockTracker)
+    return request.param
 
 
 def windows(syn, w=1.0):
     t = syn.probes["t_send"]
-    start = int(t.min())
+    start = int(t.min()) // int(w * 1e9) * int(w * 1e9)
     n = int((int(t.max()) - start) // int(w * 1e9)) + 1
     for i in range(n):
         a = start + int(i * w * 1e9)

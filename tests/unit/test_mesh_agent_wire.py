@@ -73,7 +73,7 @@ def test_codec_refuses_bad_keys():
 def test_payload_is_one_stdlib_script_that_runs():
     script = _payload(agent, {"nodes": {}})
     assert "import fleetctl" not in script and "from fleetctl" not in script
-    assert script.count("# ---- ") == len(agent.PAYLOAD_PARTS) == 4  # wire, health, records, agent
+    assert script.count("# ---- ") == len(agent.PAYLOAD_PARTS) == 5  # wire .. summary, agent
     # runs in a bare interpreter (no fleetctl on the path): a bad configuration, exit 2
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([sys.executable, "-I", "-"], input=script, capture_output=True,

@@ -1,0 +1,226 @@
+"""Per-window, per-flow probe summaries (what lens's agents send, mesh/summary.py) on the
+coordinator's side: merged per window, turned into per-path figures, clock bounds and loss bins.
+
+A row stands for every probe of one flow sent in one window: sent, answered, received (how many
+the responder logged, from its own counts), the median raw forward and back times with the mean
+send and receive times, the tightest clock bounds. Lost out = sent - received, lost back =
+received - answered. A window's cost here grows with the flows probed, not with the probes.
+
+`from_probes` computes the same summaries from probe records: the tests and benchmarks use it
+to drive the summary path with records whose truth they know, and to check the agents' own
+summaries against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetctl.analysis.clock import ClockModel
+from fleetctl.model.fabric import PROBE_DTYPE, group_quantiles
+from fleetctl.model.summary import MAX_BINS, SUMMARY_DTYPE, WindowSummary
+
+__all__ = ["MAX_BINS", "SUMMARY_DTYPE", "WindowSummary", "clock_records", "from_probes",
+           "loop_figures", "merge", "path_figures"]
+
+def merge(parts: list[WindowSummary], window_ns: int, n_bins: int) -> WindowSummary:
+    """One summary from parts (agents' batches; a window can leave an agent in two when its ring
+    had to be emptied early): counts add up, medians are averaged weighted by their probes, the
+    tightest bounds win."""
+    parts = [p for p in parts if p.rows.size]
+    if not parts:
+        return WindowSummary.empty(window_ns, n_bins)
+    rows = np.concatenate([p.rows for p in parts])
+    offsets = np.cumsum([0] + [p.rows.size for p in parts[:-1]])
+    bin_rows = np.concatenate([p.bin_rows + o for p, o in zip(parts, offsets)])
+    bin_sent = np.concatenate([_fit_bins(p.bin_sent, n_bins) for p in parts])
+    bin_lost = np.concatenate([_fit_bins(p.bin_lost, n_bins) for p in parts])
+    key = rows["window"] * (1 << 32) + rows["flow"].astype(np.int64)
+    uniq, inv = np.unique(key, return_inverse=True)
+    if uniq.size == rows.size:
+        return WindowSummary(window_ns, n_bins, rows, bin_rows, bin_sent, bin_lost)
+    n = uniq.size
+    out = np.zeros(n, SUMMARY_DTYPE)
+    first = np.full(n, rows.size)
+    np.minimum.at(first, inv, np.arange(rows.size))
+    out["window"], out["flow"] = rows["window"][first], rows["flow"][first]
+    for name in ("sent", "answered", "received"):
+        out[name] = np.bincount(inv, weights=rows[name], minlength=n).astype(np.uint32)
+    w = rows["answered"].astype(np.float64)
+    total = np.maximum(np.bincount(inv, weights=w, minlength=n), 1.0)
+    for name in ("fwd", "rev", "t1", "t4"):
+        out[name] = np.rint(np.bincount(inv, weights=w * rows[name], minlength=n) / total)
+    _tightest(out, rows, inv, w > 0)
+    sent = np.zeros((n, n_bins), np.int64)
+    lost = np.zeros((n, n_bins), np.int64)
+    np.add.at(sent, inv[bin_rows], bin_sent)
+    np.add.at(lost, inv[bin_rows], bin_lost)
+    # rows of a part without bins (all answered there) still sent probes: spread evenly
+    plain = np.ones(rows.size, bool)
+    plain[bin_rows] = False
+    with_bins = np.zeros(n, bool)
+    with_bins[inv[bin_rows]] = True
+    extra = plain & with_bins[inv]
+    np.add.at(sent, inv[extra], _even(rows["sent"][extra], n_bins))
+    rows_b = np.flatnonzero(with_bins)
+    return WindowSummary(window_ns, n_bins, out, rows_b, sent[rows_b], lost[rows_b])
+
+
+def _fit_bins(a: np.ndarray, n_bins: int) -> np.ndarray:
+    if a.shape[1] == n_bins:
+        return a
+    out = np.zeros((a.shape[0], n_bins), np.int64)
+    k = min(n_bins, a.shape[1])
+    out[:, :k] = a[:, :k]
+    return out
+
+
+def _even(n: np.ndarray, n_bins: int) -> np.ndarray:
+    """n probes spread evenly over the bins (integer counts summing to n)."""
+    base = (n[:, None] // n_bins).astype(np.int64) * np.ones(n_bins, np.int64)
+    rest = (n % n_bins).astype(np.int64)
+    return base + (np.arange(n_bins)[None, :] < rest[:, None])
+
+
+def _tightest(out: np.ndarray, rows: np.ndarray, inv: np.ndarray, ok: np.ndarray) -> None:
+    """Per merged row: the smallest forward bound and the largest back bound of its parts."""
+    for t_name, v_name, sign in (("bound_t1", "bound_fwd", 1), ("bound_t4", "bound_rev", -1)):
+        idx = np.flatnonzero(ok)
+        order = idx[np.lexsort((sign * rows[v_name][idx], inv[idx]))]
+        head = np.r_[True, inv[order][1:] != inv[order][:-1]] if order.size else \
+            np.zeros(0, bool)
+        best = order[head]
+        out[t_name][inv[best]] = rows[t_name][best]
+        out[v_name][inv[best]] = rows[v_name][best]
+
+
+def from_probes(probes: np.ndarray, window_ns: int, n_bins: int = 10) -> WindowSummary:
+    """The summaries agents would send for these probe records (model.fabric.PROBE_DTYPE): per
+    window of `window_ns` (by send time) and flow."""
+    n_bins = max(1, min(MAX_BINS, int(n_bins)))
+    if probes.size == 0:
+        return WindowSummary.empty(window_ns, n_bins)
+    t1 = probes["t_send"].astype(np.int64)
+    win = t1 // window_ns
+    key = win * (1 << 32) + probes["flow"].astype(np.int64)
+    uniq, inv = np.unique(key, return_inverse=True)
+    n = uniq.size
+    lost = probes["lost"]
+    ans = lost == 0
+    out = np.zeros(n, SUMMARY_DTYPE)
+    out["window"], out["flow"] = uniq >> 32, uniq & 0xFFFFFFFF
+    out["sent"] = np.bincount(inv, minlength=n)
+    out["answered"] = np.bincount(inv, weights=ans, minlength=n)
+    out["received"] = np.bincount(inv, weights=(lost == 0) | (lost == 2), minlength=n)
+    loop = probes["dst_nic"] < 0
+    t2, t3, t4 = (probes[k].astype(np.int64) for k in ("t_remote_rx", "t_remote_tx", "t_recv"))
+    fwd = np.where(loop, t4 - t1, t2 - t1).astype(np.float64)
+    rev = np.where(loop, 0, t4 - t3).astype(np.float64)
+    for name, v in (("fwd", fwd), ("rev", rev)):
+        q = group_quantiles(inv[ans], v[ans], [0.5], n, linear=True)[0]
+        out[name] = np.where(np.isfinite(q), np.floor(q), 0)
+    cnt = np.maximum(out["answered"].astype(np.float64), 1)
+    for name, v in (("t1", t1), ("t4", t4)):
+        out[name] = np.bincount(inv[ans], weights=v[ans].astype(np.float64), minlength=n) // cnt
+    pair_ans = ans & ~loop
+    rows_tmp = np.zeros(probes.size, SUMMARY_DTYPE)
+    rows_tmp["bound_t1"], rows_tmp["bound_fwd"] = t1, t2 - t1
+    rows_tmp["bound_t4"], rows_tmp["bound_rev"] = t4, t3 - t4
+    _tightest(out, rows_tmp, inv, pair_ans)
+    bad = out["answered"] < out["sent"]
+    bin_rows = np.flatnonzero(bad)
+    pos = np.full(n, -1)
+    pos[bin_rows] = np.arange(bin_rows.size)
+    p = pos[inv]
+    sel = p >= 0
+    b = np.clip((t1[sel] - win[sel] * window_ns) // max(1, window_ns // n_bins), 0, n_bins - 1)
+    sent = np.zeros((bin_rows.size, n_bins), np.int64)
+    nlost = np.zeros((bin_rows.size, n_bins), np.int64)
+    np.add.at(sent, (p[sel], b), 1)
+    np.add.at(nlost, (p[sel], b), ~ans[sel])
+    return WindowSummary(window_ns, n_bins, out, bin_rows, sent, nlost)
+
+
+@dataclass
+class PathFigures:
+    sent: np.ndarray  # (P,) probes per path (forward rows, then what reached the far end back)
+    lost: np.ndarray  # (P,)
+    p50_us: np.ndarray  # (P,) median over the path's flows of their median delay; NaN: none
+    p99_us: np.ndarray  # (P,) the largest of them (a flow median, not a probe's p99)
+
+
+def flow_rows(s: WindowSummary, flows: np.ndarray) -> np.ndarray:
+    """Row of each summary's flow in the flow table."""
+    from fleetctl.analysis.windows import _flow_rows
+
+    return _flow_rows(s.rows["flow"], flows["flow"])
+
+
+def path_figures(s: WindowSummary, flows: np.ndarray, n_paths: int, nic_host: np.ndarray,
+                 clock: ClockModel | None = None, epoch_ns: int = 0) -> PathFigures:
+    """Per path: probes, lost and delay (one-way with a clock model, else half the round trip
+    less the turnaround), from NIC-pair rows (loops: `loop_figures`)."""
+    r = s.rows
+    fi = flow_rows(s, flows)
+    fwd_path, rev_path = flows["fwd_path"][fi].astype(np.int64), flows["rev_path"][fi].astype(np.int64)
+    sent = r["sent"].astype(np.int64)
+    ans = np.minimum(r["answered"].astype(np.int64), sent)
+    # an answer proves the probe arrived: a responder count short of the answers is a count that
+    # has not arrived yet (its batch late under load), never a loss on the way out
+    recv = np.clip(r["received"].astype(np.int64), ans, sent)
+    d_fwd, d_rev = _delays_us(r, flows, fi, nic_host, clock, epoch_ns)
+    f_ok, b_ok = fwd_path >= 0, (rev_path >= 0) & (recv > 0)
+    keys = np.concatenate([fwd_path[f_ok], rev_path[b_ok]])
+    n_sent = np.concatenate([sent[f_ok], recv[b_ok]])
+    n_lost = np.concatenate([(sent - recv)[f_ok], (recv - ans)[b_ok]])
+    delay = np.concatenate([np.where(ans > 0, d_fwd, np.nan)[f_ok],
+                            np.where(ans > 0, d_rev, np.nan)[b_ok]])
+    out_sent = np.bincount(keys, weights=n_sent, minlength=n_paths).astype(np.int64)
+    out_lost = np.bincount(keys, weights=n_lost, minlength=n_paths).astype(np.int64)
+    ok = np.isfinite(delay)
+    q = group_quantiles(keys[ok], delay[ok], [0.5, 1.0], n_paths, linear=True)
+    return PathFigures(out_sent, out_lost, q[0], q[1])
+
+
+def _delays_us(r: np.ndarray, flows: np.ndarray, fi: np.ndarray, nic_host: np.ndarray,
+               clock: ClockModel | None, epoch_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    fwd, rev = r["fwd"].astype(np.float64) * 1e-9, r["rev"].astype(np.float64) * 1e-9
+    if clock is None:
+        half = (fwd + rev) / 2 * 1e6
+        return half, half
+    a = nic_host[np.maximum(flows["src_nic"][fi], 0)]
+    b = nic_host[np.maximum(flows["dst_nic"][fi], 0)]
+    t1 = (r["t1"] - epoch_ns).astype(np.float64) * 1e-9
+    t4 = (r["t4"] - epoch_ns).astype(np.float64) * 1e-9
+    return (fwd - clock.theta(a, b, t1)) * 1e6, (rev + clock.theta(a, b, t4)) * 1e6
+
+
+def loop_figures(s: WindowSummary, flows: np.ndarray, n_paths: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Loop rows per path: (paths, sent, lost, round-trip median in us)."""
+    r = s.rows
+    fi = flow_rows(s, flows)
+    path = flows["fwd_path"][fi].astype(np.int64)
+    sent = np.bincount(path, weights=r["sent"], minlength=n_paths)
+    lost = np.bincount(path, weights=r["sent"].astype(np.int64) - r["answered"], minlength=n_paths)
+    ok = r["answered"] > 0
+    q = group_quantiles(path[ok], r["fwd"][ok] * 1e-3, [0.5, 1.0], n_paths, linear=True)
+    return np.unique(path), sent.astype(np.int64), lost.astype(np.int64), q
+
+
+def clock_records(s: WindowSummary, flows: np.ndarray) -> np.ndarray:
+    """The rows' tightest bounds as probe records (PROBE_DTYPE) for the clock fit, which keeps
+    only the tightest bound per time bin of each direction anyway."""
+    r = s.rows
+    fi = flow_rows(s, flows)
+    ok = (r["answered"] > 0) & (flows["dst_nic"][fi] >= 0)
+    r, fi = r[ok], fi[ok]
+    out = np.zeros(r.size, PROBE_DTYPE)
+    out["flow"], out["src_nic"], out["dst_nic"] = r["flow"], flows["src_nic"][fi], \
+        flows["dst_nic"][fi]
+    out["t_send"] = r["bound_t1"]
+    out["t_remote_rx"] = r["bound_t1"] + r["bound_fwd"]
+    out["t_recv"] = r["bound_t4"]
+    out["t_remote_tx"] = r["bound_t4"] + r["bound_rev"]
+    return out

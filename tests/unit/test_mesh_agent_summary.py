@@ -1,0 +1,165 @@
+"""Agent-side summaries (lens's default agent output): the agent's standard-library summaries
+equal the coordinator's own computation from the same records; two real agents in summary mode
+over loopback (one with an emulated clock) are decoded and ingested into windows whose counts
+add up; hostile summaries are refused with the node named."""
+
+from __future__ import annotations
+
+import base64
+import time
+import zlib
+from array import array
+
+import numpy as np
+import pytest
+
+from fleetctl.analysis.summaries import from_probes, merge
+from fleetctl.errors import DataError
+from fleetctl.lens.ingest import Ingest
+from fleetctl.mesh import agent
+from fleetctl.mesh.collect import decode_summary, parse_stream
+from fleetctl.mesh.records import ANSWERED, UNANSWERED
+from fleetctl.mesh.summary import received_counts, summarize
+from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE
+from test_mesh_agent import config, free_port, start
+from test_mesh_agent_stream import read_stream
+
+W = 1_000_000_000
+
+
+def _records(n=4000, seed=0):
+    """Sender records of 3 flows over 3 windows: delays with jitter, 5 % unanswered."""
+    rng = np.random.default_rng(seed)
+    t1 = np.sort(rng.integers(5 * W, 8 * W, n))
+    flow = rng.integers(0, 3, n).astype(np.uint32)
+    t2 = t1 + 700_000 + rng.integers(0, 9_000, n)  # + a 0.7 ms clock offset
+    t3 = t2 + rng.integers(5_000, 30_000, n)
+    t4 = t3 - 700_000 + rng.integers(0, 9_000, n)
+    state = np.where(rng.random(n) < 0.05, UNANSWERED, ANSWERED).astype(np.uint8)
+    for t in (t2, t3, t4):
+        t[state != ANSWERED] = 0
+    return {"flow": flow, "seq": np.arange(n, dtype=np.uint32), "t1": t1, "t2": t2, "t3": t3,
+            "t4": t4, "state": state}
+
+
+def _as_arrays(rec):
+    codes = {"flow": "I", "seq": "I", "t1": "q", "t2": "q", "t3": "q", "t4": "q", "state": "B"}
+    return {k: array(codes[k], v.tolist()) for k, v in rec.items()}
+
+
+def test_agent_summaries_equal_the_coordinators_own():
+    rec = _records()
+    rows, bins = summarize(_as_arrays(rec), W, 10, loops={})
+    probes = np.zeros(len(rec["flow"]), PROBE_DTYPE)
+    probes["flow"], probes["src_nic"], probes["dst_nic"] = rec["flow"], 0, 1
+    probes["t_send"], probes["t_remote_rx"] = rec["t1"], rec["t2"]
+    probes["t_remote_tx"], probes["t_recv"] = rec["t3"], rec["t4"]
+    probes["lost"] = np.where(rec["state"] == ANSWERED, 0, 1)
+    ref = from_probes(probes, W, 10)
+    order = np.lexsort((np.array(rows["flow"]), np.array(rows["window"])))
+    assert len(order) == ref.rows.size == 9  # 3 flows x 3 windows
+    for name in ("window", "flow", "sent", "answered", "t1", "t4", "bound_t1", "bound_fwd",
+                 "bound_t4", "bound_rev"):
+        assert (np.array(rows[name])[order] == ref.rows[name]).all(), name
+    for name in ("fwd", "rev", "t1"):  # medians: the agent's integer midpoint, numpy's float
+        assert np.abs(np.array(rows[name])[order] - ref.rows[name]).max() <= 1, name
+    flat = np.array(bins).reshape(-1, 21)
+    assert flat.shape[0] == ref.bin_rows.size == 9  # every row had an unanswered probe
+    inv = np.argsort(order)
+    got = flat[np.argsort(inv[flat[:, 0]])]
+    assert (got[:, 1:11] == ref.bin_sent).all() and (got[:, 11:] == ref.bin_lost).all()
+    assert ref.bin_sent.sum() == len(rec["flow"]) and ref.bin_lost.sum() == \
+        (rec["state"] != ANSWERED).sum()
+
+
+def test_received_counts_by_the_senders_window():
+    got = received_counts(array("I", [1, 1, 2, 1]), array("q", [W + 5, 2 * W - 1, W, 2 * W]), W)
+    assert sorted(zip(got["window"], got["flow"], got["count"])) == [(1, 1, 2), (1, 2, 1),
+                                                                      (2, 1, 1)]
+
+
+def test_merge_adds_the_parts_of_a_window():
+    rec = _records()
+    probes = np.zeros(len(rec["flow"]), PROBE_DTYPE)
+    probes["flow"], probes["dst_nic"] = rec["flow"], 1
+    probes["t_send"], probes["t_remote_rx"] = rec["t1"], rec["t2"]
+    probes["t_remote_tx"], probes["t_recv"] = rec["t3"], rec["t4"]
+    probes["lost"] = np.where(rec["state"] == ANSWERED, 0, 1)
+    whole = from_probes(probes, W)
+    half = len(probes) // 2
+    parts = merge([from_probes(probes[:half], W), from_probes(probes[half:], W)], W, 10)
+    assert parts.rows.size == whole.rows.size
+    for name in ("sent", "answered", "bound_fwd", "bound_rev"):
+        assert (parts.rows[name] == whole.rows[name]).all(), name
+    assert np.abs(parts.rows["fwd"] - whole.rows["fwd"]).max() < 3_000  # weighted, not exact
+    assert parts.bin_sent.sum() == whole.bin_sent.sum()
+    assert parts.bin_lost.sum() == whole.bin_lost.sum()
+
+
+def test_two_agents_in_summary_mode_feed_the_coordinators_windows():
+    port = free_port()
+    cfg = config(port, rate=100, duration=3.0, linger=1.0, start_in=0.3,
+                 clock_a={"source": "offset", "offset_ms": 3.0, "drift_ppm": 10.0,
+                                       "t0": time.time()})
+    cfg.update(output="summary", health_window_s=0.5, echo_timeout_s=0.5,
+               summary_window_s=1.0, summary_bins=10)
+    procs = [start(cfg, "a"), start(cfg, "b")]
+    docs = {n: parse_stream(read_stream(p), n) for n, p in zip("ab", procs)}
+    flows = np.array([(f, 0 if f < 4 else 1, 1 if f < 4 else 0, port + 1 + f % 4, f, f)
+                      for f in range(8)], dtype=FLOW_DTYPE)
+    ing = Ingest(flows)
+    for node, doc in docs.items():
+        assert all("summary" in b and "records" not in b for b in doc["batches"])
+        for b in doc["batches"]:
+            ing.add(node, b, 0.0)
+    windows = sorted(ing.summaries)
+    total = {"sent": 0, "answered": 0, "received": 0}
+    for w in windows:
+        s = ing.close_summary(w * W, (w + 1) * W)
+        assert s.rows.size and (s.rows["window"] == w).all()
+        for k in total:
+            total[k] += int(s.rows[k].sum())
+        ok = s.rows["answered"] > 0
+        # forward raw times hold node b's clock minus node a's (a runs 3 ms ahead): about
+        # -3 ms on a's flows (0-3), +3 ms on b's, within the loopback's delay
+        fwd = s.rows["fwd"][ok] * 1e-6
+        a_side = s.rows["flow"][ok] < 4
+        assert (np.abs(fwd[a_side] + 3.0) < 1.0).all() and (np.abs(fwd[~a_side] - 3.0) < 1.0).all()
+    sent = docs["a"]["counters"]["sent"] + docs["b"]["counters"]["sent"]
+    assert total["sent"] == sent and total["answered"] == total["received"] == sent
+    assert ing.bad_batches == 0
+
+
+def _summary_doc(**over):
+    def b64(values, code):
+        return base64.b64encode(zlib.compress(array(code, values).tobytes())).decode()
+
+    rows = {name: b64([0], code) for name, code in
+            (("window", "q"), ("fwd", "q"), ("rev", "q"), ("t1", "q"), ("t4", "q"),
+             ("bound_t1", "q"), ("bound_fwd", "q"), ("bound_t4", "q"), ("bound_rev", "q"),
+             ("flow", "I"), ("sent", "I"), ("answered", "I"))}
+    doc = {"window_ns": W, "bins": 10, "rows": {"n": 1, **rows},
+           "row_bins": {"n": 0, "data": ""}, "received": {"n": 0}}
+    doc.update(over)
+    return doc
+
+
+@pytest.mark.parametrize("over, what", [
+    ({"window_ns": 5}, "out of range"),
+    ({"bins": 10_000}, "out of range"),
+    ({"rows": {"n": 10**9}}, "out of range"),
+    ({"rows": {"n": 2, "window": "AAAA"}}, "unreadable"),
+    ({"row_bins": {"n": 21, "data": base64.b64encode(zlib.compress(bytes(10**6))).decode()}},
+     "holds"),
+    ({"received": "x"}, "malformed"),
+])
+def test_hostile_summaries_are_refused(over, what):
+    assert decode_summary(_summary_doc(), "n1")[0].rows.size == 1
+    with pytest.raises(DataError, match=what) as exc:
+        decode_summary(_summary_doc(**over), "n1")
+    assert "n1" in str(exc.value)
+
+
+def test_agent_refuses_an_unknown_output_mode():
+    with pytest.raises(ValueError, match="output mode"):
+        agent.Agent(dict(config(free_port()), output="carrier-pigeon"), "a")
