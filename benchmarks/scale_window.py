@@ -193,7 +193,7 @@ def summary_windows(topo: Topology, flows: np.ndarray, paths: PathTable, probes:
             ing = Ingest(flows)
             t0 = time.perf_counter()
             for node, b in batches:
-                ing.add(node, b, 0.0)
+                ing.add(node, b, k + 1.0)
             s = ing.close_summary(k * w_ns, (k + 1) * w_ns)
             t1 = time.perf_counter()
             res = an.analyze(s, k * 1.0, k + 1.0, {}, set())

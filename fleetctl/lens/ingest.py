@@ -18,6 +18,7 @@ from fleetctl.analysis.summaries import WindowSummary, merge
 from fleetctl.errors import DataError
 from fleetctl.mesh.collect import decode, decode_summary, join_records
 
+MAX_AHEAD_WINDOWS = 60  # summaries of windows further ahead of the wall clock are dropped
 MAX_PENDING = 5_000_000  # records waiting for their window: beyond this the oldest are dropped
 
 
@@ -39,10 +40,11 @@ class Ingest:
         self.summaries: dict[int, list[WindowSummary]] = {}
         self.received: dict[int, list[np.ndarray]] = {}
         self.summary_rows = 0
+        self.ahead = 0  # probes summarized for windows far ahead of the wall clock (dropped)
 
     def add(self, node: str, batch: dict, now: float) -> None:
         if "summary" in batch:
-            self._add_summary(node, batch)
+            self._add_summary(node, batch, now)
             return
         try:
             fields, keys = decode(batch, node)
@@ -69,7 +71,7 @@ class Ingest:
             self.pending -= old["flow"].size
             self.dropped += old["flow"].size
 
-    def _add_summary(self, node: str, batch: dict) -> None:
+    def _add_summary(self, node: str, batch: dict, now: float) -> None:
         try:
             s, got = decode_summary(batch["summary"], node)
         except DataError:
@@ -85,9 +87,16 @@ class Ingest:
         if late.any():
             self.late += int(s.rows["sent"][late].sum())
             s = s.select(~late)
+        # windows far ahead of the wall clock (an agent's clock minutes ahead, or a forged
+        # batch) would wait here unbounded: dropped, counted
+        limit = int(now * 1e9) // s.window_ns + MAX_AHEAD_WINDOWS
+        ahead = s.rows["window"] > limit
+        if ahead.any():
+            self.ahead += int(s.rows["sent"][ahead].sum())
+            s = s.select(~ahead)
         for w in np.unique(s.rows["window"]).tolist():
             self.summaries.setdefault(w, []).append(s.select(s.rows["window"] == w))
-        got = got[got["window"] >= closed]
+        got = got[(got["window"] >= closed) & (got["window"] <= limit)]
         for w in np.unique(got["window"]).tolist():
             self.received.setdefault(w, []).append(got[got["window"] == w])
         self.summary_rows += s.rows.size

@@ -42,10 +42,9 @@ class LensOptions:
     segment_s: float = 3600.0
     segment_retention: int = 24
     segments: bool = False  # opt-in: every probe record, ~60 bytes each, is kept
-    # what agents send: every probe record, or per-window, per-flow summaries ("summary":
-    # O(flows) a window for the coordinator; not yet the default: on the 8-host lab a 2 % loss
-    # event did not close after the fault was removed, 2026-12-02)
-    agent_output: str = "records"
+    # what agents send: per-window, per-flow summaries (O(flows) a window for the coordinator),
+    # or every probe record ("records": needed by segments, which keep every record)
+    agent_output: str = "summary"
     extra: dict = field(default_factory=dict)
 
     @classmethod

@@ -236,6 +236,8 @@ class Agent:
         """Everything the hot path uses, allocated once: the record ring, the health meter, the
         buffers, the epoll and its socket maps."""
         span = self.echo_timeout_s + 2 * self.window_s
+        if self.summaries:  # records wait for their whole summary window to be final
+            span += self.summary_window_ns * 1e-9
         ring = config.get("ring_records") or int(sends_per_s * span * 1.5) + 64
         self.rec = rec = RecordRing(int(ring), int(answers_per_s * 2 * self.window_s * 1.5) + 64,
                                     keep=not self.stream)

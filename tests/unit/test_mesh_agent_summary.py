@@ -107,11 +107,14 @@ def test_two_agents_in_summary_mode_feed_the_coordinators_windows():
     docs = {n: parse_stream(read_stream(p), n) for n, p in zip("ab", procs)}
     flows = np.array([(f, 0 if f < 4 else 1, 1 if f < 4 else 0, port + 1 + f % 4, f, f)
                       for f in range(8)], dtype=FLOW_DTYPE)
-    ing = Ingest(flows)
+    ing, early = Ingest(flows), Ingest(flows)
     for node, doc in docs.items():
         assert all("summary" in b and "records" not in b for b in doc["batches"])
         for b in doc["batches"]:
-            ing.add(node, b, 0.0)
+            ing.add(node, b, time.time())
+            early.add(node, b, time.time() - 3600)  # an hour before: windows far ahead
+    assert early.summaries == {} and early.received == {}
+    assert early.ahead == docs["a"]["counters"]["sent"] + docs["b"]["counters"]["sent"]
     windows = sorted(ing.summaries)
     total = {"sent": 0, "answered": 0, "received": 0}
     for w in windows:
@@ -163,3 +166,14 @@ def test_hostile_summaries_are_refused(over, what):
 def test_agent_refuses_an_unknown_output_mode():
     with pytest.raises(ValueError, match="output mode"):
         agent.Agent(dict(config(free_port()), output="carrier-pigeon"), "a")
+
+
+def test_the_ring_holds_a_whole_summary_window_and_its_echo_timeout():
+    """Records stay until their whole summary window is final: a ring sized for the record
+    stream alone overflowed on the lab (records forced out, counted, the agents overloaded)."""
+    cfg = dict(config(free_port(), rate=1000), health_window_s=0.25, echo_timeout_s=0.2)
+    stream = agent.Agent(dict(cfg, output="stream"), "a")
+    summary = agent.Agent(dict(cfg, output="summary", summary_window_s=1.0), "a")
+    sends_per_s = 1000 * len(summary.pairs)
+    assert summary.rec.size >= 1.5 * sends_per_s * (1.0 + 0.2 + 2 * 0.25)
+    assert summary.rec.size > stream.rec.size
