@@ -49,6 +49,10 @@ from tests.support.fabrics import mix64  # noqa: E402  (the per-switch ECMP hash
 
 EPOCH_NS = 1_800_000_000_000_000_000
 SUMMARY_FIELDS = [n for n in SUMMARY_DTYPE.names if n != "received"]  # what an agent sends
+# the agents' packed rows (mesh/summary.py ROW, RECEIVED_ROW)
+ROW_DTYPE = np.dtype([(n, "<u4" if n in ("flow", "sent", "answered") else "<i8")
+                      for n in SUMMARY_FIELDS])
+RECEIVED_ROW_DTYPE = np.dtype([("window", "<i8"), ("flow", "<u4"), ("count", "<u4")])
 BACKGROUND_LOSS = 2e-5  # per element crossed: ~1e-4 per path, rare drops on a healthy fabric
 def fabric(sus: float, nodes_per_su: int = 256) -> Topology:
     n_su = max(1, int(np.ceil(sus)))
@@ -163,13 +167,15 @@ def agent_batches(topo: Topology, flows: np.ndarray, win: np.ndarray, window_ns:
         key, count = np.unique(r["t_send"] // window_ns * (1 << 32) + r["flow"],
                                return_counts=True)
         bins = np.c_[mine.bin_rows, mine.bin_sent, mine.bin_lost].ravel()
+        wire = np.zeros(mine.rows.size, ROW_DTYPE)
+        for k in SUMMARY_FIELDS:
+            wire[k] = mine.rows[k]
+        got_rows = np.zeros(key.size, RECEIVED_ROW_DTYPE)
+        got_rows["window"], got_rows["flow"], got_rows["count"] = key >> 32, key & 0xFFFFFFFF, count
         doc = {"window_ns": window_ns, "bins": s.n_bins,
-               "rows": {"n": int(mine.rows.size),
-                        **{k: enc(mine.rows[k], "<u4" if k in ("flow", "sent", "answered")
-                                  else "<i8") for k in SUMMARY_FIELDS}},
+               "rows": {"n": int(mine.rows.size), "data": enc(wire, ROW_DTYPE)},
                "row_bins": {"n": int(bins.size), "data": enc(bins, "<u4")},
-               "received": {"n": int(key.size), "window": enc(key >> 32, "<i8"),
-                            "flow": enc(key & 0xFFFFFFFF, "<u4"), "count": enc(count, "<u4")}}
+               "received": {"n": int(key.size), "data": enc(got_rows, RECEIVED_ROW_DTYPE)}}
         out.append((host, {"kind": "batch", "summary": doc, "health": []}))
     return out
 

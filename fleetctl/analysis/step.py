@@ -27,7 +27,7 @@ from fleetctl.analysis.merge import merge_stats, path_groups
 from fleetctl.analysis.rollup import Rollup
 from fleetctl.analysis.signals import PathSignals, Thresholds, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
-from fleetctl.model.fabric import PathTable, Topology, WindowStats, group_percentiles
+from fleetctl.model.fabric import PathTable, Topology, WindowStats
 from fleetctl.model.findings import Finding
 
 Rule = Callable[["WindowStep", PathSignals, int], list[Finding]]
@@ -159,13 +159,52 @@ def element_stats(inc, sent: np.ndarray, lost: np.ndarray, delay: np.ndarray,
     """Per element of the incidence `inc` (paths x elements): probes through it (weighted by the
     crossing probability of candidate rows), probes lost, paths crossing it, and percentiles
     (linear interpolation, as numpy's) of the delays of the paths crossing it with a finite
-    delay. Vectorized: one sort of the incidence's entries, no loop over elements."""
-    inc = inc.tocsc()
-    out = {"sent": inc.T @ np.asarray(sent, float), "lost": inc.T @ np.asarray(lost, float)}
-    coo = inc.tocoo()
-    keep = coo.data > 0
-    cols, rows = coo.col[keep], coo.row[keep]
-    out["paths"] = np.bincount(cols, minlength=inc.shape[1])
-    out["delay"] = group_percentiles(cols, np.asarray(delay, float)[rows], percentiles, inc.shape[1],
-                                     resolution=1e-3)  # delays in us: to the nanosecond
-    return out
+    delay. `inc` may be an ElementIndex (built once per plan, as lens does)."""
+    index = inc if isinstance(inc, ElementIndex) else ElementIndex(inc)
+    return index.stats(sent, lost, delay, percentiles)
+
+
+class ElementIndex:
+    """The incidence's forms element_stats needs, built once per plan. The percentiles need no
+    sort of the incidence's entries per window: the paths are sorted by delay (P log P), the
+    incidence's rows permuted into that order and turned into columns (linear in the entries,
+    and each column's rows come out ascending), so each element's k-th smallest path delay is
+    its column's k-th entry."""
+
+    def __init__(self, inc):
+        weights = inc.tocsr().astype(np.float64)
+        self.csc_t = weights.T.tocsr()  # elements x paths: the weighted sums
+        csr = weights.copy()
+        csr.data = (csr.data > 0).astype(np.float64)  # crossing or not: the percentiles' paths
+        csr.eliminate_zeros()
+        self.csr = csr
+        self.n_paths, self.n_elements = csr.shape
+        self.paths = np.diff(csr.tocsc().indptr)
+
+    def stats(self, sent, lost, delay, percentiles=(50.0, 99.0)) -> dict[str, np.ndarray]:
+        out = {"sent": self.csc_t @ np.asarray(sent, float),
+               "lost": self.csc_t @ np.asarray(lost, float), "paths": self.paths}
+        out["delay"] = self.percentiles(np.asarray(delay, float), percentiles)
+        return out
+
+    def percentiles(self, delay: np.ndarray, percentiles) -> np.ndarray:
+        finite = np.isfinite(delay)
+        order = np.argsort(np.where(finite, delay, np.inf), kind="stable")
+        ranked = delay[order]
+        n_finite = int(finite.sum())
+        cols = self.csr[order].tocsc()  # row i of this is the i-th smallest delay's path
+        if not cols.has_sorted_indices:  # scipy builds columns in row order; make sure
+            cols.sort_indices()
+        starts = cols.indptr[:-1]
+        col_of = np.repeat(np.arange(self.n_elements), np.diff(cols.indptr))
+        n = np.bincount(col_of[cols.indices < n_finite], minlength=self.n_elements)
+        out = np.full((len(percentiles), self.n_elements), np.nan)
+        has = n > 0
+        for i, p in enumerate(percentiles):
+            pos = p / 100.0 * (n[has] - 1)
+            lo = np.floor(pos).astype(np.int64)
+            hi = np.minimum(lo + 1, n[has] - 1)
+            v_lo = ranked[cols.indices[starts[has] + lo]]
+            v_hi = ranked[cols.indices[starts[has] + hi]]
+            out[i, has] = v_lo + (v_hi - v_lo) * (pos - lo)
+        return out

@@ -1,11 +1,17 @@
-"""Streamed agent batches in, one window's joined probe records out.
+"""Streamed agent batches in, one window's data out: joined probe records, or merged summaries.
 
-Agents send a batch per health window: their final sender records, the (flow, seq) of every probe
-they answered, and health rows. A probe sent in window [a, b) is final at b + echo timeout and its
-answer logged by the responder's next batch; the coordinator closes the window once that time has
-passed (coordinator.py). Records of a window already closed (an agent far behind) are dropped and
-counted, never analysed twice. Memory: pending records until their window closes, responder keys
-and health rows for `keep_s`.
+Agents in record mode send a batch per health window: their final sender records, the (flow,
+seq) of every probe they answered, and health rows. A probe sent in window [a, b) is final at
+b + echo timeout and its answer logged by the responder's next batch; the coordinator closes the
+window once that time has passed (coordinator.py). Records of a window already closed (an agent
+far behind) are dropped and counted, never analysed twice. Memory: pending records until their
+window closes, responder keys and health rows for `keep_s`.
+
+Agents in summary mode (lens's default, mesh/summary.py) send, once a window's echo timeout has
+passed, one row per flow of it, and the responders' answer counts per (sender window, flow):
+`close_summary` merges a window's rows and joins the counts, O(flows). Summaries of a closed
+window are dropped and counted (`late`), as are those of windows far ahead of the wall clock
+(`ahead`).
 """
 
 from __future__ import annotations
@@ -94,11 +100,11 @@ class Ingest:
         if ahead.any():
             self.ahead += int(s.rows["sent"][ahead].sum())
             s = s.select(~ahead)
-        for w in np.unique(s.rows["window"]).tolist():
-            self.summaries.setdefault(w, []).append(s.select(s.rows["window"] == w))
+        for w, part in _by_window(s.rows["window"], s, s.select):
+            self.summaries.setdefault(w, []).append(part)
         got = got[(got["window"] >= closed) & (got["window"] <= limit)]
-        for w in np.unique(got["window"]).tolist():
-            self.received.setdefault(w, []).append(got[got["window"] == w])
+        for w, part in _by_window(got["window"], got, got.__getitem__):
+            self.received.setdefault(w, []).append(part)
         self.summary_rows += s.rows.size
         self._note_health(node, batch)
         while self.summary_rows > MAX_PENDING // 8 and self.summaries:  # shed the oldest
@@ -182,6 +188,17 @@ class Ingest:
                 if sel:
                     health[node] = {"fields": self.fields, "windows": sel}
         return probes, health
+
+
+def _by_window(windows: np.ndarray, whole, pick):
+    """(window, the part of `whole` in it) for each window present; a batch nearly always
+    holds one window, handed on whole."""
+    if windows.size == 0:
+        return []
+    lo, hi = int(windows.min()), int(windows.max())
+    if lo == hi:
+        return [(lo, whole)]
+    return [(w, pick(windows == w)) for w in np.unique(windows).tolist()]
 
 
 _EMPTY = {"flow": np.zeros(0, "<u4"), "seq": np.zeros(0, "<u4"), "t1": np.zeros(0, "<i8"),

@@ -18,7 +18,7 @@ from fleetctl.analysis.integrity import host_delay_note, hosts_set_aside, overlo
     probes_kept
 from fleetctl.analysis.rollup import is_host_side
 from fleetctl.analysis.signals import Thresholds
-from fleetctl.analysis.step import WindowStep, element_stats
+from fleetctl.analysis.step import ElementIndex, WindowStep, element_stats
 from fleetctl.analysis.summaries import WindowSummary, flow_rows, loop_figures, path_figures
 from fleetctl.analysis.windows import Windows, build_windows
 from fleetctl.lens.jobs import element_columns
@@ -54,6 +54,7 @@ class WindowAnalyzer:
         self.th = self.step.th
         self.hosts, self.nic_host = topo.hosts, topo.nic_host_index
         self.inc_orig = paths.matrix(topo.n_elements).tocsc()
+        self.element_index = ElementIndex(self.step.inc)  # per-element figures, once per plan
         self.report_cols = np.array([e for e, el in enumerate(topo.elements)
                                      if el.type in ("link", "switch", "nic")], dtype=np.int64)
         # location -> "up"/"down"/None at the end of the last window that judged it: a flap whose
@@ -277,7 +278,7 @@ class WindowAnalyzer:
         """Per link direction, switch and NIC: probes through it, loss %, path delay p50/p99.
         Rounded as arrays and read out as Python lists: per-element numpy scalars cost 0.2 s a
         window at 8,192 NICs."""
-        st = element_stats(self.step.inc, sig.sent, sig.lost, m_delay)
+        st = element_stats(self.element_index, sig.sent, sig.lost, m_delay)
         cols = self.report_cols[st["sent"][self.report_cols] > 0]
         sent = st["sent"][cols]
         loss = np.round(100 * st["lost"][cols] / sent, 3).tolist()

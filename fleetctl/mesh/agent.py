@@ -42,8 +42,9 @@ import time
 
 from fleetctl.mesh.health import HEALTH_FIELDS, HealthMeter  # payload-local
 from fleetctl.mesh.records import ANSWERED, FREE, PENDING, SEND_FAILED, UNANSWERED  # payload-local
-from fleetctl.mesh.records import RecordRing, b64  # payload-local
-from fleetctl.mesh.summary import received_counts, summarize  # payload-local
+from fleetctl.mesh.records import RecordRing, b64, b64_bytes  # payload-local
+from fleetctl.mesh.summary import RECEIVED_FIELDS, RECEIVED_ROW, ROW, SUMMARY_FIELDS  # payload-local
+from fleetctl.mesh.summary import pack, received_counts, summarize  # payload-local
 from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, IDS_T1  # payload-local
 from fleetctl.mesh.wire import MAX_DATAGRAM  # payload-local
 from fleetctl.mesh.wire import PROBE, PROBE_LEN, TIMES, Codec, run_tag  # payload-local
@@ -582,10 +583,11 @@ class Agent:
         rows, bins = summarize(recs, w, self.summary_bins, self.loop_addr)
         got = received_counts(flows, t1s, w)
         return {"window_ns": w, "bins": self.summary_bins,
-                "rows": {"n": len(rows["flow"]), **{k: "".join(b64(v)) for k, v in rows.items()}},
+                "rows": {"n": len(rows["flow"]),
+                         "data": "".join(b64_bytes(pack(rows, SUMMARY_FIELDS, ROW)))},
                 "row_bins": {"n": len(bins), "data": "".join(b64(bins))},
                 "received": {"n": len(got["flow"]),
-                             **{k: "".join(b64(v)) for k, v in got.items()}}}
+                             "data": "".join(b64_bytes(pack(got, RECEIVED_FIELDS, RECEIVED_ROW)))}}
 
     def _print_object(self, obj: dict) -> None:
         """One object as FLS1 lines: `FLS1 <batch> <i> <n> <piece>` (compact JSON in pieces)."""

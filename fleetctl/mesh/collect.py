@@ -273,7 +273,7 @@ MAX_SUMMARY_ROWS = 1 << 21  # per batch: an agent sends one row per flow and win
 RECEIVED_DTYPE = np.dtype([("window", "<i8"), ("flow", "<i4"), ("count", "<u4")])
 
 
-def _bounded_array(doc: dict, name: str, dtype: str, n: int, node: str) -> np.ndarray:
+def _bounded_array(doc: dict, name: str, dtype, n: int, node: str) -> np.ndarray:
     """One base64(zlib) array of exactly n items; inflated no further than that (a hostile
     batch cannot make the coordinator inflate a bomb)."""
     size = np.dtype(dtype).itemsize * n
@@ -309,14 +309,18 @@ def decode_summary(doc: dict, node: str):
             0 <= n_b <= n * (1 + 2 * n_bins) and n_b % (1 + 2 * n_bins) == 0):
         raise DataError(f"{node}: summary sizes out of range")
     codes = {"q": "<i8", "I": "<u4"}
+    wire_rows = np.dtype([(name, codes[code]) for name, code in SUMMARY_FIELDS])
+    wire_got = np.dtype([(name, codes[code]) for name, code in RECEIVED_FIELDS])
     rows = np.zeros(n, SUMMARY_DTYPE)
-    for name, code in SUMMARY_FIELDS:
-        if n:
-            rows[name] = _bounded_array(parts[0], name, codes[code], n, node)
+    if n:
+        packed = _bounded_array(parts[0], "data", wire_rows, n, node)
+        for name, _code in SUMMARY_FIELDS:
+            rows[name] = packed[name]
     got = np.zeros(n_r, RECEIVED_DTYPE)
-    for name, code in RECEIVED_FIELDS:
-        if n_r:
-            got[name] = _bounded_array(parts[2], name, codes[code], n_r, node)
+    if n_r:
+        packed = _bounded_array(parts[2], "data", wire_got, n_r, node)
+        for name, _code in RECEIVED_FIELDS:
+            got[name] = packed[name]
     flat = _bounded_array(parts[1], "data", "<u4", n_b, node).astype(np.int64) if n_b else \
         np.zeros(0, np.int64)
     table = flat.reshape(-1, 1 + 2 * n_bins)

@@ -35,6 +35,12 @@ def spans(start: int, count: int, size: int) -> list[tuple[int, int]]:
     return [(start, size), (0, start + count - size)]
 
 
+def b64_bytes(data: bytes) -> list[str]:
+    """base64 of zlib of raw bytes, in 400-character pieces (as b64)."""
+    text = base64.b64encode(zlib.compress(data, 1)).decode("ascii")
+    return [text[i:i + 400] for i in range(0, len(text), 400)]
+
+
 def b64(arr: array) -> list[str]:
     """base64 of zlib of the little-endian array, in 400-character pieces: printed one per line
     (indent=0), no output line is long enough for a transport to split it (srun does)."""

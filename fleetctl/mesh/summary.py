@@ -22,6 +22,7 @@ window is then O(flows), not O(probes).
 
 from __future__ import annotations
 
+import struct
 from array import array
 
 from fleetctl.mesh.records import ANSWERED  # payload-local
@@ -30,6 +31,9 @@ SUMMARY_FIELDS = (("window", "q"), ("flow", "I"), ("sent", "I"), ("answered", "I
                   ("fwd", "q"), ("rev", "q"), ("t1", "q"), ("t4", "q"),
                   ("bound_t1", "q"), ("bound_fwd", "q"), ("bound_t4", "q"), ("bound_rev", "q"))
 RECEIVED_FIELDS = (("window", "q"), ("flow", "I"), ("count", "I"))
+# on the wire: rows packed little-endian in the fields' order, one zlib+base64 blob per table
+ROW = struct.Struct("<" + "".join(code for _name, code in SUMMARY_FIELDS))
+RECEIVED_ROW = struct.Struct("<" + "".join(code for _name, code in RECEIVED_FIELDS))
 MAX_BINS = 100
 INT64_MAX = (1 << 63) - 1
 
@@ -106,3 +110,15 @@ def received_counts(flows: array, t1s: array, window_ns: int) -> dict:
         out["flow"].append(f)
         out["count"].append(n)
     return out
+
+
+def pack(columns: dict, fields, row: struct.Struct) -> bytes:
+    """A table (field -> array, equal lengths) as packed rows: one blob to compress and decode
+    (a blob per field cost the coordinator a decompress per field and agent)."""
+    cols = [columns[name] for name, _code in fields]
+    out = bytearray(row.size * len(cols[0]))
+    pack_into, size = row.pack_into, row.size
+    for i, values in enumerate(zip(*cols)):
+        pack_into(out, i * size, *values)
+    return bytes(out)
+

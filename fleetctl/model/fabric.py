@@ -108,6 +108,15 @@ def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: list[float], n_gro
     rank by default; `linear`: numpy's linear interpolation (as np.median / np.percentile).
     `resolution`: values rounded to it for a faster sort (_sorted_groups)."""
     out = np.full((len(qs), n_groups), np.nan)
+    ok = np.isfinite(values)
+    keys, values = keys[ok], values[ok]
+    # a group of one value is its own quantile: only the larger groups are sorted (lens's
+    # per-path figures from summaries are mostly one flow a path)
+    single = np.bincount(keys, minlength=n_groups)[keys] == 1 if keys.size and keys.min() >= 0 \
+        else np.zeros(keys.size, dtype=bool)
+    if single.any():
+        out[:, keys[single]] = values[single]
+        keys, values = keys[~single], values[~single]
     groups = _sorted_groups(keys, values, resolution)
     if groups is None:
         return out

@@ -19,7 +19,7 @@ from fleetctl.lens.ingest import Ingest
 from fleetctl.mesh import agent
 from fleetctl.mesh.collect import decode_summary, parse_stream
 from fleetctl.mesh.records import ANSWERED, UNANSWERED
-from fleetctl.mesh.summary import received_counts, summarize
+from fleetctl.mesh.summary import ROW, SUMMARY_FIELDS, received_counts, summarize
 from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE
 from test_mesh_agent import config, free_port, start
 from test_mesh_agent_stream import read_stream
@@ -134,14 +134,8 @@ def test_two_agents_in_summary_mode_feed_the_coordinators_windows():
 
 
 def _summary_doc(**over):
-    def b64(values, code):
-        return base64.b64encode(zlib.compress(array(code, values).tobytes())).decode()
-
-    rows = {name: b64([0], code) for name, code in
-            (("window", "q"), ("fwd", "q"), ("rev", "q"), ("t1", "q"), ("t4", "q"),
-             ("bound_t1", "q"), ("bound_fwd", "q"), ("bound_t4", "q"), ("bound_rev", "q"),
-             ("flow", "I"), ("sent", "I"), ("answered", "I"))}
-    doc = {"window_ns": W, "bins": 10, "rows": {"n": 1, **rows},
+    row = base64.b64encode(zlib.compress(ROW.pack(*([0] * len(SUMMARY_FIELDS))))).decode()
+    doc = {"window_ns": W, "bins": 10, "rows": {"n": 1, "data": row},
            "row_bins": {"n": 0, "data": ""}, "received": {"n": 0}}
     doc.update(over)
     return doc
@@ -151,7 +145,7 @@ def _summary_doc(**over):
     ({"window_ns": 5}, "out of range"),
     ({"bins": 10_000}, "out of range"),
     ({"rows": {"n": 10**9}}, "out of range"),
-    ({"rows": {"n": 2, "window": "AAAA"}}, "unreadable"),
+    ({"rows": {"n": 2, "data": "AAAA"}}, "unreadable"),
     ({"row_bins": {"n": 21, "data": base64.b64encode(zlib.compress(bytes(10**6))).decode()}},
      "holds"),
     ({"received": "x"}, "malformed"),

@@ -87,6 +87,27 @@ def test_group_percentiles_are_numpys():
     assert np.isnan(got[:, 50:]).all()  # empty groups
 
 
+def test_element_percentiles_without_a_sort_per_window_equal_numpys():
+    from scipy.sparse import random as sparse_random
+
+    from fleetctl.analysis.step import ElementIndex
+
+    rng = np.random.default_rng(4)
+    inc = sparse_random(400, 60, density=0.08, random_state=5, format="csr")
+    delay = rng.exponential(10.0, 400)
+    delay[rng.random(400) < 0.2] = np.nan  # paths without a delay this window
+    got = ElementIndex(inc).percentiles(delay, (50.0, 99.0, 0.0))
+    for e in range(60):
+        v = delay[inc[:, [e]].nonzero()[0]]
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            assert np.isnan(got[:, e]).all()
+            continue
+        assert got[0, e] == pytest.approx(np.percentile(v, 50))
+        assert got[1, e] == pytest.approx(np.percentile(v, 99))
+        assert got[2, e] == pytest.approx(v.min())
+
+
 def test_element_stats_count_what_crosses_each_element(fabric):
     from fleetctl.analysis.step import element_stats
 
