@@ -356,3 +356,25 @@ def test_a_finding_inside_an_open_events_element_refines_it(fabric):
         res = an.analyze(probes, a, b, {}, set(), open_elements=[other])
         assert all("refines" not in f for f in res.findings)
     assert refined >= 2
+
+
+def test_clock_records_are_reduced_to_the_tightest_bounds_per_host_pair(mode):
+    """One record per (sender host, responder host) a window: the smallest t2 - t1 and the
+    largest t3 - t4, which may come from two different probes."""
+    from fleetctl.lens.clocktrack import tightest_per_host_pair
+    from fleetctl.model.fabric import PROBE_DTYPE
+
+    nic_host = np.array([0, 0, 1, 1])
+    p = np.zeros(5, PROBE_DTYPE)
+    p["src_nic"], p["dst_nic"] = [0, 1, 0, 2, 3], [2, 3, 3, 0, 1]
+    p["t_send"] = [100, 200, 300, 400, 500]
+    p["t_remote_rx"] = p["t_send"] + [50, 20, 90, 70, 60]  # host 0 -> 1: smallest 20 (row 1)
+    p["t_recv"] = [1000, 1100, 1200, 1300, 1400]
+    p["t_remote_tx"] = p["t_recv"] - [30, 40, 10, 25, 5]  # host 0 -> 1: largest -10 (row 2)
+    out = tightest_per_host_pair(p, nic_host)
+    assert out.size == 2
+    a = out[nic_host[out["src_nic"]] == 0][0]
+    assert a["t_remote_rx"] - a["t_send"] == 20 and a["t_send"] == 200
+    assert a["t_remote_tx"] - a["t_recv"] == -10 and a["t_recv"] == 1200
+    b = out[nic_host[out["src_nic"]] == 1][0]
+    assert b["t_remote_rx"] - b["t_send"] == 60 and b["t_remote_tx"] - b["t_recv"] == -5
