@@ -218,12 +218,15 @@ class Coordinator:
                  if not self.supervisor.covered(h, a - 0.3, b + o.echo_timeout_s)}
         began = time.monotonic()
         data = summary if summary is not None and not probes.size else probes
-        self.clock.add(probes if data is probes else clock_records(summary, self.plan.flows))
-        self.clock.maybe_refit(b, background=True)
         model, epoch = self.clock.fit
         res = self.analyzer.analyze(data, a, b, health, blind, (model, epoch),
                                     self.baselines.current(),
                                     [ev["element"] for ev in self.tracker.open_events()])
+        # the clock learns from this window after it (the model above is the last fit's), and
+        # not from hosts whose agents' timestamps the window could not trust
+        self.clock.add(probes if data is probes else clock_records(summary, self.plan.flows),
+                       quiet=set(res.overloaded) | set(res.blind))
+        self.clock.maybe_refit(b, background=True)
         if res.path_delay is not None and res.path_healthy is not None:
             self.baselines.update(res.path_delay, res.path_healthy)
         for st in self.supervisor.state.values():

@@ -58,12 +58,12 @@ class SummaryWindowAnalyzer(WindowAnalyzer):
 
 
 class SummaryClockTracker(ClockTracker):
-    def add(self, probes):
+    def add(self, probes, quiet=frozenset()):
         ids, first = np.unique(probes["flow"], return_index=True)
         flows = np.zeros(len(ids), FLOW_DTYPE)  # the flows of these probes, from the probes
         flows["flow"], flows["src_nic"] = ids, probes["src_nic"][first]
         flows["dst_nic"] = probes["dst_nic"][first]
-        super().add(clock_records(from_probes(probes, 1_000_000_000), flows))
+        super().add(clock_records(from_probes(probes, 1_000_000_000), flows), quiet)
 
 
 @pytest.fixture(params=["records", "summary"], autouse=True)
@@ -378,3 +378,30 @@ def test_clock_records_are_reduced_to_the_tightest_bounds_per_host_pair(mode):
     assert a["t_remote_tx"] - a["t_recv"] == -10 and a["t_recv"] == 1200
     b = out[nic_host[out["src_nic"]] == 1][0]
     assert b["t_remote_rx"] - b["t_send"] == 60 and b["t_remote_tx"] - b["t_recv"] == -5
+
+
+def test_the_clock_learns_nothing_from_a_quiet_host(fabric, mode):
+    """Overloaded or not running in the window: its timestamps are not trusted (a stalled
+    responder stamps its echo late, a falsely tight bound)."""
+    syn = run(fabric, seed=7, duration=2.0)
+    hosts, nic_host = _hosts(fabric)
+    tr = ClockTracker(hosts, nic_host)
+    tr.add(syn.probes, quiet={"node3"})
+    kept = np.concatenate(list(tr.chunks))
+    h3 = [i for i, h in enumerate(nic_host) if hosts[h] == "node3"]
+    assert kept.size and not np.isin(kept["src_nic"], h3).any()
+    assert not np.isin(kept["dst_nic"], h3).any()
+
+
+def test_no_clock_finding_for_a_host_quiet_within_the_fits_horizon(fabric, mode):
+    syn = run(fabric, seed=7, duration=2.0)
+    hosts, nic_host = _hosts(fabric)
+    tr = ClockTracker(hosts, nic_host, horizon_s=4.0)
+    tr.history["node3"].append((1.0, 900.0, 500.0))  # drift 500 ppm: beyond the bound
+    assert [f["element"]["id"] for f in tr.findings(1.0)] == ["node3"]
+    tr.add(syn.probes, quiet={"node3"})
+    for _ in range(3):  # quiet 4 windows ago at most: still within the horizon
+        tr.add(syn.probes)
+        assert tr.findings(1.0) == []
+    tr.add(syn.probes)
+    assert [f["element"]["id"] for f in tr.findings(1.0)] == ["node3"]
