@@ -246,13 +246,7 @@ class Coordinator:
         for rec in records:
             self.outputs.event(rec)
             self.counters["events_written"] += 1
-            jobs = [j["job_id"] for j in rec.get("jobs", [])]
-            self.log(f"event {rec['kind']}: {rec['id']} {rec['element']['type']} "
-                     f"{rec['element'].get('direction') or rec['element']['id']} {rec['metric']} "
-                     f"({rec['severity']}, jobs {jobs}, window end {iso(b)}, closed "
-                     f"{time.time() - b:.2f} s after it)"
-                     + (f", refined from {rec['refined_from']['type']} {rec['refined_from']['id']}"
-                        if rec["kind"] == "update" and rec.get("refined_from") else ""))
+            self._log_event(rec, b)
         self.counters["windows"] += 1
         if res.findings:
             self.counters["windows_with_findings"] = \
@@ -272,6 +266,15 @@ class Coordinator:
         if spent > 0.5 * o.window_s:
             self.log(f"window {iso(b)}: analysis took {spent:.2f} s ({res.probes} probes)")
         self._write_status(time.time())
+
+    def _log_event(self, rec: dict, b: float) -> None:
+        jobs = [j["job_id"] for j in rec.get("jobs", [])]
+        self.log(f"event {rec['kind']}: {rec['id']} {rec['element']['type']} "
+                 f"{rec['element'].get('direction') or rec['element']['id']} {rec['metric']} "
+                 f"({rec['severity']}, jobs {jobs}, window end {iso(b)}, closed "
+                 f"{time.time() - b:.2f} s after it)"
+                 + (f", refined from {rec['refined_from']['type']} {rec['refined_from']['id']}"
+                    if rec["kind"] == "update" and rec.get("refined_from") else ""))
 
     def _window_doc(self, res) -> dict:
         return {"t_end": res.t_end, "elements": res.elements,
