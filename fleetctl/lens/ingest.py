@@ -46,6 +46,7 @@ class Ingest:
         self.summaries: dict[int, list[WindowSummary]] = {}
         self.received: dict[int, list[np.ndarray]] = {}
         self.summary_rows = 0
+        self.window_ns: int | None = None  # the agents' summary window, once one has sent
         self.ahead = 0  # probes summarized for windows far ahead of the wall clock (dropped)
 
     def add(self, node: str, batch: dict, now: float) -> None:
@@ -123,7 +124,7 @@ class Ingest:
     def close_summary(self, a_ns: int, b_ns: int) -> WindowSummary | None:
         """The merged summaries of the window [a_ns, b_ns) (one summary window), with each
         row's `received` from the responders' counts; None when no agent sends summaries."""
-        w_ns = getattr(self, "window_ns", None)
+        w_ns = self.window_ns
         if w_ns is None:
             return None
         lo, hi = a_ns // w_ns, max(a_ns // w_ns + 1, b_ns // w_ns)
