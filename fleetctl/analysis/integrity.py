@@ -52,6 +52,11 @@ class HostOverload:
     probes_set_aside: int = 0
     alive: tuple[int, int] | None = None  # first window start, last window end (ns)
     probes_outside_alive: int = 0  # sent to it while its agent was not running
+    # its answer log is in for probes sent before this (ns): the log leaves with the health row
+    # that ends when the batch is cut, and a probe is logged when answered, up to one echo
+    # timeout after its send
+    log_complete_before: int | None = None
+    probes_log_pending: int = 0  # sent to it after its answer log is complete: set aside
 
 
 def overload_marks(health: dict, hosts: list[str],
@@ -74,6 +79,8 @@ def overload_marks(health: dict, hosts: list[str],
         t_start = data[:, col["t_start_ns"]]
         ho.alive = (int(t_start.min() + th.alive_guard_s * 1e9),
                     int((t_start + dur * 1e9).max() - th.alive_guard_s * 1e9))
+        ho.log_complete_before = int((t_start + dur * 1e9).max()
+                                     - min(max(th.echo_timeout_s, 0.0), 60.0) * 1e9)
         for name in COUNT_FIELDS:
             if name in col:
                 v = data[:, col[name]]
@@ -132,6 +139,7 @@ def probes_kept(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str],
     for hi, n in zip(*np.unique(dst_h[outside], return_counts=True)):
         marks[hosts[int(hi)]].probes_outside_alive += int(n)
     keep &= ~outside
+    keep &= ~_log_pending(probes, t, dst_h, hosts, marks, keep)
     # overloaded intervals of every host in one sorted key space: host * span + time, so one
     # searchsorted per end answers for all hosts at once (no pass over the probes per host)
     ivs = [(hi, iv) for hi, host in enumerate(hosts)
@@ -156,6 +164,29 @@ def probes_kept(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str],
         hit |= hit_here
     keep &= ~hit
     return keep
+
+
+def _log_pending(probes: np.ndarray, t: np.ndarray, dst_h: np.ndarray, hosts: list[str],
+                 marks: dict[str, HostOverload], keep: np.ndarray) -> np.ndarray:
+    """Probes to a responder sent after its answer log is complete (its batch late): of the
+    unanswered, lost out and lost back cannot be told apart, and a guess blames the other
+    direction's links. Cut by send time, answered or not, so the loss share is not biased."""
+    until = np.full(len(hosts) + 1, np.iinfo(np.int64).max)
+    for hi, host in enumerate(hosts):
+        m = marks.get(host)
+        if m is not None and m.log_complete_before is not None:
+            until[hi] = m.log_complete_before
+    pending = keep & (dst_h >= 0) & (t >= until[dst_h])
+    for hi, n in zip(*np.unique(dst_h[pending], return_counts=True)):
+        marks[hosts[int(hi)]].probes_log_pending += int(n)
+    return pending
+
+
+def responders_log_pending(marks: dict[str, HostOverload], b_ns: int) -> set[str]:
+    """Hosts whose answer log for probes sent before b_ns is not all in: per-window summaries
+    cannot tell which of their rows' probes were lost out and which back."""
+    return {h for h, m in marks.items()
+            if m.log_complete_before is not None and m.log_complete_before < b_ns}
 
 
 def hosts_set_aside(marks: dict[str, HostOverload], a_ns: int, b_ns: int) -> set[str]:

@@ -158,9 +158,12 @@ def flow_rows(s: WindowSummary, flows: np.ndarray) -> np.ndarray:
 
 
 def path_figures(s: WindowSummary, flows: np.ndarray, n_paths: int, nic_host: np.ndarray,
-                 clock: ClockModel | None = None, epoch_ns: int = 0) -> PathFigures:
+                 clock: ClockModel | None = None, epoch_ns: int = 0,
+                 loss_known: np.ndarray | None = None) -> PathFigures:
     """Per path: probes, lost and delay (one-way with a clock model, else half the round trip
-    less the turnaround), from NIC-pair rows (loops: `loop_figures`)."""
+    less the turnaround), from NIC-pair rows (loops: `loop_figures`). Rows where `loss_known` is
+    False (their responder's answer count not in) give delays only: their unanswered probes
+    cannot be split into lost out and lost back."""
     r = s.rows
     fi = flow_rows(s, flows)
     fwd_path, rev_path = flows["fwd_path"][fi].astype(np.int64), flows["rev_path"][fi].astype(np.int64)
@@ -171,11 +174,13 @@ def path_figures(s: WindowSummary, flows: np.ndarray, n_paths: int, nic_host: np
     recv = np.clip(r["received"].astype(np.int64), ans, sent)
     d_fwd, d_rev = _delays_us(r, flows, fi, nic_host, clock, epoch_ns)
     f_ok, b_ok = fwd_path >= 0, (rev_path >= 0) & (recv > 0)
+    delay = np.concatenate([np.where(ans > 0, d_fwd, np.nan)[f_ok],
+                            np.where(ans > 0, d_rev, np.nan)[b_ok]])
+    if loss_known is not None:
+        sent, recv, ans = (np.where(loss_known, x, 0) for x in (sent, recv, ans))
     keys = np.concatenate([fwd_path[f_ok], rev_path[b_ok]])
     n_sent = np.concatenate([sent[f_ok], recv[b_ok]])
     n_lost = np.concatenate([(sent - recv)[f_ok], (recv - ans)[b_ok]])
-    delay = np.concatenate([np.where(ans > 0, d_fwd, np.nan)[f_ok],
-                            np.where(ans > 0, d_rev, np.nan)[b_ok]])
     out_sent = np.bincount(keys, weights=n_sent, minlength=n_paths).astype(np.int64)
     out_lost = np.bincount(keys, weights=n_lost, minlength=n_paths).astype(np.int64)
     ok = np.isfinite(delay)

@@ -102,7 +102,8 @@ class Coordinator:
         self.plan = LensPlan(self.site, nodes, self.transport, o, self.log)
         self.log(f"plan: {json.dumps(self.plan.summary())}")
         self.outputs.set_plan(self.plan)
-        self.analyzer = WindowAnalyzer(self.plan.topo, self.plan.paths, self.plan.flows, o.solver)
+        self.analyzer = WindowAnalyzer(self.plan.topo, self.plan.paths, self.plan.flows, o.solver,
+                                       echo_timeout_s=o.echo_timeout_s)
         self.baselines = PathBaselines(len(self.plan.paths))
         self.clock = ClockTracker(self.analyzer.hosts, self.analyzer.nic_host,
                                   jump_us=o.clock_jump_us, max_drift_ppm=o.clock_max_drift_ppm)
@@ -232,16 +233,15 @@ class Coordinator:
         for st in self.supervisor.state.values():
             st.overloaded = st.node in res.overloaded
         findings = res.findings + self.clock.findings(b, set(res.overloaded) | set(res.blind))
-        notes = {n["element"]["id"]: n for n in res.host_side}
-        for host in sorted(set(notes) - self.host_side):  # once per episode, not every window
-            self.log(f"window {iso(b)}: {notes[host]['note']} (not an event)")
-        self.host_side = set(notes)
-        if notes:
-            self.counters["windows_with_host_side_delay"] = \
-                self.counters.get("windows_with_host_side_delay", 0) + 1
+        notes = self._note_host_side(res, b)
         # hosts blind or overloaded: the window says nothing about what their probes cross, so
         # it neither opens nor closes anything there (a fault outlives an agent restart)
-        silent = set(self.tracker.loc) if (blind or res.overloaded or res.probes == 0) else set()
+        # (nor does a window with a responder's answer log late: its loss was left out)
+        silent = set(self.tracker.loc) if (blind or res.overloaded or res.log_pending or
+                                           res.probes == 0) else set()
+        if res.loss_unknown:
+            self.counters["probes_loss_unknown"] = \
+                self.counters.get("probes_loss_unknown", 0) + res.loss_unknown
         records = self.tracker.window(a, b, findings, silent)
         for rec in records:
             self.outputs.event(rec)
@@ -253,7 +253,8 @@ class Coordinator:
                 self.counters.get("windows_with_findings", 0) + 1
         self.last_window = {"t_start": a, "t_end": b, "probes": res.probes,
                             "set_aside": res.set_aside, "overloaded": res.overloaded,
-                            "blind": res.blind, "findings": len(res.findings),
+                            "blind": res.blind, "answer_log_pending": res.log_pending,
+                            "findings": len(res.findings),
                             "host_side_delay": sorted(notes),
                             "late_records": self.ingest.late}
         self.outputs.window(self._window_doc(res), probes, health, self.last_window,
@@ -266,6 +267,17 @@ class Coordinator:
         if spent > 0.5 * o.window_s:
             self.log(f"window {iso(b)}: analysis took {spent:.2f} s ({res.probes} probes)")
         self._write_status(time.time())
+
+    def _note_host_side(self, res, b: float) -> dict:
+        """The window's host-side delay notes by host, logged once per episode, not per window."""
+        notes = {n["element"]["id"]: n for n in res.host_side}
+        for host in sorted(set(notes) - self.host_side):
+            self.log(f"window {iso(b)}: {notes[host]['note']} (not an event)")
+        self.host_side = set(notes)
+        if notes:
+            self.counters["windows_with_host_side_delay"] = \
+                self.counters.get("windows_with_host_side_delay", 0) + 1
+        return notes
 
     def _log_event(self, rec: dict, b: float) -> None:
         jobs = [j["job_id"] for j in rec.get("jobs", [])]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetctl.analysis.integrity import host_delay_note, hosts_set_aside, overload_marks, \
-    probes_kept
+from fleetctl.analysis.integrity import IntegrityThresholds, host_delay_note, hosts_set_aside, \
+    overload_marks, probes_kept, responders_log_pending
 from fleetctl.analysis.rollup import is_host_side
 from fleetctl.analysis.signals import Thresholds
 from fleetctl.analysis.step import ElementIndex, WindowStep, element_stats
@@ -37,6 +37,10 @@ class WindowResult:
     elements: list[dict] = field(default_factory=list)  # per link direction / switch / NIC
     overloaded: list[str] = field(default_factory=list)  # hosts set aside for overload
     blind: list[str] = field(default_factory=list)  # hosts whose agent was not running
+    # responders whose answer log was not all in when the window closed (their batch late): the
+    # loss direction of probes to them is unknown, their loss is left out (delays are kept)
+    log_pending: list[str] = field(default_factory=list)
+    loss_unknown: int = 0  # probes whose loss was left out so
     host_side: list[dict] = field(default_factory=list)  # probe.host_delay notes (not events)
     probes: int = 0
     set_aside: int = 0
@@ -48,8 +52,9 @@ class WindowAnalyzer:
     """Built once per plan (topology, traced paths, flow table); `analyze` per window."""
 
     def __init__(self, topo: Topology, paths: PathTable, flows: np.ndarray, solver: str = "nnls",
-                 th: Thresholds | None = None):
+                 th: Thresholds | None = None, echo_timeout_s: float = 1.0):
         self.topo, self.paths, self.flows = topo, paths, flows
+        self.integrity = IntegrityThresholds(echo_timeout_s=echo_timeout_s)  # the agents'
         self.step = WindowStep(topo, paths, solver, th)  # the probe engine's window step, as audit's
         self.th = self.step.th
         self.hosts, self.nic_host = topo.hosts, topo.nic_host_index
@@ -73,7 +78,7 @@ class WindowAnalyzer:
         leaf share every path but the loop probes', and a window with few loop losses can name
         the twin once."""
         out = WindowResult(t_start, t_end, blind=sorted(blind))
-        marks = overload_marks(health, self.hosts)
+        marks = overload_marks(health, self.hosts, self.integrity)
         out.overloaded = sorted(h for h, m in marks.items() if m.overloaded)
         if data.size == 0:
             return out
@@ -106,6 +111,8 @@ class WindowAnalyzer:
         """Per-probe records (`audit --mesh`'s, or lens agents in record mode): the probes kept
         (NIC pairs) and the window's per-path figures, or (.., None) when nothing is left."""
         keep = probes_kept(probes, self.nic_host, self.hosts, marks)
+        out.log_pending = sorted(h for h, m in marks.items() if m.probes_log_pending)
+        out.loss_unknown = sum(m.probes_log_pending for m in marks.values())
         if blind:
             bad_h = np.array([h in blind for h in self.hosts] + [False])  # last: a loop's end
             dst = probes["dst_nic"]
@@ -138,8 +145,17 @@ class WindowAnalyzer:
         pair = keep & (dst >= 0)
         if not pair.any():
             return s.select(pair), None
+        pending = responders_log_pending(marks, int(t_end * 1e9)) - aside
+        loss_known = None
+        if pending:
+            out.log_pending = sorted(pending)
+            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
+            late = np.array([h in pending for h in self.hosts] + [False])[dst_h][pair]
+            out.loss_unknown = int(s.rows["sent"][pair][late].sum())
+            loss_known = ~late
         n_p = len(self.paths)
-        fig = path_figures(s.select(pair), self.flows, n_p, self.nic_host, clock, epoch)
+        fig = path_figures(s.select(pair), self.flows, n_p, self.nic_host, clock, epoch,
+                           loss_known)
         w = Windows(t_end - t_start, np.array([int(t_start * 1e9)]), fig.sent[None],
                     fig.lost[None], fig.p50_us[None], fig.p99_us[None], clock is not None)
         loops = keep & (dst < 0)

@@ -98,7 +98,9 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
                  "hosts_with_health": len(marks), "triangulated": bool(usable),
                  "probes_to_agents_not_running": {h: m.probes_outside_alive
                                                   for h, m in marks.items()
-                                                  if m.probes_outside_alive}}
+                                                  if m.probes_outside_alive},
+                 "probes_answer_log_pending": {h: m.probes_log_pending for h, m in marks.items()
+                                               if m.probes_log_pending}}
     table = health_table(topo, run.paths, w)
     return Analysis(findings, clock, w, solver, table, _clock_summary(run, clock, all_pair), integrity,
                     measurability(table, dropped, fdr))
