@@ -271,10 +271,11 @@ def test_flapping_link_is_one_flapping_event(lens):
     try:
         ev = _one_event(lens, before, lambda e: "node8:eth1" in e["element"]["id"]
                         and e["metric"] == "flapping", timeout=EVENT_WITHIN_S + 10)
-        # the period lens measured, against the one the flapper kept (a down every 2 s asked; on
-        # a loaded 2-core machine its rerouting can run late, CI saw 5.0 s): within one window,
-        # or 60 % when a down start fell between bins and one interval counts double (CI: 3.0 s
-        # against 1.98 s)
+        # the period lens measured, against the one the flapper kept: within one window, or
+        # 60 % when a down start fell between bins and one interval counts double. (CI saw 3, 4
+        # and 5 s against 2 s while the lab's cable, once up, could pass nothing for ~1 s: the
+        # network skipped whole cycles; faults.restore_link now flushes the neighbour entries
+        # that caused it)
         downs = _flapper_downs(t0 - 1)
         real = (downs[-1] - downs[0]) / (len(downs) - 1) if len(downs) > 1 else 2.0
         assert ev["flap"]["count"] >= 3 and ev["flap"]["period_s"] >= 1.0, ev["flap"]
