@@ -42,17 +42,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleetctl.analysis.summaries import SUMMARY_DTYPE  # noqa: E402
 from fleetctl.config.site import parse_site  # noqa: E402
+from fleetctl.mesh.collect import summary_wire_dtypes  # noqa: E402
 from fleetctl.model.fabric import FLOW_DTYPE, PROBE_DTYPE, PathTable, Topology  # noqa: E402
 from tests.support.fabrics import mix64  # noqa: E402  (the per-switch ECMP hash)
 
 EPOCH_NS = 1_800_000_000_000_000_000
-SUMMARY_FIELDS = [n for n in SUMMARY_DTYPE.names if n != "received"]  # what an agent sends
-# the agents' packed rows (mesh/summary.py ROW, RECEIVED_ROW)
-ROW_DTYPE = np.dtype([(n, "<u4" if n in ("flow", "sent", "answered") else "<i8")
-                      for n in SUMMARY_FIELDS])
-RECEIVED_ROW_DTYPE = np.dtype([("window", "<i8"), ("flow", "<u4"), ("count", "<u4")])
+# the agents' packed rows (mesh/summary.py ROW, RECEIVED_ROW), as the coordinator decodes them
+ROW_DTYPE, RECEIVED_ROW_DTYPE = summary_wire_dtypes()
+SUMMARY_FIELDS = list(ROW_DTYPE.names)  # what an agent sends
 BACKGROUND_LOSS = 2e-5  # per element crossed: ~1e-4 per path, rare drops on a healthy fabric
 def fabric(sus: float, nodes_per_su: int = 256) -> Topology:
     n_su = max(1, int(np.ceil(sus)))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetctl.analysis.clock import ClockModel
+from fleetctl.analysis.windows import FlowIndex
 from fleetctl.model.fabric import PROBE_DTYPE, group_quantiles
 from fleetctl.model.summary import MAX_BINS, SUMMARY_DTYPE, WindowSummary
 
@@ -151,10 +152,18 @@ class PathFigures:
 
 
 def flow_rows(s: WindowSummary, flows: np.ndarray) -> np.ndarray:
-    """Row of each summary's flow in the flow table."""
-    from fleetctl.analysis.windows import _flow_rows
+    """Row of each summary's flow in the flow table: the index the summary carries (set by
+    `index_flows`, once per window), else looked up."""
+    if s.flow_index is not None:
+        return s.flow_index
+    return FlowIndex(flows["flow"]).rows(s.rows["flow"])
 
-    return _flow_rows(s.rows["flow"], flows["flow"])
+
+def index_flows(s: WindowSummary, index: FlowIndex) -> WindowSummary:
+    """The summary with its rows' flow-table rows found once, carried by `select` (a window's
+    steps looked them up five times, sorting the flow table each time)."""
+    s.flow_index = index.rows(s.rows["flow"])
+    return s
 
 
 def path_figures(s: WindowSummary, flows: np.ndarray, n_paths: int, nic_host: np.ndarray,

@@ -140,18 +140,28 @@ def add_pair_figures(w: Windows, probes: np.ndarray, n_nics: int, nic_host: np.n
     _pair_figures(w, probes, slot, n_w, n_nics, d_fwd)
 
 
+class FlowIndex:
+    """Rows of flow ids in a flow table: sorted once (per plan), one searchsorted per call (a
+    dict lookup per probe took most of a 10-million-probe run's window step)."""
+
+    def __init__(self, flow_ids: np.ndarray):
+        self.order = np.argsort(flow_ids, kind="stable")
+        self.ids = flow_ids[self.order]
+
+    def rows(self, probe_flows: np.ndarray) -> np.ndarray:
+        ids = self.ids
+        pos = np.searchsorted(ids, probe_flows)
+        bad = (pos >= len(ids)) | (ids[np.minimum(pos, len(ids) - 1)] != probe_flows) \
+            if len(ids) else np.ones(len(probe_flows), dtype=bool)
+        if bad.any():
+            raise DataError(f"probe names flow {int(probe_flows[np.argmax(bad)])} that the flow "
+                            f"table lacks")
+        return self.order[pos].astype(np.int64)
+
+
 def _flow_rows(probe_flows: np.ndarray, flow_ids: np.ndarray) -> np.ndarray:
-    """Row of each probe's flow in the flow table (vectorized: a dict lookup per probe took most
-    of a 10-million-probe run's window step)."""
-    order = np.argsort(flow_ids, kind="stable")
-    ids = flow_ids[order]
-    pos = np.searchsorted(ids, probe_flows)
-    bad = (pos >= len(ids)) | (ids[np.minimum(pos, len(ids) - 1)] != probe_flows) if len(ids) \
-        else np.ones(len(probe_flows), dtype=bool)
-    if bad.any():
-        raise DataError(f"probe names flow {int(probe_flows[np.argmax(bad)])} that the flow table "
-                        f"lacks")
-    return order[pos].astype(np.int64)
+    """Row of each probe's flow in the flow table."""
+    return FlowIndex(flow_ids).rows(probe_flows)
 
 
 def _pair_figures(out: Windows, probes: np.ndarray, w: np.ndarray, n_w: int, n_nics: int,

@@ -19,8 +19,9 @@ from fleetctl.analysis.integrity import IntegrityThresholds, host_delay_note, ho
 from fleetctl.analysis.rollup import is_host_side
 from fleetctl.analysis.signals import Thresholds
 from fleetctl.analysis.step import ElementIndex, WindowStep, element_stats
-from fleetctl.analysis.summaries import WindowSummary, flow_rows, loop_figures, path_figures
-from fleetctl.analysis.windows import Windows, build_windows
+from fleetctl.analysis.summaries import WindowSummary, flow_rows, index_flows, loop_figures, \
+    path_figures
+from fleetctl.analysis.windows import FlowIndex, Windows, build_windows
 from fleetctl.lens.jobs import element_columns
 from fleetctl.mesh.loops import add_loop_stats, place_loop_figures
 from fleetctl.model.fabric import PathTable, Topology, WindowStats
@@ -60,6 +61,7 @@ class WindowAnalyzer:
         self.hosts, self.nic_host = topo.hosts, topo.nic_host_index
         self.inc_orig = paths.matrix(topo.n_elements).tocsc()
         self.element_index = ElementIndex(self.step.inc)  # per-element figures, once per plan
+        self.flow_index = FlowIndex(flows["flow"])  # summaries' flows -> rows, once per plan
         self.report_cols = np.array([e for e, el in enumerate(topo.elements)
                                      if el.type in ("link", "switch", "nic")], dtype=np.int64)
         # location -> "up"/"down"/None at the end of the last window that judged it: a flap whose
@@ -131,8 +133,9 @@ class WindowAnalyzer:
     def _summary_windows(self, s: WindowSummary, t_start: float, t_end: float, marks: dict,
                          blind: set[str], clock, epoch: int, out: WindowResult):
         """Per-flow summaries (lens agents' default): the same figures from O(flows) rows;
-        a host overloaded or not running in the window is set aside for all of it."""
-        fi = flow_rows(s, self.flows)
+        a host overloaded or not running in the window is set aside for all of it. The summary
+        keeps its rows' flow-table rows (the caller's clock step uses them too)."""
+        fi = index_flows(s, self.flow_index).flow_index
         aside = set(blind) | hosts_set_aside(marks, int(t_start * 1e9), int(t_end * 1e9))
         src, dst = self.flows["src_nic"][fi], self.flows["dst_nic"][fi]
         keep = np.ones(s.rows.size, dtype=bool)

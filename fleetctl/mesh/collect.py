@@ -289,6 +289,16 @@ def _bounded_array(doc: dict, name: str, dtype, n: int, node: str) -> np.ndarray
     return np.frombuffer(raw, dtype=dtype)
 
 
+def summary_wire_dtypes() -> tuple[np.dtype, np.dtype]:
+    """The agents' packed summary rows and responder counts (mesh/summary.py ROW and
+    RECEIVED_ROW) as numpy dtypes, derived from the same field lists."""
+    from fleetctl.mesh.summary import RECEIVED_FIELDS, SUMMARY_FIELDS
+
+    codes = {"q": "<i8", "I": "<u4"}
+    return (np.dtype([(name, codes[code]) for name, code in SUMMARY_FIELDS]),
+            np.dtype([(name, codes[code]) for name, code in RECEIVED_FIELDS]))
+
+
 def decode_summary(doc: dict, node: str):
     """(WindowSummary, responder counts as RECEIVED_DTYPE rows) of one agent batch's "summary"
     (mesh/summary.py); DataError for anything malformed or out of bounds."""
@@ -308,9 +318,7 @@ def decode_summary(doc: dict, node: str):
     if not (0 <= n <= MAX_SUMMARY_ROWS and 0 <= n_r <= MAX_SUMMARY_ROWS and
             0 <= n_b <= n * (1 + 2 * n_bins) and n_b % (1 + 2 * n_bins) == 0):
         raise DataError(f"{node}: summary sizes out of range")
-    codes = {"q": "<i8", "I": "<u4"}
-    wire_rows = np.dtype([(name, codes[code]) for name, code in SUMMARY_FIELDS])
-    wire_got = np.dtype([(name, codes[code]) for name, code in RECEIVED_FIELDS])
+    wire_rows, wire_got = summary_wire_dtypes()
     rows = np.zeros(n, SUMMARY_DTYPE)
     if n:
         packed = _bounded_array(parts[0], "data", wire_rows, n, node)

@@ -23,6 +23,8 @@ class WindowSummary:
     bin_rows: np.ndarray  # (K,) rows with an unanswered probe
     bin_sent: np.ndarray  # (K, n_bins) probes sent per bin of the window
     bin_lost: np.ndarray  # (K, n_bins) of them unanswered
+    # each row's flow in the analyzer's flow table, once found (analysis.summaries.index_flows)
+    flow_index: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -39,4 +41,5 @@ class WindowSummary:
         new_index = np.cumsum(keep) - 1
         b = keep[self.bin_rows] if self.bin_rows.size else np.zeros(0, bool)
         return WindowSummary(self.window_ns, self.n_bins, self.rows[keep],
-                             new_index[self.bin_rows[b]], self.bin_sent[b], self.bin_lost[b])
+                             new_index[self.bin_rows[b]], self.bin_sent[b], self.bin_lost[b],
+                             None if self.flow_index is None else self.flow_index[keep])

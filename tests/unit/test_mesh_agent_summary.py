@@ -171,3 +171,23 @@ def test_the_ring_holds_a_whole_summary_window_and_its_echo_timeout():
     sends_per_s = 1000 * len(summary.pairs)
     assert summary.rec.size >= 1.5 * sends_per_s * (1.0 + 0.2 + 2 * 0.25)
     assert summary.rec.size > stream.rec.size
+
+
+def test_a_summarys_flow_rows_are_found_once_and_follow_its_selections():
+    from fleetctl.analysis.summaries import flow_rows, index_flows
+    from fleetctl.analysis.windows import FlowIndex
+    from fleetctl.model.summary import WindowSummary
+
+    flows = np.zeros(4, FLOW_DTYPE)
+    flows["flow"] = [9, 3, 5, 7]
+    s = WindowSummary.empty(1_000_000_000)
+    s.rows = np.zeros(3, s.rows.dtype)
+    s.rows["flow"] = [5, 3, 9]
+    assert flow_rows(s, flows).tolist() == [2, 1, 0]  # looked up
+    index_flows(s, FlowIndex(flows["flow"]))
+    flows["flow"] = [0, 1, 2, 3]  # the carried index is used, not a new lookup
+    assert flow_rows(s, flows).tolist() == [2, 1, 0]
+    assert flow_rows(s.select(np.array([True, False, True])), flows).tolist() == [2, 0]
+    s.rows["flow"][0] = 4
+    with pytest.raises(DataError, match="flow 4"):
+        index_flows(s, FlowIndex(np.array([9, 3, 5, 7])))
