@@ -183,7 +183,9 @@ def write_ssh_keys(lab: Path, layout: LabLayout, env: dict[str, str]) -> dict:
                    "ssh keys")
         kind, blob = Path(f"{key}.pub").read_text().split()[:2]
         known.append(f"{host.name},{host.mgmt_address} {kind} {blob}")
-        setenv = "SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()) + "\n" if env else ""
+        # SHLVL=1: bash run by sshd skips ~/.bashrc only below level 2, and a session of the lab
+        # must not depend on root's dotfiles (a pyenv shim's stale lock there hung every session)
+        setenv = "SetEnv " + " ".join(f"{k}={v}" for k, v in {"SHLVL": "1", **env}.items()) + "\n"
         (hd / "sshd_config").write_text(_SSHD_CONF.format(
             address=host.mgmt_address, host_key=key, authorized=d / "authorized_keys", setenv=setenv))
     (d / "known_hosts").write_text("\n".join(known) + "\n")
