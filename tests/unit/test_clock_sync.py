@@ -100,11 +100,15 @@ def test_max_margin_line_matches_a_general_lp_solver():
     for trial in range(200):
         n = int(rng.integers(2, 33))
         true_a, true_b = rng.normal(0, 1e-3), rng.normal(0, 2e-5)
-        ut, lt = np.sort(rng.uniform(-5, 5, n)), np.sort(rng.uniform(-5, 5, n))
+        ut, lt = rng.uniform(-5, 5, n), rng.uniform(-5, 5, n)  # any order (hulls sort)
+        if trial % 4 == 1:
+            ut, lt = np.round(ut), np.round(lt)  # equal times: vertical hull edges
         uv = true_a + true_b * ut + rng.exponential(5e-6, n) + 2e-6
         lv = true_a + true_b * lt - rng.exponential(5e-6, n) - 2e-6
         if trial % 10 == 0:
             lv = lv + 1e-5  # overlapping bounds: a negative margin
+        if trial % 7 == 3:
+            uv, lv = true_a + true_b * ut + 3e-6, true_a + true_b * lt - 3e-6  # collinear
         a, b, m = max_margin_line(ut, uv, lt, lv)
         scale = 1e-5
         res = linprog([0, 0, -1], A_ub=np.vstack([np.column_stack([np.ones(n), ut, np.ones(n)]),
