@@ -116,7 +116,7 @@ class WindowAnalyzer:
         out.log_pending = sorted(h for h, m in marks.items() if m.probes_log_pending)
         out.loss_unknown = sum(m.probes_log_pending for m in marks.values())
         if blind:
-            bad_h = np.array([h in blind for h in self.hosts] + [False])  # last: a loop's end
+            bad_h = self._host_mask(blind)
             dst = probes["dst_nic"]
             dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
             keep &= ~(bad_h[self.nic_host[probes["src_nic"]]] | bad_h[dst_h])
@@ -138,10 +138,10 @@ class WindowAnalyzer:
         fi = index_flows(s, self.flow_index).flow_index
         aside = set(blind) | hosts_set_aside(marks, int(t_start * 1e9), int(t_end * 1e9))
         src, dst = self.flows["src_nic"][fi], self.flows["dst_nic"][fi]
+        dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)  # -1: a loop's end
         keep = np.ones(s.rows.size, dtype=bool)
         if aside:
-            bad_h = np.array([h in aside for h in self.hosts] + [False])  # last: a loop's end
-            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
+            bad_h = self._host_mask(aside)
             keep = ~(bad_h[self.nic_host[src]] | bad_h[dst_h])
         out.probes = s.size
         out.set_aside = int(s.rows["sent"][~keep].sum())
@@ -152,8 +152,7 @@ class WindowAnalyzer:
         loss_known = None
         if pending:
             out.log_pending = sorted(pending)
-            dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
-            late = np.array([h in pending for h in self.hosts] + [False])[dst_h][pair]
+            late = self._host_mask(pending)[dst_h][pair]
             out.loss_unknown = int(s.rows["sent"][pair][late].sum())
             loss_known = ~late
         n_p = len(self.paths)
@@ -167,6 +166,11 @@ class WindowAnalyzer:
             place_loop_figures(w, cols, sent[None], lost[None], q[:, None, :], self.topo,
                                self.paths)
         return s.select(pair), w
+
+    def _host_mask(self, hosts: set[str]) -> np.ndarray:
+        """Per host index, whether it is in `hosts`; one more slot, False, for index -1 (no
+        responder: a loop's end)."""
+        return np.array([h in hosts for h in self.hosts] + [False])
 
     def _mark_down(self, out: WindowResult, probes: np.ndarray, silent: bool) -> None:
         """Loss findings whose probes went from getting through to all lost inside the window: the
