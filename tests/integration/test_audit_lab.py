@@ -108,9 +108,10 @@ def test_xid_repaired_by_gpu_reset_is_acknowledged_by_resume(lab, capsys, clean)
     node = "node4"
     log = lab.site.checks["kernel_log"].format(node=node)
 
-    def xid_line():
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-        return f"{stamp},000000+00:00 NVRM: Xid (PCI:0000:5d:00): 48, pid=77, name=python3, DBE\n"
+    def xid_line():  # dmesg --time-format iso: microseconds, so a line just after the watermark is after it
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        return f"{stamp},{int(now % 1 * 1e6):06d}+00:00 NVRM: Xid (PCI:0000:5d:00): 48, pid=77, name=python3, DBE\n"
 
     original = Path(log).read_text() if Path(log).exists() else ""
     try:
@@ -128,7 +129,7 @@ def _acknowledge_by_resume(lab, capsys, node, log, xid_line):
     # Without an acknowledgement the same log keeps the node drained.
     rc, report = fleetctl_json(capsys, "audit", node, "--level", "quick", "--resume", "--dry-run")
     assert report["actions"]["resume"] == []
-    time.sleep(1.1)  # the watermark has one-second log timestamps to its left
+    time.sleep(0.1)  # the watermark is later than the line
     rc, report = fleetctl_json(capsys, "audit", node, "--level", "quick", "--resume")
     assert rc == 0 and report["actions"]["resumed"] == [node], report["actions"]
     scan = {r["code"]: r for r in by_node(report)[node]["results"]}["xid.scan"]
