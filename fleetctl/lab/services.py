@@ -189,7 +189,11 @@ def write_ssh_keys(lab: Path, layout: LabLayout, env: dict[str, str]) -> dict:
         (hd / "sshd_config").write_text(_SSHD_CONF.format(
             address=host.mgmt_address, host_key=key, authorized=d / "authorized_keys", setenv=setenv))
     (d / "known_hosts").write_text("\n".join(known) + "\n")
-    return {"identity_file": str(client), "known_hosts": str(d / "known_hosts")}
+    # For OpenSSH itself (the tree transport's hops, pdsh): node names to management addresses.
+    config = [line for h in layout.hosts for line in (f"Host {h.name}", f"  HostName {h.mgmt_address}")]
+    (d / "ssh_config").write_text("\n".join(config) + "\n")
+    return {"identity_file": str(client), "known_hosts": str(d / "known_hosts"),
+            "ssh_config": str(d / "ssh_config")}
 
 
 def start_sshds(lab: Path, layout: LabLayout, uts: dict[str, str], mount_ns: str | None = None) -> list[dict]:

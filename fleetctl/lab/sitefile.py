@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from fleetctl.config.tomlwrite import toml_key, toml_value
 from fleetctl.lab import gpusim
 from fleetctl.lab.slurmconf import PARTITION
 from fleetctl.lab.topology import NIC_MTU, NIC_RATE_GBPS, LabLayout
+from fleetctl.nodeset import fold
 
 
 def site_document(layout: LabLayout, lab: Path, *, slurm_conf: str, ssh: dict, cpus: int) -> dict:
@@ -35,6 +37,11 @@ def site_document(layout: LabLayout, lab: Path, *, slurm_conf: str, ssh: dict, c
         access["ssh"] = {"user": "root", "identity_file": ssh["identity_file"],
                          "known_hosts": ssh["known_hosts"], "host_key_policy": "strict",
                          "addresses": {h.name: h.mgmt_address for h in layout.hosts}}
+        # The tree transport: the first host under each leaf is its rack's gateway; every host
+        # shares this machine's file system, so fleetctl's own Python (with ClusterShell) is theirs.
+        gateways = {h.leaf: h.name for h in reversed(layout.hosts)}
+        access["tree"] = {"gateways": fold(gateways.values()), "ssh_config": ssh["ssh_config"],
+                          "python": sys.executable}
     doc = {
         "cluster": {"name": "lab", "description": f"fleetctl lab: {p.hosts} hosts x {p.nics_per_host} "
                     f"NICs, {p.leaves} leaves, {p.spines} spines (emulated on one machine)"},

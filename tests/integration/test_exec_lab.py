@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +32,7 @@ def site_env(lab, monkeypatch):
     return lab
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "tree"])
 def test_exec_every_node(site_env, capsys, transport):
     lab = site_env
     nodes = fold(lab.nodes)
@@ -45,7 +46,7 @@ def test_exec_every_node(site_env, capsys, transport):
     assert f"{nodes} ({len(lab.nodes)})" in out
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "tree"])
 def test_per_node_exit_status(site_env, capsys, transport):
     lab = site_env
     first, second = lab.nodes[0], lab.nodes[1]
@@ -58,7 +59,7 @@ def test_per_node_exit_status(site_env, capsys, transport):
     assert by_node[first]["status"] == "ok" and by_node[first]["stdout"] == "hi\n"
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "tree"])
 def test_hung_node_times_out_others_reported(site_env, transport):
     lab = site_env
     hung = lab.nodes[-1]
@@ -72,7 +73,7 @@ def test_hung_node_times_out_others_reported(site_env, transport):
     assert took < 20
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN, "local"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "local", "tree"])
 def test_python_payload(site_env, transport):
     lab = site_env
     with get_transport(transport, site=lab.site) as t:
@@ -126,6 +127,49 @@ def test_unreachable_lab_address(site_env):
     with get_transport("ssh", options) as t:
         [ghost, real] = t.run(["ghost", lab.nodes[0]], "true")
     assert ghost.status == "unreachable" and real.ok
+
+
+def tree_options(lab, tmp_path, **changes) -> FanoutOptions:
+    """The lab's tree settings with an ssh_config that also names two hosts that are not there."""
+    options = FanoutOptions.from_site(lab.site)
+    config = tmp_path / "ssh_config"
+    config.write_text(Path(options.tree_ssh_config).read_text()
+                      + "Host ghost\n  HostName 10.250.0.250\nHost closed\n  HostName 10.250.0.11\n  Port 1\n")
+    options.tree_ssh_config, options.connect_timeout = str(config), 1.5
+    for key, value in changes.items():
+        setattr(options, key, value)
+    return options
+
+
+def test_tree_reports_each_node_behind_a_gateway_as_ssh_saw_it(site_env, tmp_path):
+    lab = site_env
+    with get_transport("tree", tree_options(lab, tmp_path)) as t:
+        results = {r.node: r for r in t.run([*lab.nodes, "ghost", "closed"], "echo $FLEETCTL_NODE")}
+    assert all(results[n].ok and results[n].stdout == f"{n}\n" for n in lab.nodes)
+    assert results["ghost"].status == "unreachable" and "10.250.0.250" in results["ghost"].error
+    assert results["closed"].status == "refused" and "Connection refused" in results["closed"].error
+
+
+def test_tree_moves_a_dead_gateways_nodes_to_the_others(site_env, tmp_path):
+    lab = site_env
+    gateways = lab.site.access["tree"]["gateways"]
+    with get_transport("tree", tree_options(lab, tmp_path, tree_gateways=f"ghost,{gateways}")) as t:
+        results = t.run(lab.nodes, "hostname")
+    assert all(r.ok and r.stdout == f"{r.node}\n" for r in results), results
+
+
+def test_tree_with_no_reachable_gateway_names_the_gateway(site_env, tmp_path, capsys):
+    lab = site_env
+    with get_transport("tree", tree_options(lab, tmp_path, tree_gateways="ghost")) as t:
+        results = t.run(lab.nodes, "true")
+    for r in results:
+        assert r.status == "unreachable" and "no gateway" in r.error and "ghost" in r.error, r
+    # A site mistake is fleetctl's usage error (exit 3), not a result per node.
+    broken = tmp_path / "site.toml"
+    broken.write_text(lab.site_file.read_text().replace(f'gateways = "{lab.site.access["tree"]["gateways"]}"',
+                                                        'gateways = "gw["'))
+    assert cli_run(["exec", "--site", str(broken), "-t", "tree", fold(lab.nodes), "--", "true"]) == 3
+    assert "invalid access.tree.gateways" in capsys.readouterr().err
 
 
 @pytest.mark.slurm

@@ -324,9 +324,17 @@ DISCOVER = ("ibnetdiscover-x5-voltaire-qdr.topo", "ibnetdiscover-x5-voltaire-qdr
             "lldpcli-json-list-router-eno1.json", "lldpcli-json-single-nameless-chassis.json")
 
 
+# OpenSSH client errors: their expectations are in test_fanout_tree.py.
+OPENSSH = ("openssh-9.2p1-hostkey-changed.txt", "openssh-9.2p1-hostkey-unknown.txt", "openssh-9.2p1-auth-denied.txt",
+           "openssh-9.2p1-connect-timeout.txt", "openssh-9.2p1-banner-timeout.txt", "openssh-9.2p1-refused.txt",
+           "openssh-9.2p1-unresolved.txt", "openssh-maxstartups-reset-nixos-2024.txt",
+           "openssh-kex-closed-shellcrash-2022.txt", "openssh-7-exchange-reset-machinery-2016.txt")
+
+
 def test_every_sample_has_an_expectation_and_a_provenance():
     samples = {p.name for p in REAL.iterdir() if p.name != "PROVENANCE.md"}
-    expected = set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML) | set(DISCOVER)
+    expected = (set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML) | set(DISCOVER)
+                | set(OPENSSH))
     assert samples == expected
     assert len(samples) >= 40
     provenance = (REAL / "PROVENANCE.md").read_text()

@@ -12,6 +12,7 @@ from fleetctl.config import parse_site
 from fleetctl.errors import UsageError
 from fleetctl.lab import sitefile
 from fleetctl.lab.topology import LabParams, build_layout, leaf_of, router_routes
+from fleetctl.nodeset import parse_nodeset
 
 SIZES = [LabParams(), LabParams(hosts=16, leaves=4), LabParams(hosts=5, nics_per_host=3, leaves=2, spines=3),
          LabParams(hosts=1, nics_per_host=1, leaves=1, spines=1)]
@@ -69,7 +70,7 @@ def test_bad_sizes_are_usage_errors(kwargs, flag):
 def test_site_file_passes_the_schema(params, tmp_path):
     layout = build_layout(params)
     doc = sitefile.site_document(layout, tmp_path, slurm_conf="/x/slurm.conf",
-                                 ssh={"identity_file": "/x/id", "known_hosts": "/x/kh"}, cpus=2)
+                                 ssh={"identity_file": "/x/id", "known_hosts": "/x/kh", "ssh_config": "/x/cfg"}, cpus=2)
     text = sitefile.to_toml(doc)
     assert tomllib.loads(text) == doc  # the writer round-trips
     site = parse_site(text, str(tmp_path / "site.toml"))
@@ -78,6 +79,11 @@ def test_site_file_passes_the_schema(params, tmp_path):
         parsed = site.links[link.id]
         assert (parsed.a.address, parsed.b.address) == (link.a.address, link.b.address)
     assert site.access["local"]["netns"].format(node="node1") == "fl-node1"
+    if params.ssh:  # the tree transport: the first host under each leaf is its gateway
+        firsts = {}
+        for h in layout.hosts:
+            firsts.setdefault(h.leaf, h.name)
+        assert parse_nodeset(site.access["tree"]["gateways"]) == parse_nodeset(",".join(firsts.values()))
     assert site.access["transport"] == ("ssh" if params.ssh else "local")
     if params.gpus_per_host:
         assert site.checks["simulated_gpus"] == str(Path(tmp_path) / "hosts" / "{node}" / "gpus.json")

@@ -1,0 +1,256 @@
+"""The tree transport: ClusterShell's gateway mode, for fleets past what one machine's ssh sessions carry.
+
+This machine opens one ssh session per gateway; each gateway runs ClusterShell's own gateway
+(`python3 -m ClusterShell.Gateway`) and reaches its share of the nodes with OpenSSH, and the results
+come back up the tree as they arrive, as `clush` in tree mode does. fleetctl adds nothing to the
+protocol: the gateways need only Python and ClusterShell (the `clustershell` Debian package or the
+PyPI one, the same major version as here), not fleetctl.
+
+The topology is either `access.tree.gateways` (this machine -> the gateways -> every other node;
+ClusterShell spreads the nodes over the gateways and moves a failed gateway's nodes to the others)
+or `access.tree.topology`, an existing clush `topology.conf`.
+
+ssh runs with the site's user, port, key, known_hosts and host-key policy as `-o` options; where
+node names need `access.ssh.addresses`, give `access.tree.ssh_config`, an ssh_config that exists at
+the same path on the gateways (the key and known_hosts paths, too). On each node the command gets
+FLEETCTL_NODE: ClusterShell's ssh line is passed through a few lines of Python (`_SSH_WRAPPER`) that
+prefix `FLEETCTL_NODE=<node>; export FLEETCTL_NODE;` and exec ssh, with no shell in between.
+
+Limits (docs/exec.md): output is read line by line (a last line without a newline gets one); a
+command past the timeout is stopped by killing its ssh on the gateway, which leaves a remote process
+that ignores the closed session running; a node's command may run twice if its gateway fails after
+starting it (ClusterShell then relaunches the gateway's nodes elsewhere); ssh's own exit status 255
+is read as an ssh failure only when ssh said why on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import threading
+import time
+
+from fleetctl.errors import UsageError
+from fleetctl.fanout.base import OnResult, Transport
+from fleetctl.fanout.result import (AUTH_FAILED, ERROR, FAILED, HOSTKEY_MISMATCH, HOSTKEY_UNKNOWN, OK, REFUSED,
+                                    TIMEOUT, UNREACHABLE, Command, HostResult, decode)
+from fleetctl.nodeset import fold, parse_nodeset
+
+MAX_OUTPUT = 16 << 20  # bytes kept per node and stream; the rest is counted, not kept
+
+# argv[-2] is the node, argv[-1] the remote command line (ClusterShell's SshClient puts them last).
+_SSH_WRAPPER = ("import os,shlex,sys;a=sys.argv[1:];"
+                "a[-1]='FLEETCTL_NODE=%s; export FLEETCTL_NODE; %s'%(shlex.quote(a[-2]),a[-1]);"
+                "os.execvp('ssh',['ssh']+a)")
+
+# OpenSSH's own words for why it could not run the command (it then exits 255).
+_SSH_FAILURES = (
+    (re.compile(r"Host key for \S+ has changed"), HOSTKEY_MISMATCH),
+    (re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED"), HOSTKEY_MISMATCH),
+    (re.compile(r"Host key verification failed|host key is known for .* strict checking"), HOSTKEY_UNKNOWN),
+    (re.compile(r"Permission denied \("), AUTH_FAILED),
+    (re.compile(r"^ssh: connect to host .*: Connection refused", re.M), REFUSED),
+    (re.compile(r"^ssh: connect to host |^ssh: Could not resolve hostname|^(kex|ssh)_exchange_identification:|"
+                r"^Connection (closed|reset|timed out) (by|during banner)", re.M), UNREACHABLE),
+)
+
+
+def ssh_failure(stderr: str) -> tuple[str, str] | None:
+    """(status, ssh's line saying why) for an ssh that exited 255, from what it printed on stderr;
+    None when it said nothing known (then the 255 is the remote command's own exit status)."""
+    for pattern, status in _SSH_FAILURES:
+        if m := pattern.search(stderr):
+            start = stderr.rfind("\n", 0, m.start()) + 1
+            end = stderr.find("\n", m.start())
+            return status, stderr[start:end if end >= 0 else None].strip()[:300]
+    return None
+
+
+class TreeTransport(Transport):
+    name = "tree"
+
+    def ssh_options(self) -> list[str]:
+        """OpenSSH options carrying the site's access.ssh settings, for every hop of the tree."""
+        o = self.options
+        if o.jump_host:
+            raise UsageError("access.ssh.jump_host does not combine with the tree transport: "
+                             "make the bastion a gateway (access.tree.gateways) instead")
+        if o.addresses and not o.tree_ssh_config:
+            raise UsageError("access.ssh.addresses needs access.tree.ssh_config with the tree transport: "
+                             "ssh on the gateways resolves node names itself")
+        opts = ["-oLogLevel=ERROR"]
+        if o.ssh_port != 22:  # else a port in ssh_config for some hosts stays theirs
+            opts.append(f"-oPort={o.ssh_port}")
+        if o.tree_ssh_config:
+            opts += ["-F", o.tree_ssh_config]
+        if o.identity_file:
+            opts += ["-i", o.identity_file, "-oIdentitiesOnly=yes"]
+        if o.host_key_policy == "ignore":
+            opts += ["-oStrictHostKeyChecking=no", "-oUserKnownHostsFile=/dev/null"]
+        else:
+            policy = "yes" if o.host_key_policy == "strict" else "accept-new"
+            opts += [f"-oStrictHostKeyChecking={policy}", f"-oUserKnownHostsFile={o.known_hosts}"]
+        return opts
+
+    def topology(self, nodes: list[str]):
+        """ClusterShell's topology tree rooted at this machine."""
+        from ClusterShell.NodeSet import NodeSet
+        from ClusterShell.Topology import TopologyError, TopologyGraph, TopologyParser
+
+        root = socket.gethostname().split(".")[0] or "localhost"
+        o = self.options
+        if o.tree_topology:
+            if not os.path.isfile(o.tree_topology):
+                raise UsageError(f"access.tree.topology {o.tree_topology}: no such file")
+            try:
+                return TopologyParser(o.tree_topology).tree(root)
+            except (OSError, TopologyError, ValueError) as exc:
+                raise UsageError(f"access.tree.topology {o.tree_topology}: {exc}") from None
+        if not o.tree_gateways:
+            raise UsageError("the tree transport needs access.tree.gateways (a node set) or "
+                             "access.tree.topology (a clush topology.conf)")
+        gateways = parse_nodeset(o.tree_gateways, what="access.tree.gateways")
+        behind = NodeSet.fromlist(nodes) - gateways - NodeSet(root)
+        graph = TopologyGraph()
+        graph.add_route(NodeSet(root), gateways)
+        if behind:
+            graph.add_route(gateways, behind)
+        return graph.to_tree(root)
+
+    def _run(self, nodes: list[str], command: Command, timeout: float, stdin: bytes | None,
+             on_result: OnResult) -> list[HostResult]:
+        # Site mistakes are usage errors (exit 3) before anything starts, not per-node results.
+        setup = {"topology": self.topology(nodes), "ssh_options": shlex.join(self.ssh_options())}
+        run = _TreeRun(self, nodes, command, timeout, stdin, on_result, setup)
+        # ClusterShell keeps one task per thread: a thread of its own gives every run a fresh task
+        # (a failed run cannot leave state behind) and keeps Ctrl-C responsive here.
+        worker = threading.Thread(target=run.execute, name="fanout-tree", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+        return run.finish()
+
+
+class _TreeRun:
+    """One fan-out through ClusterShell: its event handler gathers each node's output and status."""
+
+    def __init__(self, transport: TreeTransport, nodes, command, timeout, stdin, on_result, setup):
+        self.transport, self.nodes, self.command, self.setup = transport, nodes, command, setup
+        self.timeout, self.stdin, self.on_result = timeout, stdin, on_result
+        self.out: dict[str, dict[str, bytearray]] = {n: {"stdout": bytearray(), "stderr": bytearray()}
+                                                     for n in nodes}
+        self.dropped: dict[str, int] = {}
+        self.gateway_said: dict[str, list[str]] = {}  # a gateway's own ssh/ClusterShell messages
+        self.results: dict[str, HostResult] = {}
+        self.failure, self.failure_status = "", ERROR
+        self.start = time.monotonic()
+
+    def execute(self) -> None:
+        from ClusterShell.Propagation import RouteResolvingError
+        from ClusterShell.Task import task_terminate
+
+        try:
+            self._execute()
+        except RouteResolvingError:  # every gateway for some nodes failed
+            self.failure, self.failure_status = "no gateway on its route could be reached", UNREACHABLE
+        except Exception as exc:  # noqa: BLE001 - any other ClusterShell error ends the run, not fleetctl
+            self.failure = f"ClusterShell failed: {type(exc).__name__}: {exc}"
+        finally:
+            task_terminate()  # ClusterShell keeps a task per thread until told: a daemon must not grow
+
+    def _execute(self) -> None:
+        from ClusterShell.Event import EventHandler
+        from ClusterShell.Task import task_self
+
+        o = self.transport.options
+        task = task_self()
+        task.topology = self.setup["topology"]
+        task.set_info("ssh_options", self.setup["ssh_options"])
+        task.set_info("ssh_path", shlex.join([o.tree_python, "-c", _SSH_WRAPPER]))
+        if o.ssh_user:
+            task.set_info("ssh_user", o.ssh_user)
+        task.set_info("connect_timeout", max(1, round(o.connect_timeout)))
+        task.set_info("fanout", o.concurrency)
+        os.environ["CLUSTERSHELL_GW_PYTHON_EXECUTABLE"] = o.tree_python  # ClusterShell reads only this
+        run = self
+
+        class Handler(EventHandler):
+            def ev_read(self, worker, node, sname, msg):
+                run.read(node, sname, msg)
+
+            def ev_hup(self, worker, node, rc):
+                run.hup(node, rc)
+
+            def ev_close(self, worker, timedout):
+                if timedout:
+                    for node in worker.iter_keys_timeout():
+                        run.timed_out(node)
+
+        # The whole run (connection and command) gets the command's timeout plus the connect timeout.
+        worker = task.shell(self.command.as_shell(), nodes=fold(self.nodes), handler=Handler(), tree=True,
+                            stderr=True, stdin=self.stdin is not None, timeout=self.timeout + o.connect_timeout)
+        if self.stdin is not None:
+            worker.write(self.stdin)
+            worker.set_write_eof()
+        task.run()
+
+    def read(self, node: str, sname: str, msg: bytes) -> None:
+        streams = self.out.get(node)
+        if streams is None:  # a gateway's own message
+            said = self.gateway_said.setdefault(str(node), [])
+            if len(said) < 20:
+                said.append(decode(bytes(msg))[:300])
+            return
+        buf = streams["stderr" if sname == "stderr" else "stdout"]
+        if len(buf) + len(msg) + 1 > MAX_OUTPUT:
+            self.dropped[node] = self.dropped.get(node, 0) + len(msg) + 1
+            return
+        buf += msg + b"\n"
+
+    def hup(self, node: str, rc: int) -> None:
+        if node not in self.out or node in self.results:
+            return
+        out, err = self._text(node)
+        failure = ssh_failure(err) if rc == 255 else None
+        if failure is not None:
+            result = HostResult(node, failure[0], None, out, err, self._took(), failure[1])
+        else:
+            result = HostResult(node, OK if rc == 0 else FAILED, rc, out, err, self._took(), self._note(node))
+        self._report(result)
+
+    def timed_out(self, node: str) -> None:
+        if node in self.out and node not in self.results:
+            out, err = self._text(node)
+            self._report(HostResult(node, TIMEOUT, None, out, err, self._took(),
+                                    f"no exit status within {self.timeout:g} s (command timeout) + "
+                                    f"{self.transport.options.connect_timeout:g} s (connect)"))
+
+    def finish(self) -> list[HostResult]:
+        """Every node's result; those the tree never answered for say why."""
+        why = self.failure or "the tree ended without an exit status for this node"
+        gateways = "; ".join(f"{gw}: {' / '.join(lines[-2:])}" for gw, lines in sorted(self.gateway_said.items()))
+        if gateways:
+            why += f" (gateways said: {gateways})"
+        for node in self.nodes:
+            if node not in self.results:
+                out, err = self._text(node)
+                status = self.failure_status if self.failure else ERROR
+                self._report(HostResult(node, status, None, out, err, self._took(), why[:1000]))
+        return [self.results[n] for n in self.nodes]
+
+    def _report(self, result: HostResult) -> None:
+        self.results[result.node] = result
+        self.on_result(result)
+
+    def _text(self, node: str) -> tuple[str, str]:
+        streams = self.out[node]
+        return decode(bytes(streams["stdout"])), decode(bytes(streams["stderr"]))
+
+    def _note(self, node: str) -> str:
+        dropped = self.dropped.get(node)
+        return f"output past {MAX_OUTPUT} bytes per stream dropped ({dropped} bytes)" if dropped else ""
+
+    def _took(self) -> float:
+        return time.monotonic() - self.start
