@@ -136,7 +136,8 @@ def main() -> None:
                                                           "--", "true"], env))
                 runs["audit"].append(run_timed(fleetctl + ["audit", fold(hosts), "-t", transport, "--level",
                                                            "standard", "--since", "1s", "--format", "json"], env))
-            row = {"transport": transport, "hosts": len(hosts), **{k: summarize(v, len(hosts)) for k, v in runs.items()}}
+            row = {"transport": transport, "hosts": len(hosts),
+                   **{k: summarize(v, len(hosts)) for k, v in runs.items()}}
             row["audit_vs_exec"] = round(row["audit"]["wall_s_median"] / row["exec"]["wall_s_median"], 3)
             out["audit"].append(row)
             print(json.dumps(row), file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,14 +37,30 @@ def group_results(results: Iterable[HostResult]) -> list[Group]:
     (largest first), then node set.
 
     Duration is left out of the key: two hosts that printed the same thing agree however long
-    each took."""
-    buckets: dict[tuple, list[str]] = {}
+    each took. So are a node's own name and addresses in fleetctl's error line: fifty nodes that
+    timed out are one group (`connect to <address>:22 timed out after 10 s`); a group of one keeps
+    its error as it was."""
+    buckets: dict[tuple, list[HostResult]] = {}
     for r in results:
-        key = (r.status, r.exit_code, r.stdout, r.stderr, r.error)
-        buckets.setdefault(key, []).append(r.node)
-    groups = [Group(tuple(nodes), *key) for key, nodes in buckets.items()]
+        key = (r.status, r.exit_code, r.stdout, r.stderr, generalize_error(r.error, r.node))
+        buckets.setdefault(key, []).append(r)
+    groups = [Group(tuple(r.node for r in members), *key[:4], members[0].error if len(members) == 1 else key[4])
+              for key, members in buckets.items()]
     groups.sort(key=lambda g: (g.status != OK, -len(g.nodes), g.nodeset))
     return groups
+
+
+_ADDRESS = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])"          # IPv4
+                      r"|(?<![\w:])[0-9A-Fa-f:]*::[0-9A-Fa-f:]*(?![\w:])"      # IPv6, compressed
+                      r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?![\w:])")  # IPv6, full
+
+
+def generalize_error(error: str, node: str) -> str:
+    """An error line with the node's own name and any address made generic."""
+    if not error:
+        return error
+    text = _ADDRESS.sub("<address>", error)
+    return re.sub(r"(?<![\w.-])" + re.escape(node) + r"(?![\w-])", "<node>", text)
 
 
 def status_counts(results: Iterable[HostResult]) -> dict[str, int]:

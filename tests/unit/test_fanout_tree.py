@@ -51,7 +51,8 @@ def options(**kw) -> FanoutOptions:
 
 def test_ssh_options_carry_the_site_access_settings():
     opts = TreeTransport(options(ssh_port=2222)).ssh_options()
-    assert opts == ["-oLogLevel=ERROR", "-oPort=2222", "-F", "/k/ssh_config", "-i", "/k/id",
+    assert opts == ["-oLogLevel=ERROR", "-oKexAlgorithms=^curve25519-sha256,curve25519-sha256@libssh.org",
+                    "-oPort=2222", "-F", "/k/ssh_config", "-i", "/k/id",
                     "-oIdentitiesOnly=yes", "-oStrictHostKeyChecking=yes", "-oUserKnownHostsFile=/k/known"]
     assert "-oStrictHostKeyChecking=accept-new" in TreeTransport(options(host_key_policy="accept-new")).ssh_options()
     ignore = TreeTransport(options(host_key_policy="ignore")).ssh_options()

@@ -23,7 +23,7 @@ def test_different_output_status_or_exit_code_split_groups():
                _r("n4", "failed", 1, out="a\n"), _r("n5", "failed", 2, out="a\n"),
                _r("n6", out="a\n", err="warn\n"),
                _r("n7", "unreachable", None, error="connection to 10.0.0.7:22 refused"),
-               _r("n8", "unreachable", None, error="connection to 10.0.0.8:22 refused")]
+               _r("n8", "unreachable", None, error="connection to 10.0.0.8:22 timed out")]
     groups = group_results(results)
     assert [g.nodeset for g in groups] == ["n[1-2]", "n3", "n6", "n4", "n5", "n7", "n8"]
     # ok groups first, largest first; failures after (nearest the summary line)
@@ -45,3 +45,22 @@ def test_counts_and_node_sets_by_status():
 
 def test_empty():
     assert group_results([]) == [] and status_counts([]) == {}
+
+
+def test_fifty_unreachable_nodes_are_one_group_however_their_addresses_differ():
+    results = [HostResult(f"n{i:02d}", "unreachable", error=f"connect to 10.0.0.{i}:22 timed out after 10 s")
+               for i in range(1, 51)]
+    results += [HostResult(f"v{i}", "unreachable", error=f"connect to [fd00::{i}]:22 timed out after 10 s")
+                for i in (1, 2)]
+    results += [                HostResult("n52", "hostkey-mismatch", error="HOST KEY MISMATCH for n52: ssh-ed25519 SHA256:x"),
+                HostResult("n53", "hostkey-mismatch", error="HOST KEY MISMATCH for n53: ssh-ed25519 SHA256:x"),
+                HostResult("n54", "refused", error="connect to 10.0.0.54:22 refused")]
+    groups = {g.nodeset: g for g in group_results(results)}
+    assert groups["n[01-50]"].error == "connect to <address>:22 timed out after 10 s"
+    assert groups["v[1-2]"].error == "connect to [<address>]:22 timed out after 10 s"
+    assert groups["n[52-53]"].error == "HOST KEY MISMATCH for <node>: ssh-ed25519 SHA256:x"
+    assert groups["n54"].error == "connect to 10.0.0.54:22 refused"  # a group of one keeps its words
+    # Other words still split groups; times are not addresses.
+    split = group_results([HostResult("a", "error", error="failed at 12:30:45"),
+                           HostResult("b", "error", error="failed at 12:30:46")])
+    assert [g.error for g in split] == ["failed at 12:30:45", "failed at 12:30:46"]

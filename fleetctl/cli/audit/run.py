@@ -43,6 +43,7 @@ from fleetctl.fanout.registry import transports
               help="Mesh: write the run (records, matrices, clock, findings) to this HDF5 file.")
 @click.option("--solver", default=None, metavar="NAME",
               help="Mesh: triangulation solver (nnls, l1, vote, netbouncer, ...; default nnls).")
+@click.option("--wide", is_flag=True, help="One block per node instead of nodes with the same problems folded.")
 @pass_app
 def run(app: Application, **options) -> int:
     """Check node health (GPU, Xid, NICs, host, deep tests) and fleet consistency.
@@ -64,6 +65,7 @@ def run(app: Application, **options) -> int:
     from fleetctl.audit.command import AuditOptions, check_outputs, run_audit
     from fleetctl.cli.audit import mesh_view
 
+    wide = options.pop("wide")
     opts = AuditOptions(**options)
     check_outputs(opts)  # before anything else, the site file included
     opts.checked_nodeset()
@@ -82,7 +84,7 @@ def run(app: Application, **options) -> int:
 
         from fleetctl.cli.audit.render import render
 
-        render(console, result.report, data)
+        render(console, result.report, data, wide=wide)
         for note in result.notes:
             console.print(f"[cyan]note[/] {escape(note)}")
         if "mesh" in data:
