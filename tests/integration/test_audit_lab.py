@@ -152,6 +152,17 @@ def test_nic_down_is_a_failed_check(lab, capsys, clean):
     assert links["eth0"]["status"] == "ok", links
 
 
+def test_the_same_fault_on_two_nodes_is_one_block_of_the_report(lab, capsys, clean):
+    for node in ("node3", "node4"):
+        assert cli_run(["lab", "fault", "add", f"{node}:eth1", "--down"]) == 0
+    capsys.readouterr()
+    assert cli_run(["audit", "--level", "quick", "--since", "1s", "--no-color"]) == 2
+    out = capsys.readouterr().out
+    assert "node[3-4] (2)" in out and out.count("nic.link eth1") == 1, out
+    assert cli_run(["audit", "--level", "quick", "--since", "1s", "--no-color", "--wide"]) == 2
+    assert capsys.readouterr().out.count("nic.link eth1") == 2
+
+
 def test_mtu_change_is_a_fleet_finding(lab, capsys, clean):
     lab.run_in("node1", ["ip", "link", "set", "eth0", "mtu", "1400"])
     try:
