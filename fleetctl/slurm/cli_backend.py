@@ -65,14 +65,17 @@ class CliBackend(SlurmBackend):
         return proc.stdout
 
     def _call(self, program: str, *args: str) -> subprocess.CompletedProcess:
+        env = self._env()
+        _check_conf(env.get("SLURM_CONF", ""), "slurm.conf in the site file" if self.slurm_conf else "SLURM_CONF")
         argv = [self._exe(program), *args]
         shown = " ".join([program, *args])
         try:
             return subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                                  env=self._env(), stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise SlurmUnreachable(f"`{shown}` timed out after {self.timeout:g} s: slurmctld not "
-                                   "reachable?") from None
+                                  env=env, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            said = _last_line(exc.stderr) or _last_line(exc.stdout)
+            raise SlurmUnreachable(f"`{shown}` timed out after {self.timeout:g} s"
+                                   + (f"; it said: {said}" if said else ": slurmctld not reachable?")) from None
         except OSError as exc:
             raise SlurmError(f"cannot run {program}: {exc}") from None
 
@@ -319,6 +322,22 @@ class CliBackend(SlurmBackend):
         if not found:
             raise SlurmError(f"reservation {name!r} not found after the change")
         return found[0]
+
+
+def _check_conf(path: str, where: str) -> None:
+    """A slurm.conf named explicitly must be there: Slurm's commands retry a missing one for 60 s
+    before saying so. (Without a path Slurm finds its own, or asks slurmctld: configless mode.)"""
+    if path and not os.path.isfile(path):
+        why = "no such file" if not os.path.exists(path) else "not a regular file"
+        raise SlurmError(f"slurm.conf {path}: {why} ({where})",
+                         hint="point slurm.conf in the site file (or SLURM_CONF) at the cluster's slurm.conf")
+
+
+def _last_line(output) -> str:
+    if isinstance(output, bytes):
+        output = output.decode("utf-8", "replace")
+    lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def _seconds_until(stamp: str) -> float:

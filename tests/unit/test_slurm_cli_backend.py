@@ -44,6 +44,15 @@ def test_silent_controller_times_out(tmp_path):
             backend.nodes()
 
 
+def test_a_slurm_conf_that_is_not_there_is_named_before_slurm_runs(tmp_path, monkeypatch):
+    """Slurm's own commands retry a missing slurm.conf for 60 s before saying so."""
+    with pytest.raises(SlurmError, match=r"^slurm.conf .*/missing.conf: no such file \(slurm.conf in the site file\)"):
+        CliBackend(slurm_conf=str(tmp_path / "missing.conf"), bindir=str(tmp_path / "never-run")).nodes()
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path))
+    with pytest.raises(SlurmError, match=r"not a regular file \(SLURM_CONF\)"):
+        CliBackend().ping()
+
+
 def test_missing_commands(tmp_path):
     with pytest.raises(SlurmError, match=f"^scontrol not found in {tmp_path}"):
         CliBackend(bindir=str(tmp_path)).nodes()
