@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fan-out at fleet sizes: the ssh transport (one paramiko session per node from this process)
-against the tree transport (ClusterShell gateways, one per lab leaf), and `audit` against a bare
+against the clush transport in tree mode (ClusterShell gateways, one per lab leaf), and `audit` against a bare
 fan-out. Prints JSON.
 
     sudo python benchmarks/fanout_tree.py [--hosts 64] [--leaves 8] [--nodes 64,256,1024] [--repeats 3]
@@ -13,7 +13,8 @@ the client, so wall times are bound by the node side; the figure that carries to
 the CPU this machine's fleetctl process (with its own ssh children) spends per node, measured by
 RUSAGE_CHILDREN.
 
-- `exec`: `fleetctl exec NODES -- true` with `-t ssh` and `-t tree`, fresh processes, alternating.
+- `exec`: `fleetctl exec NODES -- true` with `-t ssh` and `-t clush` (the lab site names a gateway
+  per leaf, so clush runs as a tree), fresh processes, alternating.
 - `audit`: `fleetctl audit --level standard` of the lab's real hosts against `exec -- true` of the
   same hosts in the same transport (issue 22's goal: audit <= 1.3x the bare fan-out at 64 hosts).
 Without --running it brings up a lab of --hosts hosts (no Slurm) and tears it down after.
@@ -64,9 +65,9 @@ def virtual_site(lab_site: Path, hosts: list[str], addresses: dict, count: int, 
     mapping = {name: addresses[hosts[i % len(hosts)]] for i, name in enumerate(names)}
     doc["access"]["ssh"]["addresses"] = {**addresses, **mapping}
     config = tmp / f"ssh_config.{count}"
-    base = Path(doc["access"]["tree"]["ssh_config"]).read_text()
+    base = Path(doc["access"]["clush"]["ssh_config"]).read_text()
     config.write_text(base + "".join(f"Host {n}\n  HostName {a}\n" for n, a in mapping.items()))
-    doc["access"]["tree"]["ssh_config"] = str(config)
+    doc["access"]["clush"]["ssh_config"] = str(config)
     doc["access"]["concurrency"] = 64
     site = tmp / f"site.{count}.toml"
     site.write_text(to_toml(doc))
@@ -114,22 +115,22 @@ def main() -> None:
         addresses = doc["access"]["ssh"]["addresses"]
         hosts = sorted(addresses, key=lambda n: int(n[4:]))
         env = {**os.environ, "FLEETCTL_SITE": str(site_path)}
-        out["lab_hosts"], out["gateways"] = len(hosts), doc["access"]["tree"]["gateways"]
+        out["lab_hosts"], out["gateways"] = len(hosts), doc["access"]["clush"]["gateways"]
         out["exec"] = []
         for count in sizes:
             site, names = virtual_site(Path(site_path), hosts, addresses, count, Path(tmp))
-            runs: dict[str, list] = {"ssh": [], "tree": []}
+            runs: dict[str, list] = {"ssh": [], "clush": []}
             for _ in range(args.repeats):
                 for transport in runs:
                     runs[transport].append(run_timed(
                         fleetctl + ["exec", "--site", str(site), "-t", transport, fold(names), "--format", "json",
                                     "--", "true"], env))
             row = {"nodes": count, **{t: summarize(r, count) for t, r in runs.items()}}
-            row["tree_cpu_vs_ssh"] = round(row["tree"]["cpu_s_median"] / row["ssh"]["cpu_s_median"], 3)
+            row["clush_tree_cpu_vs_ssh"] = round(row["clush"]["cpu_s_median"] / row["ssh"]["cpu_s_median"], 3)
             out["exec"].append(row)
             print(json.dumps(row), file=sys.stderr)
         out["audit"] = []
-        for transport in ("ssh", "tree"):
+        for transport in ("ssh", "clush"):
             runs = {"exec": [], "audit": []}
             for _ in range(args.repeats):
                 runs["exec"].append(run_timed(fleetctl + ["exec", "-t", transport, fold(hosts), "--format", "json",

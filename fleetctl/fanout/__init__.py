@@ -1,5 +1,5 @@
-"""Fan-out: run one command on many nodes over ssh, srun, ClusterShell gateways (tree) or locally, one
-HostResult per node.
+"""Fan-out: run one command on many nodes over ssh (paramiko), clush (ClusterShell and OpenSSH, with
+gateways a tree), srun or locally, one HostResult per node.
 
     from fleetctl.fanout import get_transport
     with get_transport(site=site) as t:

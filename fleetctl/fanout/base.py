@@ -35,10 +35,10 @@ class FanoutOptions:
     srun_extra_args: tuple[str, ...] = ()
     slurm_conf: str = ""
     local_netns: str = ""
-    tree_gateways: str = ""
-    tree_topology: str = ""
-    tree_ssh_config: str = ""
-    tree_python: str = "python3"
+    clush_gateways: str = ""
+    clush_topology: str = ""
+    clush_ssh_config: str = ""
+    clush_python: str = "python3"
 
     @classmethod
     def from_site(cls, site=None) -> FanoutOptions:
@@ -52,7 +52,7 @@ class FanoutOptions:
         else:
             data, source = site.data, site.source
         access, slurm = data["access"], data["slurm"]
-        ssh, srun, tree = access["ssh"], access["srun"], access["tree"]
+        ssh, srun, clush = access["ssh"], access["srun"], access["clush"]
         return cls(
             concurrency=access["concurrency"], connect_timeout=float(access["connect_timeout"]),
             command_timeout=float(access["command_timeout"]), ssh_user=ssh["user"], ssh_port=ssh["port"],
@@ -61,9 +61,9 @@ class FanoutOptions:
             jump_host=ssh["jump_host"], addresses=dict(ssh["addresses"]),
             srun_partition=srun["partition"] or slurm["partition"],
             srun_extra_args=tuple(srun["extra_args"]), slurm_conf=site_path(slurm["conf"], source),
-            local_netns=access["local"]["netns"], tree_gateways=tree["gateways"],
-            tree_topology=site_path(tree["topology"], source), tree_ssh_config=site_path(tree["ssh_config"], source),
-            tree_python=tree["python"])
+            local_netns=access["local"]["netns"], clush_gateways=clush["gateways"],
+            clush_topology=site_path(clush["topology"], source), clush_ssh_config=site_path(clush["ssh_config"], source),
+            clush_python=clush["python"])
 
 
 class Transport(ABC):

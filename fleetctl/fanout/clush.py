@@ -1,26 +1,27 @@
-"""The tree transport: ClusterShell's gateway mode, for fleets past what one machine's ssh sessions carry.
+"""The clush transport: fan-out through ClusterShell and OpenSSH itself, as `clush` does.
 
-This machine opens one ssh session per gateway; each gateway runs ClusterShell's own gateway
-(`python3 -m ClusterShell.Gateway`) and reaches its share of the nodes with OpenSSH, and the results
-come back up the tree as they arrive, as `clush` in tree mode does. fleetctl adds nothing to the
-protocol: the gateways need only Python and ClusterShell (the `clustershell` Debian package or the
-PyPI one, the same major version as here), not fleetctl.
+Every connection is OpenSSH's `ssh`, so the operator's own ssh setup applies as it does for clush
+and pdsh: ssh_config (User, Port, HostName aliases, ProxyJump, ControlMaster), the user's and the
+system's known_hosts with hashed names and `@cert-authority` host certificates, the ssh agent.
+Site settings left at their defaults are left to that setup; the others are passed as options.
 
-The topology is either `access.tree.gateways` (this machine -> the gateways -> every other node;
-ClusterShell spreads the nodes over the gateways and moves a failed gateway's nodes to the others)
-or `access.tree.topology`, an existing clush `topology.conf`.
+With `access.clush.gateways` (or a clush `topology.conf`) it is ClusterShell's tree mode, for fleets
+past what one machine's ssh sessions carry: this machine opens one ssh session per gateway, each
+gateway runs ClusterShell's own gateway (`python3 -m ClusterShell.Gateway`) and reaches its share of
+the nodes, and the results come back up the tree as they arrive; a failed gateway's nodes move to
+the others. fleetctl adds nothing to the protocol: gateways need Python and ClusterShell (Debian's
+`clustershell` package or PyPI's, the same Python major version), not fleetctl; an
+`access.clush.ssh_config`, the key and known_hosts paths must exist there too.
 
-ssh runs with the site's user, port, key, known_hosts and host-key policy as `-o` options; where
-node names need `access.ssh.addresses`, give `access.tree.ssh_config`, an ssh_config that exists at
-the same path on the gateways (the key and known_hosts paths, too). On each node the command gets
-FLEETCTL_NODE: ClusterShell's ssh line is passed through a few lines of Python (`_SSH_WRAPPER`) that
-prefix `FLEETCTL_NODE=<node>; export FLEETCTL_NODE;` and exec ssh, with no shell in between.
+On each node the command gets FLEETCTL_NODE: ClusterShell's ssh line goes through a few lines of
+Python (`_SSH_WRAPPER`) that prefix `FLEETCTL_NODE=<node>; export FLEETCTL_NODE;` and exec ssh, with
+no shell in between.
 
 Limits (docs/exec.md): output is read line by line (a last line without a newline gets one); a
-command past the timeout is stopped by killing its ssh on the gateway, which leaves a remote process
-that ignores the closed session running; a node's command may run twice if its gateway fails after
-starting it (ClusterShell then relaunches the gateway's nodes elsewhere); ssh's own exit status 255
-is read as an ssh failure only when ssh said why on stderr.
+command past the timeout is stopped by killing its ssh, which leaves a remote process that ignores
+the closed session running; a node's command may run twice if its gateway fails after starting it
+(ClusterShell then relaunches the gateway's nodes elsewhere); ssh's exit status 255 is read as an
+ssh failure only when ssh said why on stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import os
 import re
 import shlex
 import socket
+import sys
 import threading
 import time
 
@@ -36,6 +38,7 @@ from fleetctl.errors import UsageError
 from fleetctl.fanout.base import OnResult, Transport
 from fleetctl.fanout.result import (AUTH_FAILED, ERROR, FAILED, HOSTKEY_MISMATCH, HOSTKEY_UNKNOWN, OK, REFUSED,
                                     TIMEOUT, UNREACHABLE, Command, HostResult, decode)
+from fleetctl.fanout.ssh_jump import parse_jump_host
 from fleetctl.nodeset import fold, parse_nodeset
 
 MAX_OUTPUT = 16 << 20  # bytes kept per node and stream; the rest is counted, not kept
@@ -68,53 +71,59 @@ def ssh_failure(stderr: str) -> tuple[str, str] | None:
     return None
 
 
-class TreeTransport(Transport):
-    name = "tree"
+DEFAULT_KNOWN_HOSTS = os.path.expanduser("~/.ssh/known_hosts")
+
+
+class ClushTransport(Transport):
+    name = "clush"
 
     def ssh_options(self) -> list[str]:
-        """OpenSSH options carrying the site's access.ssh settings, for every hop of the tree."""
+        """OpenSSH options for the site's access.ssh settings that differ from OpenSSH's own setup,
+        for every hop."""
         o = self.options
-        if o.jump_host:
-            raise UsageError("access.ssh.jump_host does not combine with the tree transport: "
-                             "make the bastion a gateway (access.tree.gateways) instead")
-        if o.addresses and not o.tree_ssh_config:
-            raise UsageError("access.ssh.addresses needs access.tree.ssh_config with the tree transport: "
-                             "ssh on the gateways resolves node names itself")
+        if o.addresses and not o.clush_ssh_config:
+            raise UsageError("access.ssh.addresses needs access.clush.ssh_config with the clush transport "
+                             "(OpenSSH resolves node names itself): Host NODE / HostName ADDRESS entries")
         # The key exchange paramiko (the ssh transport) prefers, first: OpenSSH's default hybrid
         # post-quantum one costs ~0.1 s of CPU per connection on each side, which at 1,000 nodes is
         # minutes of the gateways' CPU. '^' keeps every other algorithm of the site's after it.
         opts = ["-oLogLevel=ERROR", "-oKexAlgorithms=^curve25519-sha256,curve25519-sha256@libssh.org"]
-        if o.ssh_port != 22:  # else a port in ssh_config for some hosts stays theirs
-            opts.append(f"-oPort={o.ssh_port}")
-        if o.tree_ssh_config:
-            opts += ["-F", o.tree_ssh_config]
+        if o.clush_ssh_config:
+            opts += ["-F", o.clush_ssh_config]
         if o.identity_file:
             opts += ["-i", o.identity_file, "-oIdentitiesOnly=yes"]
         if o.host_key_policy == "ignore":
             opts += ["-oStrictHostKeyChecking=no", "-oUserKnownHostsFile=/dev/null"]
         else:
-            policy = "yes" if o.host_key_policy == "strict" else "accept-new"
-            opts += [f"-oStrictHostKeyChecking={policy}", f"-oUserKnownHostsFile={o.known_hosts}"]
+            opts.append("-oStrictHostKeyChecking=" + ("yes" if o.host_key_policy == "strict" else "accept-new"))
+            if o.known_hosts and os.path.expanduser(o.known_hosts) != DEFAULT_KNOWN_HOSTS:  # else OpenSSH's own
+                opts.append(f"-oUserKnownHostsFile={o.known_hosts}")
+        if o.jump_host:
+            # Not ProxyJump: OpenSSH gives the jump hop none of these options, only ssh_config.
+            user, host, port = parse_jump_host(o.jump_host, o.ssh_user)
+            hop = ["ssh", *opts, "-oBatchMode=yes", "-l", user, "-p", str(port), "-W", "%h:%p", host]
+            opts.append("-oProxyCommand=" + shlex.join(hop))
+        if o.ssh_port != 22:  # else a port in ssh_config for some hosts stays theirs
+            opts.append(f"-oPort={o.ssh_port}")
         return opts
 
     def topology(self, nodes: list[str]):
-        """ClusterShell's topology tree rooted at this machine."""
+        """ClusterShell's topology tree rooted at this machine; None without gateways (direct)."""
         from ClusterShell.NodeSet import NodeSet
         from ClusterShell.Topology import TopologyError, TopologyGraph, TopologyParser
 
         root = socket.gethostname().split(".")[0] or "localhost"
         o = self.options
-        if o.tree_topology:
-            if not os.path.isfile(o.tree_topology):
-                raise UsageError(f"access.tree.topology {o.tree_topology}: no such file")
+        if o.clush_topology:
+            if not os.path.isfile(o.clush_topology):
+                raise UsageError(f"access.clush.topology {o.clush_topology}: no such file")
             try:
-                return TopologyParser(o.tree_topology).tree(root)
+                return TopologyParser(o.clush_topology).tree(root)
             except (OSError, TopologyError, ValueError) as exc:
-                raise UsageError(f"access.tree.topology {o.tree_topology}: {exc}") from None
-        if not o.tree_gateways:
-            raise UsageError("the tree transport needs access.tree.gateways (a node set) or "
-                             "access.tree.topology (a clush topology.conf)")
-        gateways = parse_nodeset(o.tree_gateways, what="access.tree.gateways")
+                raise UsageError(f"access.clush.topology {o.clush_topology}: {exc}") from None
+        if not o.clush_gateways:
+            return None
+        gateways = parse_nodeset(o.clush_gateways, what="access.clush.gateways")
         behind = NodeSet.fromlist(nodes) - gateways - NodeSet(root)
         graph = TopologyGraph()
         graph.add_route(NodeSet(root), gateways)
@@ -139,7 +148,7 @@ class TreeTransport(Transport):
 class _TreeRun:
     """One fan-out through ClusterShell: its event handler gathers each node's output and status."""
 
-    def __init__(self, transport: TreeTransport, nodes, command, timeout, stdin, on_result, setup):
+    def __init__(self, transport: ClushTransport, nodes, command, timeout, stdin, on_result, setup):
         self.transport, self.nodes, self.command, self.setup = transport, nodes, command, setup
         self.timeout, self.stdin, self.on_result = timeout, stdin, on_result
         self.out: dict[str, dict[str, bytearray]] = {n: {"stdout": bytearray(), "stderr": bytearray()}
@@ -169,15 +178,18 @@ class _TreeRun:
 
         o = self.transport.options
         task = task_self()
-        task.topology = self.setup["topology"]
+        tree = self.setup["topology"] is not None
+        if tree:
+            task.topology = self.setup["topology"]
+            os.environ["CLUSTERSHELL_GW_PYTHON_EXECUTABLE"] = o.clush_python  # ClusterShell reads only this
         task.set_info("ssh_options", self.setup["ssh_options"])
         # -S: the wrapper needs only the standard library; skipping site-packages saves ~10 ms a node
-        task.set_info("ssh_path", shlex.join([o.tree_python, "-S", "-c", _SSH_WRAPPER]))
+        python = o.clush_python if tree else sys.executable  # the wrapper runs where ssh runs
+        task.set_info("ssh_path", shlex.join([python, "-S", "-c", _SSH_WRAPPER]))
         if o.ssh_user:
             task.set_info("ssh_user", o.ssh_user)
         task.set_info("connect_timeout", max(1, round(o.connect_timeout)))
         task.set_info("fanout", o.concurrency)
-        os.environ["CLUSTERSHELL_GW_PYTHON_EXECUTABLE"] = o.tree_python  # ClusterShell reads only this
         run = self
 
         class Handler(EventHandler):
@@ -193,7 +205,7 @@ class _TreeRun:
                         run.timed_out(node)
 
         # The whole run (connection and command) gets the command's timeout plus the connect timeout.
-        worker = task.shell(self.command.as_shell(), nodes=fold(self.nodes), handler=Handler(), tree=True,
+        worker = task.shell(self.command.as_shell(), nodes=fold(self.nodes), handler=Handler(), tree=tree,
                             stderr=True, stdin=self.stdin is not None, timeout=self.timeout + o.connect_timeout)
         if self.stdin is not None:
             worker.write(self.stdin)

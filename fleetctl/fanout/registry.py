@@ -12,7 +12,7 @@ transports = Registry("transport")
 transports.register("ssh", "fleetctl.fanout.ssh:SshTransport", install_hint=install_hint("ssh"))
 transports.register("srun", "fleetctl.fanout.srun:SrunTransport")
 transports.register("local", "fleetctl.fanout.local:LocalTransport")
-transports.register("tree", "fleetctl.fanout.tree:TreeTransport")
+transports.register("clush", "fleetctl.fanout.clush:ClushTransport")
 
 
 def transport_class(name: str) -> type[Transport]:

@@ -149,6 +149,7 @@ _SSHD_CONF = """# Written by `fleetctl lab up`.
 ListenAddress {address}
 Port 22
 HostKey {host_key}
+HostCertificate {host_key}-cert.pub
 PidFile none
 AuthorizedKeysFile {authorized}
 PermitRootLogin prohibit-password
@@ -167,20 +168,25 @@ Subsystem sftp internal-sftp
 
 def write_ssh_keys(lab: Path, layout: LabLayout, env: dict[str, str]) -> dict:
     """Keys, known_hosts and per-host sshd configs. `env` is set in every session (SLURM_CONF, so that
-    srun and scontrol work on the nodes as on a real cluster)."""
+    srun and scontrol work on the nodes as on a real cluster).
+
+    Each host key is also signed by a lab CA (a host certificate, as sites with an SSH CA have):
+    `known_hosts` names every key, `known_hosts_ca` trusts the CA alone (`@cert-authority`)."""
     d = lab / "ssh"
     d.mkdir(mode=0o700, exist_ok=True)
     client = d / "id_ed25519"
-    system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleetctl-lab", "-f", str(client)],
-               "ssh keys")
+    _keygen(client, "fleetctl-lab")
+    ca = d / "ca"
+    _keygen(ca, "fleetctl-lab-ca")
     (d / "authorized_keys").write_text(Path(f"{client}.pub").read_text())
     known = []
     for host in layout.hosts:
         hd = d / host.name
         hd.mkdir(exist_ok=True)
         key = hd / "ssh_host_ed25519_key"
-        system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(key)],
-                   "ssh keys")
+        _keygen(key, host.name)
+        system.run(["ssh-keygen", "-q", "-s", str(ca), "-I", host.name, "-h", "-n",
+                    f"{host.name},{host.mgmt_address}", f"{key}.pub"], "ssh host certificates")
         kind, blob = Path(f"{key}.pub").read_text().split()[:2]
         known.append(f"{host.name},{host.mgmt_address} {kind} {blob}")
         # SHLVL=1: bash run by sshd skips ~/.bashrc only below level 2, and a session of the lab
@@ -189,11 +195,17 @@ def write_ssh_keys(lab: Path, layout: LabLayout, env: dict[str, str]) -> dict:
         (hd / "sshd_config").write_text(_SSHD_CONF.format(
             address=host.mgmt_address, host_key=key, authorized=d / "authorized_keys", setenv=setenv))
     (d / "known_hosts").write_text("\n".join(known) + "\n")
-    # For OpenSSH itself (the tree transport's hops, pdsh): node names to management addresses.
+    ca_kind, ca_blob = Path(f"{ca}.pub").read_text().split()[:2]
+    (d / "known_hosts_ca").write_text(f"@cert-authority node*,10.250.0.* {ca_kind} {ca_blob} fleetctl-lab-ca\n")
+    # For OpenSSH itself (the clush transport's hops, pdsh): node names to management addresses.
     config = [line for h in layout.hosts for line in (f"Host {h.name}", f"  HostName {h.mgmt_address}")]
     (d / "ssh_config").write_text("\n".join(config) + "\n")
     return {"identity_file": str(client), "known_hosts": str(d / "known_hosts"),
             "ssh_config": str(d / "ssh_config")}
+
+
+def _keygen(path: Path, comment: str) -> None:
+    system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], "ssh keys")
 
 
 def start_sshds(lab: Path, layout: LabLayout, uts: dict[str, str], mount_ns: str | None = None) -> list[dict]:

@@ -37,10 +37,10 @@ def site_document(layout: LabLayout, lab: Path, *, slurm_conf: str, ssh: dict, c
         access["ssh"] = {"user": "root", "identity_file": ssh["identity_file"],
                          "known_hosts": ssh["known_hosts"], "host_key_policy": "strict",
                          "addresses": {h.name: h.mgmt_address for h in layout.hosts}}
-        # The tree transport: the first host under each leaf is its rack's gateway; every host
+        # The clush transport's tree: the first host under each leaf is its rack's gateway; every host
         # shares this machine's file system, so fleetctl's own Python (with ClusterShell) is theirs.
         gateways = {h.leaf: h.name for h in reversed(layout.hosts)}
-        access["tree"] = {"gateways": fold(gateways.values()), "ssh_config": ssh["ssh_config"],
+        access["clush"] = {"gateways": fold(gateways.values()), "ssh_config": ssh["ssh_config"],
                           "python": sys.executable}
     doc = {
         "cluster": {"name": "lab", "description": f"fleetctl lab: {p.hosts} hosts x {p.nics_per_host} "

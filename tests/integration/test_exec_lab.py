@@ -32,7 +32,7 @@ def site_env(lab, monkeypatch):
     return lab
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN, "tree"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "clush"])
 def test_exec_every_node(site_env, capsys, transport):
     lab = site_env
     nodes = fold(lab.nodes)
@@ -46,7 +46,7 @@ def test_exec_every_node(site_env, capsys, transport):
     assert f"{nodes} ({len(lab.nodes)})" in out
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN, "tree"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "clush"])
 def test_per_node_exit_status(site_env, capsys, transport):
     lab = site_env
     first, second = lab.nodes[0], lab.nodes[1]
@@ -59,7 +59,7 @@ def test_per_node_exit_status(site_env, capsys, transport):
     assert by_node[first]["status"] == "ok" and by_node[first]["stdout"] == "hi\n"
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN, "tree"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "clush"])
 def test_hung_node_times_out_others_reported(site_env, transport):
     lab = site_env
     hung = lab.nodes[-1]
@@ -73,7 +73,7 @@ def test_hung_node_times_out_others_reported(site_env, transport):
     assert took < 20
 
 
-@pytest.mark.parametrize("transport", ["ssh", SRUN, "local", "tree"])
+@pytest.mark.parametrize("transport", ["ssh", SRUN, "local", "clush"])
 def test_python_payload(site_env, transport):
     lab = site_env
     with get_transport(transport, site=lab.site) as t:
@@ -130,12 +130,13 @@ def test_unreachable_lab_address(site_env):
 
 
 def tree_options(lab, tmp_path, **changes) -> FanoutOptions:
-    """The lab's tree settings with an ssh_config that also names two hosts that are not there."""
+    """The lab's clush settings (a tree: a gateway per leaf) with an ssh_config that also names two
+    hosts that are not there."""
     options = FanoutOptions.from_site(lab.site)
     config = tmp_path / "ssh_config"
-    config.write_text(Path(options.tree_ssh_config).read_text()
+    config.write_text(Path(options.clush_ssh_config).read_text()
                       + "Host ghost\n  HostName 10.250.0.250\nHost closed\n  HostName 10.250.0.11\n  Port 1\n")
-    options.tree_ssh_config, options.connect_timeout = str(config), 1.5
+    options.clush_ssh_config, options.connect_timeout = str(config), 1.5
     for key, value in changes.items():
         setattr(options, key, value)
     return options
@@ -143,7 +144,7 @@ def tree_options(lab, tmp_path, **changes) -> FanoutOptions:
 
 def test_tree_reports_each_node_behind_a_gateway_as_ssh_saw_it(site_env, tmp_path):
     lab = site_env
-    with get_transport("tree", tree_options(lab, tmp_path)) as t:
+    with get_transport("clush", tree_options(lab, tmp_path)) as t:
         results = {r.node: r for r in t.run([*lab.nodes, "ghost", "closed"], "echo $FLEETCTL_NODE")}
     assert all(results[n].ok and results[n].stdout == f"{n}\n" for n in lab.nodes)
     assert results["ghost"].status == "unreachable" and "10.250.0.250" in results["ghost"].error
@@ -152,24 +153,76 @@ def test_tree_reports_each_node_behind_a_gateway_as_ssh_saw_it(site_env, tmp_pat
 
 def test_tree_moves_a_dead_gateways_nodes_to_the_others(site_env, tmp_path):
     lab = site_env
-    gateways = lab.site.access["tree"]["gateways"]
-    with get_transport("tree", tree_options(lab, tmp_path, tree_gateways=f"ghost,{gateways}")) as t:
+    gateways = lab.site.access["clush"]["gateways"]
+    with get_transport("clush", tree_options(lab, tmp_path, clush_gateways=f"ghost,{gateways}")) as t:
         results = t.run(lab.nodes, "hostname")
     assert all(r.ok and r.stdout == f"{r.node}\n" for r in results), results
 
 
 def test_tree_with_no_reachable_gateway_names_the_gateway(site_env, tmp_path, capsys):
     lab = site_env
-    with get_transport("tree", tree_options(lab, tmp_path, tree_gateways="ghost")) as t:
+    with get_transport("clush", tree_options(lab, tmp_path, clush_gateways="ghost")) as t:
         results = t.run(lab.nodes, "true")
     for r in results:
         assert r.status == "unreachable" and "no gateway" in r.error and "ghost" in r.error, r
     # A site mistake is fleetctl's usage error (exit 3), not a result per node.
     broken = tmp_path / "site.toml"
-    broken.write_text(lab.site_file.read_text().replace(f'gateways = "{lab.site.access["tree"]["gateways"]}"',
+    broken.write_text(lab.site_file.read_text().replace(f'gateways = "{lab.site.access["clush"]["gateways"]}"',
                                                         'gateways = "gw["'))
-    assert cli_run(["exec", "--site", str(broken), "-t", "tree", fold(lab.nodes), "--", "true"]) == 3
-    assert "invalid access.tree.gateways" in capsys.readouterr().err
+    assert cli_run(["exec", "--site", str(broken), "-t", "clush", fold(lab.nodes), "--", "true"]) == 3
+    assert "invalid access.clush.gateways" in capsys.readouterr().err
+
+
+def operator_ssh(lab, tmp_path, known_hosts: Path) -> FanoutOptions:
+    """An operator's own OpenSSH setup, all in their ssh_config: key and known_hosts (host keys
+    trusted through the lab's SSH CA), aliases, every node behind a bastion (ProxyJump). The site
+    keeps fleetctl's defaults and names no gateway (clush's direct mode)."""
+    addresses = lab.site.access["ssh"]["addresses"]
+    bastion, nodes = lab.nodes[0], lab.nodes[1:3]
+    lines = ["Host *", f"  IdentityFile {lab.site.access['ssh']['identity_file']}", "  IdentitiesOnly yes",
+             f"  UserKnownHostsFile {known_hosts}", "  GlobalKnownHostsFile /dev/null",
+             f"Host bastion\n  HostName {addresses[bastion]}", "Host web-*\n  ProxyJump bastion"]
+    lines += [f"Host web-{n}\n  HostName {addresses[n]}" for n in nodes]
+    config = tmp_path / f"ssh_config.{known_hosts.name}"
+    config.write_text("\n".join(lines) + "\n")
+    return FanoutOptions(clush_ssh_config=str(config), connect_timeout=5)
+
+
+def test_clush_runs_with_the_operators_ssh_certificates_aliases_and_bastion(site_env, tmp_path):
+    lab = site_env
+    ssh = lab.site.access["ssh"]
+    ca_known_hosts = Path(ssh["known_hosts"]).parent / "known_hosts_ca"
+    bastion_address = ssh["addresses"][lab.nodes[0]]
+    aliases = [f"web-{n}" for n in lab.nodes[1:3]]
+    probe = 'echo "$FLEETCTL_NODE $(hostname) ${SSH_CONNECTION%% *}"'
+    with get_transport("clush", operator_ssh(lab, tmp_path, ca_known_hosts)) as t:
+        results = t.run(aliases, probe)
+    for alias, r in zip(aliases, results):
+        # The node's own name, and the connection came from the bastion, not from this machine.
+        assert r.ok and r.stdout == f"{alias} {alias[4:]} {bastion_address}\n", r
+    # A CA the hosts' certificates are not signed by: strict checking refuses every host.
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other_ca")], check=True)
+    other = (tmp_path / "other_ca.pub").read_text().split()[:2]
+    (tmp_path / "known_hosts_other").write_text(f"@cert-authority * {' '.join(other)}\n")
+    with get_transport("clush", operator_ssh(lab, tmp_path, tmp_path / "known_hosts_other")) as t:
+        results = t.run(aliases, "true")
+    assert all(r.status == "hostkey-unknown" and "Host key verification failed" in r.error for r in results), results
+    # The site's own jump host and known_hosts (no ssh_config of the operator's): the jump hop gets them too.
+    options = FanoutOptions.from_site(lab.site)
+    options.clush_gateways, options.known_hosts = "", str(ca_known_hosts)
+    options.jump_host = f"root@{bastion_address}"
+    with get_transport("clush", options) as t:
+        results = t.run(lab.nodes[1:3], probe)
+    assert all(r.ok and r.stdout == f"{r.node} {r.node} {bastion_address}\n" for r in results), results
+
+
+def test_clush_without_gateways_connects_from_here(site_env):
+    lab = site_env
+    options = FanoutOptions.from_site(lab.site)
+    options.clush_gateways = ""
+    with get_transport("clush", options) as t:
+        results = t.run(lab.nodes, 'echo "$FLEETCTL_NODE ${SSH_CONNECTION%% *}"')
+    assert all(r.ok and r.stdout == f"{r.node} 10.250.0.1\n" for r in results), results
 
 
 @pytest.mark.slurm

@@ -324,7 +324,7 @@ DISCOVER = ("ibnetdiscover-x5-voltaire-qdr.topo", "ibnetdiscover-x5-voltaire-qdr
             "lldpcli-json-list-router-eno1.json", "lldpcli-json-single-nameless-chassis.json")
 
 
-# OpenSSH client errors: their expectations are in test_fanout_tree.py.
+# OpenSSH client errors: their expectations are in test_fanout_clush.py.
 OPENSSH = ("openssh-9.2p1-hostkey-changed.txt", "openssh-9.2p1-hostkey-unknown.txt", "openssh-9.2p1-auth-denied.txt",
            "openssh-9.2p1-connect-timeout.txt", "openssh-9.2p1-banner-timeout.txt", "openssh-9.2p1-refused.txt",
            "openssh-9.2p1-unresolved.txt", "openssh-maxstartups-reset-nixos-2024.txt",

@@ -151,7 +151,7 @@ def test_missing_required_key():
 
 def test_enum_value():
     assert bad(GOOD.replace('transport = "ssh"', 'transport = "rsh"')) == \
-        "t.toml: access.transport: expected one of ssh, srun, local, tree; got 'rsh'"
+        "t.toml: access.transport: expected one of ssh, srun, local, clush; got 'rsh'"
     assert bad(GOOD.replace('kind = "infiniband"', 'kind = "ib"', 1)) == \
         "t.toml: node_classes[0].nics[0].kind: expected one of ethernet, infiniband, roce; got 'ib'"
 

@@ -1,4 +1,4 @@
-"""The tree transport's own logic: reading OpenSSH's failures (real outputs, tests/data/real/PROVENANCE.md),
+"""The clush transport's own logic: reading OpenSSH's failures (real outputs, tests/data/real/PROVENANCE.md),
 the ssh options and topology it hands ClusterShell, the site mistakes it refuses, and the wrapper that
 gives each node FLEETCTL_NODE. The transport end to end runs in tests/integration/test_exec_lab.py."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from fleetctl.errors import UsageError
 from fleetctl.fanout import FanoutOptions, get_transport
-from fleetctl.fanout.tree import _SSH_WRAPPER, TreeTransport, ssh_failure
+from fleetctl.fanout.clush import DEFAULT_KNOWN_HOSTS, _SSH_WRAPPER, ClushTransport, ssh_failure
 
 REAL = Path(__file__).parent.parent / "data" / "real"
 
@@ -42,48 +42,62 @@ def test_a_255_without_sshs_words_is_the_commands_own(stderr):
 
 
 def options(**kw) -> FanoutOptions:
-    o = FanoutOptions(identity_file="/k/id", known_hosts="/k/known", tree_gateways="gw[1-2]",
-                      tree_ssh_config="/k/ssh_config", tree_python="/usr/bin/python3")
+    o = FanoutOptions(identity_file="/k/id", known_hosts="/k/known", clush_gateways="gw[1-2]",
+                      clush_ssh_config="/k/ssh_config", clush_python="/usr/bin/python3")
     for key, value in kw.items():
         setattr(o, key, value)
     return o
 
 
 def test_ssh_options_carry_the_site_access_settings():
-    opts = TreeTransport(options(ssh_port=2222)).ssh_options()
+    opts = ClushTransport(options(ssh_port=2222)).ssh_options()
     assert opts == ["-oLogLevel=ERROR", "-oKexAlgorithms=^curve25519-sha256,curve25519-sha256@libssh.org",
-                    "-oPort=2222", "-F", "/k/ssh_config", "-i", "/k/id",
-                    "-oIdentitiesOnly=yes", "-oStrictHostKeyChecking=yes", "-oUserKnownHostsFile=/k/known"]
-    assert "-oStrictHostKeyChecking=accept-new" in TreeTransport(options(host_key_policy="accept-new")).ssh_options()
-    ignore = TreeTransport(options(host_key_policy="ignore")).ssh_options()
+                    "-F", "/k/ssh_config", "-i", "/k/id", "-oIdentitiesOnly=yes", "-oStrictHostKeyChecking=yes",
+                    "-oUserKnownHostsFile=/k/known", "-oPort=2222"]
+    assert "-oStrictHostKeyChecking=accept-new" in ClushTransport(options(host_key_policy="accept-new")).ssh_options()
+    ignore = ClushTransport(options(host_key_policy="ignore")).ssh_options()
     assert "-oStrictHostKeyChecking=no" in ignore and "-oUserKnownHostsFile=/dev/null" in ignore
     # Port 22 is left to ssh_config, where some hosts may have their own.
-    assert not any(o.startswith("-oPort") for o in TreeTransport(options()).ssh_options())
+    assert not any(o.startswith("-oPort") for o in ClushTransport(options()).ssh_options())
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"jump_host": "bastion"}, "jump_host does not combine"),
-    ({"addresses": {"n1": "10.0.0.1"}, "tree_ssh_config": ""}, "needs access.tree.ssh_config"),
-])
-def test_site_settings_the_tree_cannot_honour_are_refused(change, says):
-    with pytest.raises(UsageError, match=says):
-        TreeTransport(options(**change)).ssh_options()
+def test_site_settings_at_their_defaults_are_left_to_openssh():
+    """Where the site keeps fleetctl's defaults, the operator's ssh_config and known_hosts (the user's
+    and the system's, certificates included) decide; a jump host is OpenSSH's ProxyJump."""
+    plain = ClushTransport(FanoutOptions()).ssh_options()  # known_hosts "~/.ssh/known_hosts"
+    assert plain == ClushTransport(FanoutOptions(known_hosts=DEFAULT_KNOWN_HOSTS)).ssh_options()
+    assert not any(o.startswith(("-F", "-i", "-oUserKnownHostsFile", "-oPort", "-oProxy")) for o in plain)
+    assert "-oStrictHostKeyChecking=yes" in plain  # fleetctl's stance stays: strict unless the site says so
+    # The jump host gets the same key, known_hosts and policy (ProxyJump would give it none of them).
+    *_, proxy = ClushTransport(options(jump_host="admin@bastion:2222")).ssh_options()
+    hop = shlex.split(proxy.removeprefix("-oProxyCommand="))
+    assert hop[0] == "ssh"
+    assert hop[-8:] == ["-oBatchMode=yes", "-l", "admin", "-p", "2222", "-W", "%h:%p", "bastion"]
+    assert "-oUserKnownHostsFile=/k/known" in hop and "/k/id" in hop
+
+
+def test_addresses_without_an_ssh_config_are_refused():
+    with pytest.raises(UsageError, match="needs access.clush.ssh_config"):
+        ClushTransport(options(addresses={"n1": "10.0.0.1"}, clush_ssh_config="")).ssh_options()
 
 
 def test_topology_puts_the_gateways_under_this_machine_and_the_rest_under_them():
-    tree = TreeTransport(options()).topology(["gw1", "n1", "n2", "n3"])
+    tree = ClushTransport(options()).topology(["gw1", "n1", "n2", "n3"])
     levels = [str(group.nodeset) for group in tree]
     assert levels[1:] == ["gw[1-2]", "n[1-3]"]
 
 
 @pytest.mark.parametrize("change, says", [
-    ({"tree_gateways": "", "tree_topology": ""}, "needs access.tree.gateways"),
-    ({"tree_gateways": "gw["}, "invalid access.tree.gateways"),
-    ({"tree_topology": "/nonexistent/topology.conf"}, "access.tree.topology /nonexistent/topology.conf: no such file"),
+    ({"clush_gateways": "gw["}, "invalid access.clush.gateways"),
+    ({"clush_topology": "/nonexistent/topology.conf"}, "topology /nonexistent/topology.conf: no such file"),
 ])
 def test_topology_mistakes_are_usage_errors(change, says):
     with pytest.raises(UsageError, match=says):
-        TreeTransport(options(**change)).topology(["n1"])
+        ClushTransport(options(**change)).topology(["n1"])
+
+
+def test_without_gateways_it_connects_directly():
+    assert ClushTransport(options(clush_gateways="")).topology(["n1"]) is None
 
 
 def test_a_clush_topology_file_is_used_as_it_is(tmp_path):
@@ -92,7 +106,7 @@ def test_a_clush_topology_file_is_used_as_it_is(tmp_path):
     root = socket.gethostname().split(".")[0]
     conf = tmp_path / "topology.conf"
     conf.write_text(f"[routes]\n{root}: gw1\ngw1: gw2\ngw2: n[1-100]\n")
-    tree = TreeTransport(options(tree_topology=str(conf))).topology(["n1"])
+    tree = ClushTransport(options(clush_topology=str(conf))).topology(["n1"])
     assert [str(group.nodeset) for group in tree][1:] == ["gw1", "gw2", "n[1-100]"]
 
 
@@ -111,5 +125,5 @@ def test_the_wrapper_gives_each_node_its_name_without_a_shell(tmp_path):
     assert args[4] == f"FLEETCTL_NODE={shlex.quote(node)}; export FLEETCTL_NODE; echo $FLEETCTL_NODE"
 
 
-def test_tree_is_a_transport_by_name():
-    assert get_transport("tree", options()).name == "tree"
+def test_clush_is_a_transport_by_name():
+    assert get_transport("clush", options()).name == "clush"

@@ -83,7 +83,7 @@ def test_site_file_passes_the_schema(params, tmp_path):
         firsts = {}
         for h in layout.hosts:
             firsts.setdefault(h.leaf, h.name)
-        assert parse_nodeset(site.access["tree"]["gateways"]) == parse_nodeset(",".join(firsts.values()))
+        assert parse_nodeset(site.access["clush"]["gateways"]) == parse_nodeset(",".join(firsts.values()))
     assert site.access["transport"] == ("ssh" if params.ssh else "local")
     if params.gpus_per_host:
         assert site.checks["simulated_gpus"] == str(Path(tmp_path) / "hosts" / "{node}" / "gpus.json")
