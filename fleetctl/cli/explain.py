@@ -14,7 +14,8 @@ from fleetctl.errors import EXIT_OK
 @click.option("--report", metavar="FILE", default=None,
               help="Audit report to explain findings from (default: the last one act consumed).")
 @click.option("--events", metavar="PATH", default=None, help="Lens event log (default: act.lens_events).")
-@click.option("--state-dir", metavar="DIR", default=None, help="act's state (default: act.state_dir).")
+@click.option("--state-dir", metavar="DIR", default=None, type=click.Path(exists=True, file_okay=False),
+              help="act's state (default: act.state_dir).")
 @click.option("--no-slurm", is_flag=True, help="Do not ask Slurm (node states, jobs).")
 @pass_app
 def explain(app: Application, target: str, report, events, state_dir, no_slurm: bool) -> int:

@@ -7,9 +7,12 @@ import click
 from fleetctl.cli.app import Application, esc
 
 
-def state_dir_option(func):
-    return click.option("--state-dir", metavar="DIR", default=None,
-                        help="Action log and cursors (default: act.state_dir).")(func)
+def state_dir_option(func=None, *, must_exist: bool = False):
+    """--state-dir; `must_exist` for what only reads it (a typo is an error, not an empty state)."""
+    option = click.option("--state-dir", metavar="DIR", default=None,
+                          type=click.Path(exists=True, file_okay=False) if must_exist else None,
+                          help="Action log and cursors (default: act.state_dir).")
+    return option(func) if func is not None else option
 
 
 def config(app: Application, state_dir: str | None):

@@ -11,7 +11,7 @@ from fleetctl.errors import EXIT_OK
 
 @click.command("log")
 @common_options
-@state_dir_option
+@state_dir_option(must_exist=True)
 @click.option("--last", type=click.IntRange(1, 100000), default=50, show_default=True, help="Actions shown.")
 @pass_app
 def log_cmd(app: Application, state_dir, last: int) -> int:

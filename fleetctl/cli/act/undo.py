@@ -11,7 +11,7 @@ from fleetctl.errors import EXIT_OK
 
 @click.command("undo")
 @common_options
-@state_dir_option
+@state_dir_option(must_exist=True)
 @click.argument("action_id")
 @click.option("--dry-run", is_flag=True, help="Say what the undo would do.")
 @click.option("--spares-state-dir", metavar="DIR", default=None, help="The spare pool's state.")

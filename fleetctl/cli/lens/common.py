@@ -16,6 +16,10 @@ MAX_CELL = 200  # characters of one untrusted value printed
 
 state_dir_option = click.option("--state-dir", metavar="DIR", default=None,
                                 help="Lens state directory (default: the site's lens.state_dir).")
+# What only reads the state: a directory named on the command line must be there (a typo is not "no events").
+existing_state_dir_option = click.option("--state-dir", metavar="DIR", default=None,
+                                         type=click.Path(exists=True, file_okay=False),
+                                         help="Lens state directory (default: the site's lens.state_dir).")
 
 
 def state_directory(app: Application, state_dir: str | None) -> Path:

@@ -9,7 +9,8 @@ import time
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
-from fleetctl.cli.lens.common import MAX_CELL, element, jobs, metric, severity, state_dir_option, state_directory
+from fleetctl.cli.lens.common import (MAX_CELL, element, existing_state_dir_option, jobs, metric, severity,
+                                      state_directory)
 from fleetctl.cli.signals import stop_on_signals
 from fleetctl.errors import EXIT_OK, UsageError
 
@@ -20,7 +21,7 @@ from fleetctl.errors import EXIT_OK, UsageError
               help="Only events written at or after WHEN (ISO time, or seconds ago like 10m, 2h).")
 @click.option("--follow", is_flag=True, help="Keep printing records as they are appended.")
 @click.option("--open", "open_only", is_flag=True, help="Only open events.")
-@state_dir_option
+@existing_state_dir_option
 @pass_app
 def events_cmd(app: Application, since, follow, open_only, state_dir) -> int:
     """The event log: the current view of each event (with --follow, every new record).

@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
-from fleetctl.cli.lens.common import (element, finite, jobs, metric, number, severity, state_dir_option,
+from fleetctl.cli.lens.common import (element, existing_state_dir_option, finite, jobs, metric, number, severity,
                                       state_directory, text)
 
 
 @click.command("status")
 @common_options
-@state_dir_option
+@existing_state_dir_option
 @pass_app
 def status_cmd(app: Application, state_dir) -> int:
     """Health per element now, agents, clock offsets and drift, open events.

@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
-from fleetctl.cli.lens.common import state_dir_option, state_directory
+from fleetctl.cli.lens.common import existing_state_dir_option, state_directory
 from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
 
 @click.command("stop")
 @common_options
-@state_dir_option
+@existing_state_dir_option
 @pass_app
 def stop_cmd(app: Application, state_dir) -> int:
     """Stop the coordinator (it finishes its window and saves its state).

@@ -10,7 +10,7 @@ from fleetctl.cli.app import Application
 
 
 def registry_option(func):
-    return click.option("--registry", metavar="DIR", default=None,
+    return click.option("--registry", metavar="DIR", default=None, type=click.Path(exists=True, file_okay=False),
                         help="Registry of job snapshot directories (env FLEETCTL_SNAPSHOT_REGISTRY; "
                              "default /var/lib/fleetctl/snapshots).")(func)
 

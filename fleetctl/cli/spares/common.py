@@ -16,9 +16,12 @@ def pool(app: Application, state_dir: str | None):
     return backend, SparePool(backend, SparesConfig.from_site(app.site, state_dir))
 
 
-def state_dir_option(func):
-    return click.option("--state-dir", metavar="DIR", default=None,
-                        help="The pool's lock and audit verdicts (default: spares.state_dir).")(func)
+def state_dir_option(func=None, *, must_exist: bool = False):
+    """--state-dir; `must_exist` for what only reads it (a typo is an error, not an empty state)."""
+    option = click.option("--state-dir", metavar="DIR", default=None,
+                          type=click.Path(exists=True, file_okay=False) if must_exist else None,
+                          help="The pool's lock and audit verdicts (default: spares.state_dir).")
+    return option(func) if func is not None else option
 
 
 def print_warnings(console, warnings) -> None:

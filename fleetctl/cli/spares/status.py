@@ -11,7 +11,7 @@ from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 
 @click.command("status")
 @common_options
-@state_dir_option
+@state_dir_option(must_exist=True)
 @pass_app
 def status(app: Application, state_dir: str | None) -> int:
     """Members, their last audit verdict and its age, free or in use.
