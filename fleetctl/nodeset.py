@@ -6,7 +6,8 @@ Node sets and node names are hostile input (site files, command lines, Slurm out
 and fleetctl runs as root in every Prolog, so this module is also the one guard on them:
 - no group resolution: ClusterShell's default resolver substitutes a `@group` name into a shell
   command; every NodeSet here is built with RESOLVER_NOGROUP, `@` is rejected, and the process-wide
-  default resolver is replaced by one without sources, so a NodeSet built anywhere else cannot run one;
+  default resolver is replaced by one without sources, so a NodeSet built anywhere else cannot run one
+  (command-line NODESETs expand their groups first, without a shell: fleetctl.nodegroups);
 - bounded size: the text length and the node count are checked before ClusterShell expands anything
   (ClusterShell's RangeSet is a set of ints: `gpu[1-9999999]` would take seconds and GBs);
 - one node-name grammar (Slurm host names), since node names become file names and path components.
@@ -114,8 +115,8 @@ def parse_nodeset(text: str | Iterable[str], *, what: str = "node set") -> NodeS
         if any(ch.isspace() for ch in part):
             raise UsageError(f"invalid {what} {part!r}: whitespace inside a node set")
         if "@" in part:
-            raise UsageError(f"invalid {what} {part!r}: node groups (@name) are not supported; "
-                             "write the nodes, e.g. gpu[001-064]")
+            raise UsageError(f"invalid {what} {part!r}: node groups (@name) are resolved only in a NODESET "
+                             "given on the command line (docs/exec.md); write the nodes here, e.g. gpu[001-064]")
         if not _NODESET_CHARS.match(part):
             bad = next(ch for ch in part if not _NODESET_CHARS.match(ch))
             raise UsageError(f"invalid {what} {part!r}: character {bad!r} is not allowed in a node set")

@@ -96,6 +96,16 @@ class Application:
 
         return get_backend("cli", slurm_conf=os.environ.get("SLURM_CONF", ""), timeout=15.0)
 
+    def nodes(self, text: str | None, *, what: str = "node set") -> str | None:
+        """A NODESET argument with its groups (`@gpu`, `@partition:batch`, `@job:42`) expanded from the
+        site's groups, clush's static group files and Slurm; text without `@` is returned as is."""
+        if not text or "@" not in text:
+            return text
+        from fleetctl.nodegroups import groups_for_site
+
+        has_site = bool(self.site_path or os.environ.get("FLEETCTL_SITE"))
+        return groups_for_site(self.site if has_site else None, self.slurm_backend).expand(text, what=what)
+
     def site_or_slurm(self, *, alone: bool = False):
         """The site file in use; without one (no --site, no FLEETCTL_SITE), the cluster as Slurm
         describes it when there is a slurm.conf to ask (SLURM_CONF or /etc/slurm). `alone`: with

@@ -50,7 +50,7 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
     from fleetctl.fanout.registry import get_transport
     from fleetctl.nodeset import fold, parse_nodeset
 
-    nodes = list(parse_nodeset(nodeset))
+    nodes = list(parse_nodeset(app.nodes(nodeset)))
     if not nodes:
         raise click.BadParameter(f"{nodeset!r} names no node", param_hint="NODESET")
     site = _site_or_none(app)

@@ -22,7 +22,7 @@ def inventory(app: Application, nodeset: str | None, view: str | None, no_slurm:
     from fleetctl.inventory import build_inventory
     from fleetctl.nodeset import parse_nodeset
 
-    wanted = parse_nodeset(nodeset) if nodeset else None
+    wanted = parse_nodeset(app.nodes(nodeset)) if nodeset else None
     site = app.site
     slurm = None
     if not no_slurm:

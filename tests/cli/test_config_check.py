@@ -52,7 +52,7 @@ def test_bad_file_is_one_line_and_exit_3(tmp_path, capsys):
     assert run(["config", "check", str(bad)]) == 3
     err = capsys.readouterr().err
     assert err == (f"fleetctl: error: {bad}: acess: unknown key (did you mean 'access'?); allowed here: "
-                   "access, act, checks, cluster, fabric, failover, lab, lens, mesh, node_classes, "
+                   "access, act, checks, cluster, fabric, failover, groups, lab, lens, mesh, node_classes, "
                    "slurm, spares, thresholds\n")
 
 

@@ -14,6 +14,7 @@ from fleetctl.cli import run as cli_run
 from fleetctl.fanout import FanoutOptions, get_transport, run_python
 from fleetctl.fanout.payload import json_output
 from fleetctl.nodeset import fold
+from labutil import sbatch, scontrol
 
 pytestmark = pytest.mark.lab
 SRUN = pytest.param("srun", marks=pytest.mark.slurm)  # run on every Slurm version (-m slurm)
@@ -223,6 +224,30 @@ def test_clush_without_gateways_connects_from_here(site_env):
     with get_transport("clush", options) as t:
         results = t.run(lab.nodes, 'echo "$FLEETCTL_NODE ${SSH_CONNECTION%% *}"')
     assert all(r.ok and r.stdout == f"{r.node} 10.250.0.1\n" for r in results), results
+
+
+@pytest.mark.slurm
+def test_node_groups_from_slurm_and_the_site(site_env, capsys, tmp_path):
+    """`@partition:NAME` and `@job:ID` read from the lab's real Slurm; `@name` from the site file."""
+    lab = site_env
+    partition = lab.site.data["slurm"]["partition"]
+    assert cli_run(["exec", f"@partition:{partition}", "--format", "json", "--", "hostname"]) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"] == fold(lab.nodes)
+    job = sbatch(lab, "-w", fold(lab.nodes[1:3]), "-N2", "--wrap", "sleep 60")
+    try:
+        deadline = time.monotonic() + 20
+        while "JobState=RUNNING" not in scontrol(lab, "show", "job", job) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cli_run(["exec", f"@job:{job}!{lab.nodes[2]}", "--format", "json", "--", "hostname"]) == 0
+        assert json.loads(capsys.readouterr().out)["nodes"] == lab.nodes[1]
+    finally:
+        subprocess.run(["scancel", job], env=lab.command_env(), check=False)
+    site = tmp_path / "site.toml"
+    site.write_text(lab.site_file.read_text() + f'\n[groups.static]\nfirst = "{lab.nodes[0]}"\n')
+    assert cli_run(["exec", "--site", str(site), "@first", "--format", "json", "--", "true"]) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"] == lab.nodes[0]
+    assert cli_run(["exec", "--site", str(site), "@nosuch", "--", "true"]) == 3
+    assert "unknown group @nosuch" in capsys.readouterr().err
 
 
 @pytest.mark.slurm

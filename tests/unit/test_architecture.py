@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "fleetctl"
 RANKS = {
     # ground (__init__: the root package, which holds only the version)
     "__init__": 0, "errors": 0, "nodeset": 1, "atomic": 1, "locks": 1, "filekit": 1, "registry": 1, "extras": 1, "model": 2,
+    "nodegroups": 2,
     "config": 3,
     # reach
     "fanout": 4, "slurm": 4, "store": 4, "inventory": 5,

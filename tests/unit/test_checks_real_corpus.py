@@ -334,7 +334,7 @@ OPENSSH = ("openssh-9.2p1-hostkey-changed.txt", "openssh-9.2p1-hostkey-unknown.t
 def test_every_sample_has_an_expectation_and_a_provenance():
     samples = {p.name for p in REAL.iterdir() if p.name != "PROVENANCE.md"}
     expected = (set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML) | set(DISCOVER)
-                | set(OPENSSH))
+                | set(OPENSSH) | {"clush-groups-cluster.yaml"})  # test_nodegroups.py
     assert samples == expected
     assert len(samples) >= 40
     provenance = (REAL / "PROVENANCE.md").read_text()

@@ -60,7 +60,7 @@ conf = "slurm.conf"
 
 def test_registry():
     assert transport_class("local").name == "local"
-    with pytest.raises(UsageError, match="unknown transport 'rsh'; choose one of local, srun, ssh"):
+    with pytest.raises(UsageError, match="unknown transport 'rsh'; choose one of clush, local, srun, ssh"):
         transport_class("rsh")
     assert get_transport(None).name == "ssh"
 

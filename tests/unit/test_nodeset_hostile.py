@@ -20,9 +20,9 @@ def injection(marker) -> str:
 
 def test_a_group_is_a_usage_error_and_runs_nothing(tmp_path):
     marker = tmp_path / "pwned"
-    with pytest.raises(UsageError, match=r"node groups \(@name\) are not supported"):
+    with pytest.raises(UsageError, match=r"node groups \(@name\) are resolved only in a NODESET given on the command line"):
         parse_nodeset(injection(marker))
-    with pytest.raises(UsageError, match="not supported"):
+    with pytest.raises(UsageError, match="resolved only in a NODESET"):
         parse_nodeset(["node1", f"node2,{injection(marker)}"])
     assert not marker.exists()
 
@@ -54,7 +54,7 @@ SITE = '[cluster]\nname = "t"\n[[node_classes]]\nname = "c"\nnodes = "{nodes}"\n
 
 def test_a_group_in_a_site_file_is_a_config_error(tmp_path):
     marker = tmp_path / "pwned"
-    with pytest.raises(ConfigError, match=r"node_classes\[0\]\.nodes: invalid node set .*not supported"):
+    with pytest.raises(ConfigError, match=r"node_classes\[0\]\.nodes: invalid node set .*resolved only in a NODESET"):
         parse_site(SITE.format(nodes=injection(marker)), source="s.toml")
     assert not marker.exists()
 

@@ -66,6 +66,7 @@ def run(app: Application, **options) -> int:
     from fleetctl.cli.audit import mesh_view
 
     wide = options.pop("wide")
+    options["nodeset"] = tuple(app.nodes(word) for word in options["nodeset"])  # @groups
     opts = AuditOptions(**options)
     check_outputs(opts)  # before anything else, the site file included
     opts.checked_nodeset()

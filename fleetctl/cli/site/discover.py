@@ -55,7 +55,7 @@ def discover(app: Application, **options) -> int:
     from fleetctl.discover.options import DiscoverOptions
     from fleetctl.errors import EXIT_OK
 
-    opts = DiscoverOptions(**options)
+    opts = DiscoverOptions(**{**options, "nodeset": app.nodes(options["nodeset"])})
     opts.check()
     site_given = bool(app.site_path or os.environ.get("FLEETCTL_SITE"))
     base = _base_site(app, need=not opts.nodeset) if opts.wants_base(site_given) else None

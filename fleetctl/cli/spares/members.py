@@ -25,7 +25,7 @@ def _command(name: str, doc: str):
         from fleetctl.nodeset import parse_nodeset
         from fleetctl.spares.membership import audit_nodes, change
 
-        nodes = list(parse_nodeset(nodeset))
+        nodes = list(parse_nodeset(app.nodes(nodeset)))
         _, spare_pool = pool(app, state_dir)
         audit = (lambda stale: audit_nodes(app.site, spare_pool, stale)) if name == "add" and run_audit else None
         data = change(spare_pool, nodes, add=name == "add", dry_run=dry_run,
