@@ -16,9 +16,14 @@ from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
 @click.option("--links", "view", flag_value="links", help="Show the links (of the selected nodes).")
 @click.option("--switches", "view", flag_value="switches", help="Show the switches.")
 @click.option("--no-slurm", is_flag=True, help="Do not ask Slurm; show the site file's view only.")
+@click.option("--wide", is_flag=True, help="One row per node instead of nodes with identical rows folded.")
 @pass_app
-def inventory(app: Application, nodeset: str | None, view: str | None, no_slurm: bool) -> int:
-    """Nodes, NICs, GPUs, switches and links, with each node's Slurm state and drain reason."""
+def inventory(app: Application, nodeset: str | None, view: str | None, no_slurm: bool, wide: bool) -> int:
+    """Nodes, NICs, GPUs, switches and links, with each node's Slurm state and drain reason.
+
+    Nodes whose rows are identical (class, state, reason, GPUs, NICs and their switches) share one
+    row under their folded node set; --wide gives every node its own.
+    """
     from fleetctl.inventory import build_inventory
     from fleetctl.nodeset import parse_nodeset
 
@@ -39,7 +44,10 @@ def inventory(app: Application, nodeset: str | None, view: str | None, no_slurm:
     def render(console):
         from rich.table import Table
 
-        table = {"links": _links_table, "switches": _switches_table}.get(view, _nodes_table)(inv, Table)
+        if view is None:
+            table = _nodes_table(inv, Table, wide)
+        else:
+            table = {"links": _links_table, "switches": _switches_table}[view](inv, Table)
         console.print(table)
         for warning in inv.warnings:
             app.err_console.print(f"[yellow]warning:[/yellow] {warning}")
@@ -56,7 +64,9 @@ def _state_style(node) -> str:
     return "green"
 
 
-def _nodes_table(inv, Table):
+def _nodes_table(inv, Table, wide: bool):
+    from fleetctl.nodeset import fold
+
     title = f"{inv.cluster}: {len(inv.nodes)} nodes"
     with_state = [n.slurm for n in inv.nodes.values() if n.slurm is not None]
     if with_state:
@@ -66,22 +76,30 @@ def _nodes_table(inv, Table):
     table = Table(title=title, title_justify="left")
     for col in ("node", "class", "slurm state", "reason", "GPUs", "NICs"):
         table.add_column(col, overflow="fold")
+    rows: dict[tuple, list[str]] = {}
     for node in inv.nodes.values():
-        if node.slurm is not None:
-            state = f"[{_state_style(node)}]{node.slurm.state.lower()}[/]"
-            reason = _escape(node.slurm.reason)
-            if reason and node.slurm.reason_user:
-                reason += f" [dim]({node.slurm.reason_user} {node.slurm.reason_time})[/dim]"
-        else:
-            state = "[dim]not in Slurm[/dim]" if node.in_slurm is False else "[dim]?[/dim]"
-            reason = ""
-        gpus = f"{node.gpus.count} x {node.gpus.model}" if node.gpus.model else str(node.gpus.count)
-        nics = ", ".join(f"{n.name}" + (f"->{'/'.join(n.switches)}" if n.switches else "")
-                         for n in node.nics)
-        cls = node.node_class or "[red]not in site file[/red]"
-        table.add_row(node.name, cls, state, reason,
-                      gpus if node.in_site else "", nics)
+        row = _node_row(node)
+        rows.setdefault((node.name,) + row if wide else row, []).append(node.name)
+    for row, names in rows.items():
+        who = fold(names) + (f" ({len(names)})" if len(names) > 1 else "")
+        table.add_row(_escape(who), *row[-5:])
     return table
+
+
+def _node_row(node) -> tuple[str, ...]:
+    """A node's row without its name: class, state, reason, GPUs, NICs."""
+    if node.slurm is not None:
+        state = f"[{_state_style(node)}]{node.slurm.state.lower()}[/]"
+        reason = _escape(node.slurm.reason)
+        if reason and node.slurm.reason_user:
+            reason += f" [dim]({node.slurm.reason_user} {node.slurm.reason_time})[/dim]"
+    else:
+        state = "[dim]not in Slurm[/dim]" if node.in_slurm is False else "[dim]?[/dim]"
+        reason = ""
+    gpus = f"{node.gpus.count} x {node.gpus.model}" if node.gpus.model else str(node.gpus.count)
+    nics = ", ".join(f"{n.name}" + (f"->{'/'.join(n.switches)}" if n.switches else "") for n in node.nics)
+    cls = node.node_class or "[red]not in site file[/red]"
+    return cls, state, reason, gpus if node.in_site else "", nics
 
 
 def _links_table(inv, Table):

@@ -28,7 +28,11 @@ def test_nodes_table_without_slurm(capsys):
     assert "roce-ls: 8 nodes" in out
     for header in ("node", "class", "slurm state", "reason", "GPUs", "NICs"):
         assert header in out
-    assert "rack1-n1" in out and "4 x NVIDIA L40S" in out and "mlx5_0->leaf1a, mlx5_1->leaf1b" in out
+    assert "rack1-n[1-4] (4)" in out and "4 x NVIDIA L40S" in out and "mlx5_0->leaf1a, mlx5_1->leaf1b" in out
+    assert out.count("mlx5_0->leaf1a") == 1  # a rack's nodes have identical rows: one row
+    assert run(["inventory", "--site", ROCE, "--no-slurm", "--no-color", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert wide.count("mlx5_0->leaf1a") == 4 and "rack1-n1 " in wide
 
 
 def test_nodeset_and_json(capsys):
