@@ -103,8 +103,11 @@ def _finding_what(code: str, res: dict) -> str:
 def _since_evidence(res: dict) -> str:
     ev = res.get("evidence") or {}
     for key in ("first_seen", "since", "time", "first"):
-        if isinstance(ev.get(key), (str, int, float)):
-            return f"since {ev[key]}"
+        value = ev.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 1e9 <= value < 1e11:
+            return f"since {_iso(value)}"  # an epoch: the docs and every other line speak ISO
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return f"since {value}"
     return ""
 
 

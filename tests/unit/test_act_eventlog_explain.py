@@ -118,3 +118,11 @@ def test_reader_follows_the_log_across_a_rotation(tmp_path):
     assert [r["id"] for r in got.records] == ["ev-20261201T070001-0002", "ev-20261201T070001-0003"]
     again = eventlog.read_from(path, got.offset, got.ident)
     assert again.records == [] and again.skipped == 0
+
+
+def test_since_is_an_iso_time_whatever_the_evidence_holds():
+    from fleetctl.act.explain import _since_evidence
+
+    assert _since_evidence({"evidence": {"first_seen": 1796253900.48}}) == "since 2026-12-02T23:25:00Z"
+    assert _since_evidence({"evidence": {"since": "2026-12-01T07:00:01Z"}}) == "since 2026-12-01T07:00:01Z"
+    assert _since_evidence({"evidence": {"time": True, "first": 3}}) == "since 3"  # not an epoch: as it is

@@ -87,8 +87,10 @@ def _render(console, events: list[dict]) -> None:
         return
     t = Table(show_edge=False)
     t.add_column("element", no_wrap=True)
-    for col in ("state", "metric", "severity", "first seen", "jobs", "id"):
+    for col in ("state", "metric", "severity", "first seen", "jobs"):
         t.add_column(col)
+    # The id is what `fleetctl explain` takes: never cut, however narrow the terminal.
+    t.add_column("id", no_wrap=True, min_width=max(len(str(e["id"])) for e in events))
     for e in events:
         t.add_row(element(e["element"]), e["state"], metric(e), severity(e),
                   e["first_seen"][:19].replace("T", " "), jobs(e), e["id"])
