@@ -13,7 +13,7 @@ import click
 
 from fleetctl import __version__
 from fleetctl.cli.app import Application, common_options
-from fleetctl.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FleetctlError, InternalError,
+from fleetctl.errors import (EXIT_INTERRUPTED, EXIT_OK, FleetctlError, InternalError,
                              ResourceError)
 from fleetctl.registry import Registry
 
@@ -100,9 +100,8 @@ def run(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
-        # Usage errors: click's own message, but our exit code (2 means "failures found" here).
-        exc.show()
-        return EXIT_ERROR
+        # Usage errors: one line (JSON with --format json) and our exit code (2 means "failures found").
+        return _report(app, _usage_error(exc), json_output=app.json or _asks_json(argv))
     except BrokenPipeError:
         return EXIT_OK
     except MemoryError:
@@ -118,12 +117,26 @@ def run(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _report(app: Application, exc: FleetctlError) -> int:
+def _usage_error(exc: click.ClickException) -> FleetctlError:
+    from fleetctl.errors import UsageError
+
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "fleetctl"
+    return UsageError(" ".join(exc.format_message().split()), hint=f"`{where} --help` for usage")
+
+
+def _asks_json(argv: list[str] | None) -> bool:
+    """Whether the command line asks for JSON, when click stopped before reading --format."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    return "--format=json" in words or any(a == "--format" and b == "json" for a, b in zip(words, words[1:]))
+
+
+def _report(app: Application, exc: FleetctlError, *, json_output: bool | None = None) -> int:
     if app.verbose >= 2:
         import traceback
 
         traceback.print_exc()
-    if app.json:
+    if app.json if json_output is None else json_output:
         import json
 
         click.echo(json.dumps({"error": exc.to_dict()}, indent=2))

@@ -42,3 +42,13 @@ def test_the_traceback_with_vv(monkeypatch, capsys, tmp_path):
     site.write_text("")
     assert run(["-vv", "config", "check", "--site", str(site)]) == EXIT_ERROR
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_click_usage_error_is_one_line_with_a_hint_and_json_when_asked(capsys):
+    assert run(["exec", "--bogus", "n1", "--", "true"]) == 3
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["fleetctl: error: No such option '--bogus'. Did you mean '--verbose'?",
+                                         "  hint: `fleetctl exec --help` for usage"]
+    assert run(["exec", "--format", "json", "--bogus", "n1", "--", "true"]) == 3
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["kind"] == "usage" and "--bogus" in error["message"]
