@@ -30,7 +30,8 @@ from fleetctl.fanout.registry import transports
               "now as repaired (e.g. by a GPU reset without a reboot); later ones count again.")
 @click.option("--dry-run", is_flag=True, help="With --drain/--resume: show the actions, change nothing.")
 @click.option("--idle-only", is_flag=True, help="Audit only nodes Slurm reports idle (for cron).")
-@click.option("--prom", type=click.Path(dir_okay=False), help="Write a Prometheus textfile-collector file.")
+@click.option("--prometheus", "--prom", "prom", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write a Prometheus textfile-collector file.")
 @click.option("--history", type=click.Path(file_okay=False), help="Keep JSON reports here; show what changed.")
 @click.option("--mesh", is_flag=True, help="Also probe the NIC mesh and locate network faults.")
 @click.option("--mesh-only", is_flag=True, help="Probe the NIC mesh only (no node checks).")

@@ -25,7 +25,7 @@ from fleetctl.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_WARNINGS
               "(repeatable; default: every interface but loopback, every IB port).")
 @click.option("--counters-dir", default=None, metavar="DIR", help="The plugin's counters directory "
               "(env FLEET_NET_COUNTERS_DIR, default /run/fleetctl/failover).")
-@click.option("--prometheus", "prom", metavar="FILE", help="Also write the state as Prometheus text to FILE "
+@click.option("--prometheus", "--prom", "prom", metavar="FILE", help="Also write the state as Prometheus text to FILE "
               "(atomically, every interval; '-' prints it to stdout with --once).")
 @click.option("--flap-window", type=seconds(1, 7 * 86_400), default=86_400.0, show_default=True,
               metavar="SECONDS", help="Down transitions within this window count towards flapping.")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import click
 
@@ -12,13 +11,13 @@ from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.lens.common import (MAX_CELL, element, existing_state_dir_option, jobs, metric, severity,
                                       state_directory)
 from fleetctl.cli.signals import stop_on_signals
-from fleetctl.errors import EXIT_OK, UsageError
+from fleetctl.errors import EXIT_OK
 
 
 @click.command("events")
 @common_options
 @click.option("--since", metavar="WHEN", default=None,
-              help="Only events written at or after WHEN (ISO time, or seconds ago like 10m, 2h).")
+              help="Only events written at or after WHEN: epoch, ISO time or an age (30s, 15m, 2h, 1d).")
 @click.option("--follow", is_flag=True, help="Keep printing records as they are appended.")
 @click.option("--open", "open_only", is_flag=True, help="Only open events.")
 @existing_state_dir_option
@@ -50,19 +49,10 @@ def events_cmd(app: Application, since, follow, open_only, state_dir) -> int:
 
 
 def _since(text: str | None):
-    if not text:
-        return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    t = text.strip()
-    if t[-1:] in units and t[:-1].replace(".", "", 1).isdigit():
-        return time.time() - float(t[:-1]) * units[t[-1]]
-    from fleetctl.lens.eventlog import parse_time
+    """The same --since grammar as `audit`: epoch seconds, an ISO time, or an age (30s, 10m, 2h, 1d)."""
+    from fleetctl.checks import since_epoch
 
-    try:
-        return parse_time(t)
-    except Exception:  # noqa: BLE001 - the reader's own error names the value
-        raise UsageError(f"--since {text!r}: an ISO time (2026-01-02T03:04:05Z) or an age "
-                         "like 30s, 10m, 2h, 1d") from None
+    return since_epoch(text) if text else None
 
 
 def _print_record(app, rec: dict) -> None:
