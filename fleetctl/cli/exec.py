@@ -44,6 +44,12 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
     One word after -- is a shell command line:  -- 'dmesg | tail -3'
     Several words are an argv list, each word quoted:  -- sh -c 'echo $HOSTNAME'
     Exit status: 0 all nodes ok; 2 a node failed, timed out or could not be reached; 3 error.
+
+    \b
+    Examples:
+      fleetctl exec 'gpu[001-128]' -- nvidia-smi -L
+      fleetctl exec @partition:gpu -t clush -- 'dmesg | tail -3'
+      fleetctl exec 'gpu[001-004]' --no-fold --timeout 10 -- uptime
     """
     from fleetctl.fanout.base import FanoutOptions
     from fleetctl.fanout.fold import group_results, nodes_by_status, status_counts

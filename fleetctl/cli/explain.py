@@ -21,7 +21,14 @@ from fleetctl.errors import EXIT_OK
 def explain(app: Application, target: str, report, events, state_dir, no_slurm: bool) -> int:
     """What is wrong, where, since when, how sure and why, which jobs, what fleetctl did, what next.
 
-    TARGET: NODE:CODE (a finding, e.g. node2:xid.79), ev-... (a lens event), a node, or a job id."""
+    TARGET: NODE:CODE (a finding, e.g. node2:xid.79), ev-... (a lens event), a node, or a job id.
+
+    \b
+    Examples:
+      fleetctl explain gpu017:xid.79
+      fleetctl explain ev-20261201T070001-0002   # a lens event (ids: fleetctl lens events)
+      fleetctl explain gpu017 --format json
+    """
     from pathlib import Path
 
     from fleetctl.act.actionlog import ActionLog

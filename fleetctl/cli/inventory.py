@@ -23,6 +23,12 @@ def inventory(app: Application, nodeset: str | None, view: str | None, no_slurm:
 
     Nodes whose rows are identical (class, state, reason, GPUs, NICs and their switches) share one
     row under their folded node set; --wide gives every node its own.
+
+    \b
+    Examples:
+      fleetctl inventory 'gpu[001-016]'
+      fleetctl inventory --links gpu007
+      fleetctl inventory --format json | jq '.nodes[] | select(.slurm.drained)'
     """
     from fleetctl.inventory import build_inventory
     from fleetctl.nodeset import parse_nodeset

@@ -20,6 +20,12 @@ def analyze(app: Application, file: str, solver: str | None, out: str | None) ->
 
     Exit codes: 0 no finding, 1 probe warnings only (the measurement, not the network), 2 network
     findings, 3 the file could not be analysed.
+
+    \b
+    Examples:
+      fleetctl audit analyze run.h5
+      fleetctl audit analyze run.h5 --solver vote --format json
+      fleetctl audit analyze run.h5 --out reanalysed.h5
     """
     from fleetctl.atomic import check_writable
     from fleetctl.cli.audit import mesh_view

@@ -15,7 +15,13 @@ from fleetctl.errors import EXIT_OK, ConfigError
 def check(app: Application, path: str | None) -> int:
     """Validate a site file (default: the one in use): the schema, then every check the commands
     make when they read their sections (the Prolog's payload arguments, act's policies, lens, ...).
-    Exit 3 when anything would be refused at run time."""
+    Exit 3 when anything would be refused at run time.
+
+    \b
+    Examples:
+      fleetctl config check /etc/fleetctl/site.toml
+      fleetctl config check --format json        # the site file in use (FLEETCTL_SITE)
+    """
     from fleetctl.config import load_site
     from fleetctl.sitecheck import check_site
 

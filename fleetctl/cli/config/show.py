@@ -12,7 +12,13 @@ from fleetctl.errors import EXIT_OK
 @common_options
 @pass_app
 def show(app: Application) -> int:
-    """Print the site file in use with every default filled in (JSON)."""
+    """Print the site file in use with every default filled in (JSON).
+
+    \b
+    Examples:
+      fleetctl config show | jq .access
+      fleetctl --site /etc/fleetctl/site.toml config show
+    """
     import json
 
     site = app.site

@@ -14,7 +14,13 @@ from fleetctl.cli.app import Application, common_options, pass_app
 @click.option("--log", "log_path", default="/var/log/fleetctl-hooks.log", show_default=True)
 @pass_app
 def install(app: Application, directory: str, fail_closed: bool, log_path: str) -> int:
-    """Install the hook wrappers into DIRECTORY with an env file naming this fleetctl and site."""
+    """Install the hook wrappers into DIRECTORY with an env file naming this fleetctl and site.
+
+    \b
+    Examples:
+      fleetctl --site /etc/fleetctl/site.toml hook install /etc/slurm/fleetctl
+      fleetctl hook install /etc/slurm/fleetctl --log /var/log/fleetctl-hooks.log
+    """
     import shutil
     import sys
     from pathlib import Path

@@ -39,9 +39,14 @@ def _hook_command(name: str, default_level: str, doc: str) -> click.Command:
     return command
 
 
+def _examples(name: str) -> str:
+    return (f"\n\n\b\nExamples:\n  /etc/slurm/fleetctl/fleetctl-{name}   # as slurmd runs it (the wrapper)"
+            f"\n  SLURMD_NODENAME=gpu017 fleetctl hook {name} --format json   # by hand, to see the verdict")
+
+
 prolog = _hook_command("prolog", "quick", "Quick checks of this node before a job; exit 2 and drain on a "
-                       "definite hardware failure.")
+                       "definite hardware failure." + _examples("prolog"))
 epilog = _hook_command("epilog", "quick", "After a job: what went wrong during it (new Xids, ECC, flaps); "
-                       "drains on a definite failure, always exits 0 itself.")
+                       "drains on a definite failure, always exits 0 itself." + _examples("epilog"))
 healthcheck = _hook_command("healthcheck", "quick", "HealthCheckProgram: drain on a definite failure, resume "
-                            "a node fleetctl drained once it passes.")
+                            "a node fleetctl drained once it passes." + _examples("healthcheck"))

@@ -13,7 +13,12 @@ from fleetctl.errors import EXIT_OK
 @common_options
 @pass_app
 def down(app: Application) -> int:
-    """Remove every namespace, link, rule, file and process the lab created."""
+    """Remove every namespace, link, rule, file and process the lab created.
+
+    \b
+    Examples:
+      fleetctl lab down
+    """
     from fleetctl.lab import lifecycle
 
     refuse_if_session_busy()

@@ -14,7 +14,12 @@ from fleetctl.errors import EXIT_OK
 @common_options
 @pass_app
 def env(app: Application) -> int:
-    """Shell exports for the running lab: eval "$(fleetctl lab env)"."""
+    """Shell exports for the running lab: eval "$(fleetctl lab env)".
+
+    \b
+    Examples:
+      eval "$(fleetctl lab env)"
+    """
     from fleetctl.lab import lifecycle
 
     values = lifecycle.env()

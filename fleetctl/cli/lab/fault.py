@@ -33,7 +33,14 @@ def fault() -> None:
 @click.option("--pcie-width", type=click.IntRange(1, 32), metavar="W", help="GPU: degraded PCIe link width.")
 @pass_app
 def fault_add(app: Application, target, load, **kinds) -> int:
-    """Add a fault on TARGET: leaf1--spine2, leaf1->spine2 (one direction), node3:eth1, node2:gpu3."""
+    """Add a fault on TARGET: leaf1--spine2, leaf1->spine2 (one direction), node3:eth1, node2:gpu3.
+
+    \b
+    Examples:
+      fleetctl lab fault add leaf1--spine2 --loss 2
+      fleetctl lab fault add node3:eth1 --down
+      fleetctl lab fault add node2:gpu3 --xid 79
+    """
     from fleetctl.errors import UsageError
     from fleetctl.lab import faults
 
@@ -58,7 +65,12 @@ def _fault_text(f: dict) -> str:
 @common_options
 @pass_app
 def fault_list(app: Application) -> int:
-    """Faults in force."""
+    """Faults in force.
+
+    \b
+    Examples:
+      fleetctl lab fault list --format json
+    """
     from fleetctl.lab import faults
 
     items = faults.listing()
@@ -78,7 +90,13 @@ def fault_list(app: Application) -> int:
 @click.argument("target", required=False)
 @pass_app
 def fault_clear(app: Application, target) -> int:
-    """Clear the faults on TARGET (all faults without it), restoring links, rules and routes."""
+    """Clear the faults on TARGET (all faults without it), restoring links, rules and routes.
+
+    \b
+    Examples:
+      fleetctl lab fault clear leaf1--spine2
+      fleetctl lab fault clear              # every fault
+    """
     from fleetctl.lab import faults
 
     cleared = faults.clear(target)

@@ -13,7 +13,12 @@ from fleetctl.errors import EXIT_FAILURES, EXIT_OK
 @common_options
 @pass_app
 def status(app: Application) -> int:
-    """What runs, addresses, faults in force. Exit 2 when a lab that should be up is broken."""
+    """What runs, addresses, faults in force. Exit 2 when a lab that should be up is broken.
+
+    \b
+    Examples:
+      fleetctl lab status --format json
+    """
     from fleetctl.lab import lifecycle
 
     st = lifecycle.status()

@@ -26,7 +26,13 @@ from fleetctl.lab.topology import SIZE_LIMITS
                    "the newest); the last two from a cached Debian root (built by debootstrap once).")
 @pass_app
 def up(app: Application, no_slurm, no_ssh, slurm_choice, **shape) -> int:
-    """Build the lab (idempotent: a healthy lab of the same size is kept)."""
+    """Build the lab (idempotent: a healthy lab of the same size is kept).
+
+    \b
+    Examples:
+      fleetctl lab up --hosts 8 --gpus-per-host 4
+      fleetctl lab up --hosts 16 --leaves 4 --spines 2 --slurm trixie
+    """
     from fleetctl.lab import lifecycle
     from fleetctl.lab.topology import LabParams
 

@@ -50,6 +50,12 @@ def discover(app: Application, **options) -> int:
     commented site file that `fleetctl config check` accepts.
 
     Without NODESET: the nodes of the site file in use, else every node Slurm knows.
+
+    \b
+    Examples:
+      fleetctl site discover 'gpu[0001-1250]' --out /etc/fleetctl/site.toml
+      fleetctl site discover --diff /etc/fleetctl/site.toml     # what changed since
+      fleetctl site discover --ibnetdiscover fabric.topo --node-name-map guids.map --out site.toml
     """
     from fleetctl.discover.command import discover_site
     from fleetctl.discover.options import DiscoverOptions
