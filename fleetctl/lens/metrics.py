@@ -5,10 +5,16 @@
     m.set_open_events(read_events(log, open_only=True))
     server = m.serve("0.0.0.0", 9464)   # server.shutdown(); server.server_close()
 
-Every window replaces the previous one's series: an element, agent or host absent from the new
-window loses its series (a fabric that shrinks does not leave stale ones behind), and at most
-`max_series` elements / hosts are exported per family, so the label cardinality stays bounded
-whatever the window holds. Malformed entries are skipped and counted, never raised.
+Base units throughout (seconds, ratios, probes per second). Two kinds of series:
+- counters per element, `..._element_probes_total` and `..._element_lost_probes_total`, summed over
+  every window: a scrape at any interval sees every probe and every loss since the coordinator
+  started (`rate(lost[5m]) / rate(probes[5m])` is the loss over any span), where the gauges
+  below show only the last 1 s window of every 30;
+- gauges of the last window: every window replaces the previous one's series, so an element, agent
+  or host absent from the new window loses its series (a fabric that shrinks leaves no stale ones).
+At most `max_series` elements / hosts are exported per family (counters included, over the whole
+run), so the label cardinality stays bounded whatever the windows hold. Malformed entries are
+skipped and counted, never raised.
 """
 
 from __future__ import annotations
@@ -81,20 +87,24 @@ class LensMetrics:
         self.max_series = max_series
         r = self.registry
         self.elements = _Family(r, _ELEMENT, {
-            "loss_pct": ("element_loss_percent", "Probe loss over the element in the last window (%)"),
-            "delay_p50_us": ("element_delay_p50_microseconds", "Median delay over the element (us)"),
-            "delay_p99_us": ("element_delay_p99_microseconds", "99th percentile delay (us)"),
-            "probes": ("element_probes", "Probes over the element in the last window"),
+            "loss_ratio": ("element_loss_ratio", "Probe loss over the element in the last window (0-1)"),
+            "delay_p50_s": ("element_delay_p50_seconds", "Median path delay over the element, last window"),
+            "delay_p99_s": ("element_delay_p99_seconds", "99th percentile path delay, last window"),
         })
+        self.probes_total = PromCounter(f"{PREFIX}_element_probes", "Probes over the element, every window",
+                                        _ELEMENT, registry=r)
+        self.lost_total = PromCounter(f"{PREFIX}_element_lost_probes",
+                                      "Probes lost over the element, every window", _ELEMENT, registry=r)
+        self._counted: set[tuple[str, ...]] = set()  # label sets of the counters (bounded by max_series)
         self.agents = _Family(r, ("host",), {
             "alive": ("agent_alive", "1 when the host's probe agent reported in the last window"),
             "overloaded": ("agent_overloaded", "1 when the agent measured itself overloaded"),
-            "pps": ("agent_probe_rate_pps", "Probes sent and answered per second by the agent"),
-            "cpu_pct": ("agent_cpu_percent", "CPU the agent used (% of one core)"),
+            "pps": ("agent_probes_per_second", "Probes sent and answered per second by the agent"),
+            "cpu": ("agent_cpu_ratio", "CPU the agent used, in cores (1 = one whole core)"),
         })
         self.clock = _Family(r, ("host",), {
-            "offset_us": ("clock_offset_microseconds", "Host clock minus the reference clock (us)"),
-            "drift_ppm": ("clock_drift_ppm", "Host clock drift against the reference (ppm)"),
+            "offset_s": ("clock_offset_seconds", "Host clock minus the reference clock"),
+            "drift": ("clock_drift_ratio", "Host clock drift against the reference (1e-6 = 1 ppm)"),
         })
         self.open_events = Gauge(f"{PREFIX}_open_events", "Open lens events",
                                  ("severity", "metric"), registry=r)
@@ -103,7 +113,7 @@ class LensMetrics:
                 self.open_events.labels(sev, metric).set(0)
         self.window_end = Gauge(f"{PREFIX}_window_end_seconds",
                                 "End of the last window observed (seconds since 1970)", registry=r)
-        self.probe_rate = Gauge(f"{PREFIX}_probe_rate_pps",
+        self.probe_rate = Gauge(f"{PREFIX}_probes_per_second",
                                 "Probes per second of all agents together", registry=r)
         self.windows = PromCounter(f"{PREFIX}_windows", "Windows observed", registry=r)
         self.skipped = PromCounter(f"{PREFIX}_metrics_skipped",
@@ -112,7 +122,9 @@ class LensMetrics:
         self._server = None
 
     # ------------------------------------------------------------ updates
-    def _rows(self, entries, keys: tuple[str, ...], labels) -> dict:
+    def _rows(self, entries, fields: dict[str, tuple[str, float]], labels) -> dict:
+        """{label key: {field: value in base units}}; `fields` maps each field to the window's key
+        and the factor to base units."""
         rows = {}
         for entry in entries or []:
             if len(rows) >= self.max_series:
@@ -122,23 +134,32 @@ class LensMetrics:
                 if not isinstance(entry, dict):
                     raise ValueError("not an object")
                 key = labels(entry)
-                rows[key] = {k: _number(entry.get(k)) for k in keys if k in entry}
+                rows[key] = {name: _number(entry.get(src)) * factor
+                             for name, (src, factor) in fields.items() if src in entry}
             except (TypeError, ValueError, KeyError):
                 self.skipped.labels("malformed").inc()
         return rows
 
     def observe_window(self, window: dict) -> None:
-        """One window's figures (format in docs/lens.md); replaces the previous window's series."""
+        """One window's figures (format in docs/lens.md): counters add to the totals, gauges replace
+        the previous window's series."""
         if not isinstance(window, dict):
             self.skipped.labels("malformed").inc()
             return
-        self.elements.replace(self._rows(
-            window.get("elements"), ("loss_pct", "delay_p50_us", "delay_p99_us", "probes"),
-            lambda e: (_label(e["type"]), _label(e["id"]), _label(e.get("direction")))))
-        agents = self._rows(window.get("agents"), ("alive", "overloaded", "pps", "cpu_pct"),
+        elements = self._rows(
+            window.get("elements"),
+            {"loss_ratio": ("loss_pct", 0.01), "delay_p50_s": ("delay_p50_us", 1e-6),
+             "delay_p99_s": ("delay_p99_us", 1e-6), "probes": ("probes", 1), "lost": ("lost", 1)},
+            lambda e: (_label(e["type"]), _label(e["id"]), _label(e.get("direction"))))
+        self._count(elements)
+        self.elements.replace({k: {n: v for n, v in row.items() if n not in ("probes", "lost")}
+                               for k, row in elements.items()})
+        agents = self._rows(window.get("agents"), {"alive": ("alive", 1), "overloaded": ("overloaded", 1),
+                                                   "pps": ("pps", 1), "cpu": ("cpu_pct", 0.01)},
                             lambda e: (_label(e["host"]),))
         self.agents.replace(agents)
-        self.clock.replace(self._rows(window.get("clock"), ("offset_us", "drift_ppm"),
+        self.clock.replace(self._rows(window.get("clock"), {"offset_s": ("offset_us", 1e-6),
+                                                             "drift": ("drift_ppm", 1e-6)},
                                       lambda e: (_label(e["host"]),)))
         rate = sum(v["pps"] for v in agents.values() if not math.isnan(v.get("pps", math.nan)))
         self.probe_rate.set(rate)
@@ -147,6 +168,25 @@ class LensMetrics:
         except (TypeError, ValueError):
             self.skipped.labels("malformed").inc()
         self.windows.inc()
+
+    def _count(self, elements: dict) -> None:
+        """Add a window's probes and losses to the per-element counters. An element's lost count
+        comes from the window (`lost`), else from its rounded loss ratio."""
+        for key, row in elements.items():
+            probes = row.get("probes", math.nan)
+            if not probes > 0:  # NaN or none through it
+                continue
+            if key not in self._counted:
+                if len(self._counted) >= self.max_series:
+                    self.skipped.labels("max_series").inc()
+                    continue
+                self._counted.add(key)
+            lost = row.get("lost", math.nan)
+            if not lost >= 0:
+                ratio = row.get("loss_ratio", math.nan)
+                lost = round(probes * ratio) if ratio >= 0 else 0.0
+            self.probes_total.labels(*key).inc(probes)
+            self.lost_total.labels(*key).inc(min(lost, probes))
 
     def set_open_events(self, events) -> None:
         """Open events by severity and metric, from the event log's current view."""

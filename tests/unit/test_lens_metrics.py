@@ -1,4 +1,5 @@
-"""Lens metrics: a window's series, scraped over HTTP, replaced (not accumulated) window by window."""
+"""Lens metrics: gauges of the last window (replaced window by window), counters summed over every
+window (a scrape at any interval loses no probe), base units, scraped over HTTP."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def window(t_end=1000.0, links=("leaf1->spine1", "leaf1->spine2"), hosts=("node1
         "t_end": t_end,
         "elements": [{"type": "link", "id": d.replace("->", "--"), "direction": d,
                       "loss_pct": 1.5 if i == 0 else 0.0, "delay_p50_us": 12.0 + i,
-                      "delay_p99_us": 40.0 + i, "probes": 500} for i, d in enumerate(links)]
+                      "delay_p99_us": 40.0 + i, "probes": 500, **({"lost": 7} if i == 0 else {})}
+                     for i, d in enumerate(links)]
         + [{"type": "switch", "id": "spine1", "loss_pct": None, "delay_p50_us": 3.0,
             "delay_p99_us": 9.0, "probes": 0}],
         "agents": [{"host": h, "alive": True, "overloaded": h == "node2", "pps": 100.0,
@@ -48,14 +50,16 @@ def test_window_series():
     m.observe_window(window())
     t = m.text()
     link = {"type": "link", "id": "leaf1--spine1", "direction": "leaf1->spine1"}
-    assert value(t, "fleetctl_lens_element_loss_percent", **link) == 1.5
-    assert value(t, "fleetctl_lens_element_delay_p99_microseconds", **link) == 40.0
-    assert math.isnan(value(t, "fleetctl_lens_element_loss_percent", type="switch", id="spine1",
+    assert value(t, "fleetctl_lens_element_loss_ratio", **link) == pytest.approx(0.015)
+    assert value(t, "fleetctl_lens_element_delay_p99_seconds", **link) == pytest.approx(40e-6)
+    assert math.isnan(value(t, "fleetctl_lens_element_loss_ratio", type="switch", id="spine1",
                             direction=""))
     assert value(t, "fleetctl_lens_agent_overloaded", host="node2") == 1.0
     assert value(t, "fleetctl_lens_agent_alive", host="node1") == 1.0
-    assert value(t, "fleetctl_lens_clock_offset_microseconds", host="node2") == 12.5
-    assert value(t, "fleetctl_lens_probe_rate_pps") == 200.0
+    assert value(t, "fleetctl_lens_agent_cpu_ratio", host="node1") == pytest.approx(0.045)
+    assert value(t, "fleetctl_lens_clock_offset_seconds", host="node2") == pytest.approx(12.5e-6)
+    assert value(t, "fleetctl_lens_clock_drift_ratio", host="node2") == pytest.approx(-3e-6)
+    assert value(t, "fleetctl_lens_probes_per_second") == 200.0
     assert value(t, "fleetctl_lens_window_end_seconds") == 1000.0
     assert value(t, "fleetctl_lens_windows_total") == 1.0
 
@@ -66,10 +70,27 @@ def test_vanished_elements_lose_their_series():
     m.observe_window(window(2000.0, links=("leaf1->spine2",), hosts=("node1",)))
     s = samples(m.text())
     names = {(n, dict(lbl).get("id") or dict(lbl).get("host")) for n, lbl in s}
-    assert ("fleetctl_lens_element_loss_percent", "leaf1--spine1") not in names
-    assert ("fleetctl_lens_element_loss_percent", "leaf1--spine2") in names
+    assert ("fleetctl_lens_element_loss_ratio", "leaf1--spine1") not in names
+    assert ("fleetctl_lens_element_loss_ratio", "leaf1--spine2") in names
     assert ("fleetctl_lens_agent_alive", "node2") not in names
-    assert ("fleetctl_lens_clock_drift_ppm", "node2") not in names
+    assert ("fleetctl_lens_clock_drift_ratio", "node2") not in names
+    # Counters stay: the probes and losses of a link gone from the last window still count.
+    assert ("fleetctl_lens_element_probes_total", "leaf1--spine1") in names
+
+
+def test_counters_see_every_window_whatever_the_scrape_interval():
+    m = LensMetrics()
+    for t in range(30):  # thirty 1 s windows between two 30 s scrapes
+        m.observe_window(window(1000.0 + t))
+    text = m.text()
+    link1 = {"type": "link", "id": "leaf1--spine1", "direction": "leaf1->spine1"}
+    link2 = {"type": "link", "id": "leaf1--spine2", "direction": "leaf1->spine2"}
+    assert value(text, "fleetctl_lens_element_probes_total", **link1) == 30 * 500
+    assert value(text, "fleetctl_lens_element_lost_probes_total", **link1) == 30 * 7  # the window's count
+    assert value(text, "fleetctl_lens_element_lost_probes_total", **link2) == 0
+    # No probe through it (the switch row with 0 probes): no counter series at all.
+    assert not [k for k in samples(text) if k[0] == "fleetctl_lens_element_probes_total"
+                and dict(k[1])["id"] == "spine1"]
 
 
 def test_cardinality_bound_and_malformed_entries():
@@ -79,7 +100,7 @@ def test_cardinality_bound_and_malformed_entries():
     m.observe_window(w)
     m.observe_window("not a window")
     t = m.text()
-    loss = [k for k in samples(t) if k[0] == "fleetctl_lens_element_loss_percent"]
+    loss = [k for k in samples(t) if k[0] == "fleetctl_lens_element_loss_ratio"]
     assert len(loss) == 10
     assert value(t, "fleetctl_lens_metrics_skipped_total", reason="max_series") == 41
     assert value(t, "fleetctl_lens_metrics_skipped_total", reason="malformed") == 4
@@ -105,7 +126,7 @@ def test_serve_over_http_and_stop():
     server = m.serve("127.0.0.1", 0)
     port = server.server_address[1]
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert value(body, "fleetctl_lens_agent_probe_rate_pps", host="node1") == 100.0
+    assert value(body, "fleetctl_lens_agent_probes_per_second", host="node1") == 100.0
     assert "python_gc" not in body  # its own registry, not the process-wide default one
     m.stop()
     with pytest.raises(OSError):

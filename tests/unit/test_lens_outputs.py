@@ -65,7 +65,8 @@ def test_window_figures_on_metrics(tmp_path):
                "clock": [{"host": "node1", "offset_us": 0.0, "drift_ppm": 0.0}]}
         out.window(doc, None, {}, {}, [record(1)])
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        assert "leaf1--spine2" in text and "2.5" in text
+        assert "leaf1--spine2" in text and "0.025" in text  # loss ratio, base units
+        assert "fleetctl_lens_element_lost_probes_total{" in text and " 100.0" in text  # 2.5 % of 4000
         assert 'severity="critical"' in text
     finally:
         out.close()
