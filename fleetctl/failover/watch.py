@@ -249,14 +249,16 @@ class Watch:
                   "# TYPE fleetctl_failover_link_flap_period_seconds gauge"]
         lines += [f'fleetctl_failover_link_flap_period_seconds{{link="{label(l["link"])}",kind="{l["kind"]}"}} '
                   f'{l["period_s"]}' for l in snap["links"] if l["period_s"] is not None]
-        lines += ["# HELP fleetctl_failover_link_carrier_changes The kernel's carrier change count of a netdev.",
-                  "# TYPE fleetctl_failover_link_carrier_changes counter"]
-        lines += [f'fleetctl_failover_link_carrier_changes{{link="{label(l["link"])}"}} {l["carrier_changes"]}'
+        # Counters end in _total (Prometheus's convention; what prometheus_client writes): this text is
+        # written by hand because nodes run `failover watch` without the [lens] extra's prometheus_client.
+        lines += ["# HELP fleetctl_failover_link_carrier_changes_total The kernel's carrier change count of a netdev.",
+                  "# TYPE fleetctl_failover_link_carrier_changes_total counter"]
+        lines += [f'fleetctl_failover_link_carrier_changes_total{{link="{label(l["link"])}"}} {l["carrier_changes"]}'
                   for l in snap["links"] if l["carrier_changes"] is not None]
         live = [c for c in snap["counters"] if c["alive"]]
         for name in counters_mod.FIELDS:
-            kind = "gauge" if name in ("connections", "paths_up") else "counter"
-            lines += [f"# HELP fleetctl_failover_plugin_{name} The fleet plugin's {name} of a live process.",
-                      f"# TYPE fleetctl_failover_plugin_{name} {kind}"]
-            lines += [f'fleetctl_failover_plugin_{name}{{pid="{c["pid"]}"}} {c[name]}' for c in live]
+            family = f"fleetctl_failover_plugin_{name}" + ("" if name in ("connections", "paths_up") else "_total")
+            kind = "counter" if family.endswith("_total") else "gauge"
+            lines += [f"# HELP {family} The fleet plugin's {name} of a live process.", f"# TYPE {family} {kind}"]
+            lines += [f'{family}{{pid="{c["pid"]}"}} {c[name]}' for c in live]
         return "\n".join(lines) + "\n"

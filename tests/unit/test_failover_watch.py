@@ -112,7 +112,9 @@ def test_watch_sees_link_down_up_flaps_and_plugin_counters(veth_ns, tmp_path):
     text = prom.read_text()
     assert 'fleetctl_failover_link_downs{link="w0",kind="netdev"} 3' in text
     assert 'fleetctl_failover_link_flapping{link="w0",kind="netdev"} 1' in text
-    assert "fleetctl_failover_plugin_bytes_sent" in text
+    assert "# TYPE fleetctl_failover_plugin_bytes_sent_total counter" in text
+    assert "fleetctl_failover_plugin_bytes_sent_total{" in text
+    assert "# TYPE fleetctl_failover_plugin_connections gauge" in text
 
 
 def test_watch_once_exits_1_on_a_link_without_carrier(veth_ns, tmp_path):
