@@ -12,7 +12,8 @@ Base units throughout (seconds, ratios, probes per second). Two kinds of series:
   below show only the last 1 s window of every 30;
 - gauges of the last window: every window replaces the previous one's series, so an element, agent
   or host absent from the new window loses its series (a fabric that shrinks leaves no stale ones).
-At most `max_series` elements / hosts are exported per family (counters included, over the whole
+Labels speak the fleet's vocabulary, as audit's export does: `node` (a host), `type`/`id`/`direction`
+(a fabric element). At most `max_series` elements / nodes are exported per family (counters included, over the whole
 run), so the label cardinality stays bounded whatever the windows hold. Malformed entries are
 skipped and counted, never raised.
 """
@@ -96,13 +97,13 @@ class LensMetrics:
         self.lost_total = PromCounter(f"{PREFIX}_element_lost_probes",
                                       "Probes lost over the element, every window", _ELEMENT, registry=r)
         self._counted: set[tuple[str, ...]] = set()  # label sets of the counters (bounded by max_series)
-        self.agents = _Family(r, ("host",), {
+        self.agents = _Family(r, ("node",), {
             "alive": ("agent_alive", "1 when the host's probe agent reported in the last window"),
             "overloaded": ("agent_overloaded", "1 when the agent measured itself overloaded"),
             "pps": ("agent_probes_per_second", "Probes sent and answered per second by the agent"),
             "cpu": ("agent_cpu_ratio", "CPU the agent used, in cores (1 = one whole core)"),
         })
-        self.clock = _Family(r, ("host",), {
+        self.clock = _Family(r, ("node",), {
             "offset_s": ("clock_offset_seconds", "Host clock minus the reference clock"),
             "drift": ("clock_drift_ratio", "Host clock drift against the reference (1e-6 = 1 ppm)"),
         })

@@ -188,7 +188,7 @@ def test_clean_run_gives_no_event(lens):
     assert {c["host"] for c in st["clock"]} >= {f"node{i}" for i in range(1, 9)}
     text = lens.metrics()  # the Prometheus endpoint of the running coordinator
     for i in range(1, 9):
-        assert metric(text, "fleetctl_lens_agent_alive", host=f"node{i}") == 1.0, text[-3000:]
+        assert metric(text, "fleetctl_lens_agent_alive", node=f"node{i}") == 1.0, text[-3000:]
     assert metric(text, "fleetctl_lens_open_events", severity="warning", metric="loss") == 0.0
     assert metric(text, "fleetctl_lens_windows_total") >= 30
 

@@ -54,11 +54,11 @@ def test_window_series():
     assert value(t, "fleetctl_lens_element_delay_p99_seconds", **link) == pytest.approx(40e-6)
     assert math.isnan(value(t, "fleetctl_lens_element_loss_ratio", type="switch", id="spine1",
                             direction=""))
-    assert value(t, "fleetctl_lens_agent_overloaded", host="node2") == 1.0
-    assert value(t, "fleetctl_lens_agent_alive", host="node1") == 1.0
-    assert value(t, "fleetctl_lens_agent_cpu_ratio", host="node1") == pytest.approx(0.045)
-    assert value(t, "fleetctl_lens_clock_offset_seconds", host="node2") == pytest.approx(12.5e-6)
-    assert value(t, "fleetctl_lens_clock_drift_ratio", host="node2") == pytest.approx(-3e-6)
+    assert value(t, "fleetctl_lens_agent_overloaded", node="node2") == 1.0
+    assert value(t, "fleetctl_lens_agent_alive", node="node1") == 1.0
+    assert value(t, "fleetctl_lens_agent_cpu_ratio", node="node1") == pytest.approx(0.045)
+    assert value(t, "fleetctl_lens_clock_offset_seconds", node="node2") == pytest.approx(12.5e-6)
+    assert value(t, "fleetctl_lens_clock_drift_ratio", node="node2") == pytest.approx(-3e-6)
     assert value(t, "fleetctl_lens_probes_per_second") == 200.0
     assert value(t, "fleetctl_lens_window_end_seconds") == 1000.0
     assert value(t, "fleetctl_lens_windows_total") == 1.0
@@ -69,7 +69,7 @@ def test_vanished_elements_lose_their_series():
     m.observe_window(window())
     m.observe_window(window(2000.0, links=("leaf1->spine2",), hosts=("node1",)))
     s = samples(m.text())
-    names = {(n, dict(lbl).get("id") or dict(lbl).get("host")) for n, lbl in s}
+    names = {(n, dict(lbl).get("id") or dict(lbl).get("node")) for n, lbl in s}
     assert ("fleetctl_lens_element_loss_ratio", "leaf1--spine1") not in names
     assert ("fleetctl_lens_element_loss_ratio", "leaf1--spine2") in names
     assert ("fleetctl_lens_agent_alive", "node2") not in names
@@ -126,7 +126,7 @@ def test_serve_over_http_and_stop():
     server = m.serve("127.0.0.1", 0)
     port = server.server_address[1]
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert value(body, "fleetctl_lens_agent_probes_per_second", host="node1") == 100.0
+    assert value(body, "fleetctl_lens_agent_probes_per_second", node="node1") == 100.0
     assert "python_gc" not in body  # its own registry, not the process-wide default one
     m.stop()
     with pytest.raises(OSError):
