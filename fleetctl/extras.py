@@ -23,10 +23,15 @@ def install_hint(extra: str) -> str:
     return f"pip install 'fleetctl[{extra}]'"
 
 
+def missing_modules(extra: str) -> list[str]:
+    """The modules of `extra` that cannot be imported here."""
+    return [m for m in EXTRAS[extra] if not _importable(m)]
+
+
 def require(extra: str, what: str) -> None:
     """Raise a UsageError naming `extra` when any module it brings cannot be imported (the command
     imports them next anyway)."""
-    missing = [m for m in EXTRAS[extra] if not _importable(m)]
+    missing = missing_modules(extra)
     if missing:
         raise UsageError(f"{what} needs {', '.join(missing)}, not installed here",
                          hint=install_hint(extra))

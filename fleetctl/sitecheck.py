@@ -61,11 +61,19 @@ def _access(site) -> None:
         backends.get(site.slurm["backend"])  # the registry's error: the name and the choices
 
 
-def _fabric(site) -> None:
-    if site.links:
-        from fleetctl.model.fabric import Topology
+def _fabric(site) -> str | None:
+    if not site.links:
+        return None
+    from fleetctl.extras import missing_modules
 
-        Topology.from_site(site)
+    missing = missing_modules("mesh")
+    if missing:  # a node's install: the fabric's readers (mesh, lens) do not run here
+        return (f"fabric paths not checked: needs {', '.join(missing)} (pip install 'fleetctl[mesh]'), "
+                "as the commands that read the fabric do")
+    from fleetctl.model.fabric import Topology
+
+    Topology.from_site(site)
+    return None
 
 
 # (site section, the runtime's reader of it)
@@ -75,13 +83,17 @@ READERS: tuple[tuple[str, Callable], ...] = (
 )
 
 
-def check_site(site) -> list[dict]:
+def check_site(site, notes: list[str] | None = None) -> list[dict]:
     """Every problem the runtime would raise for this site file: [{"section", "message"}] (empty
-    when every reader accepts it). Each reader's first problem is reported; all readers run."""
+    when every reader accepts it). Each reader's first problem is reported; all readers run. What a
+    reader could not check here (a missing extra) is appended to `notes`."""
     problems = []
     for section, reader in READERS:
         try:
-            reader(site)
+            note = reader(site)
         except FleetctlError as exc:
             problems.append({"section": section, "message": exc.message})
+        else:
+            if note and notes is not None:
+                notes.append(note)
     return problems

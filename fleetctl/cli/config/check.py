@@ -26,7 +26,8 @@ def check(app: Application, path: str | None) -> int:
     from fleetctl.sitecheck import check_site
 
     site = load_site(path or app.site_file())
-    problems = check_site(site)
+    notes: list[str] = []
+    problems = check_site(site, notes)
     if problems:
         first = problems[0]
         first["message"] = first["message"].removeprefix(f"{site.source}: ")
@@ -37,13 +38,15 @@ def check(app: Application, path: str | None) -> int:
     summary = {
         "file": site.source, "cluster": site.name, "valid": True,
         "nodes": len(site.nodes), "node_classes": [c.name for c in site.node_classes],
-        "switches": len(site.switches), "links": len(site.links),
+        "switches": len(site.switches), "links": len(site.links), "not_checked": notes,
     }
 
     def render(console):
         console.print(f"[green]ok[/green] {site.source}: cluster {site.name!r}, {summary['nodes']} nodes "
                       f"in {len(site.node_classes)} classes, {summary['switches']} switches, "
                       f"{summary['links']} links")
+        for note in notes:
+            console.print(f"[cyan]note[/cyan] {note}", markup=True, highlight=False)
 
     app.emit(summary, render)
     return EXIT_OK
