@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 
 from fleetctl.errors import ConfigError, UsageError
-from fleetctl.nodeset import MAX_NODES, NodeSet, empty, fold, parse_nodeset
+from fleetctl.nodeset import MAX_NODES, NodeSet, empty, fold, parse_nodeset, split_operators
 
 MAX_GROUP_FILE = 4 << 20  # bytes of one YAML group file
 MAX_GROUP_FILES = 64
@@ -170,19 +170,9 @@ def load_group_files(patterns: list[str]) -> dict[str, dict[str, str]]:
 
 
 def _split(text: str) -> list[tuple[str, str]]:
-    """`a,@b!c` -> [(',', 'a'), (',', '@b'), ('!', 'c')]: operands and the operator before each,
-    split outside brackets."""
-    out, depth, start, op = [], 0, 0, ","
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif depth == 0 and ch in ",!&^":
-            out.append((op, text[start:i].strip()))
-            op, start = ch, i + 1
-    out.append((op, text[start:].strip()))
-    empty_operand = next((o for o, operand in out if not operand), None)
+    """`a,@b!c` -> [(',', 'a'), (',', '@b'), ('!', 'c')]; an operator with nothing beside it is an error."""
+    out = [(op, operand.strip()) for op, operand in split_operators(text)]
+    empty_operand = next((op for op, operand in out if not operand), None)
     if empty_operand is not None:
         raise UsageError(f"invalid node set {text[:200]!r}: nothing next to {empty_operand!r}")
     return out

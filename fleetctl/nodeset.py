@@ -25,7 +25,7 @@ from ClusterShell.NodeUtils import GroupResolver, GroupResolverError
 from fleetctl.errors import UsageError
 
 __all__ = ["NodeSet", "parse_nodeset", "fold", "expand", "empty", "contains", "is_node_name",
-           "check_node_name", "from_names", "natural_order", "MAX_NODES", "MAX_NODESET_TEXT", "MAX_NODE_NAME"]
+           "check_node_name", "from_names", "natural_order", "split_operators", "MAX_NODES", "MAX_NODESET_TEXT", "MAX_NODE_NAME"]
 
 MAX_NODES = 100_000  # nodes in one node set (and in one site file); far above any cluster we target
 MAX_NODESET_TEXT = 65_536  # characters of one node-set text; folded sets of real clusters are short
@@ -55,19 +55,24 @@ def check_node_name(name: str, *, what: str = "node name") -> str:
     return name
 
 
-def _operands(text: str) -> list[str]:
-    """`a[1-2,4],b!c` -> ['a[1-2,4]', 'b', 'c']: split at operators outside brackets, in one pass."""
-    out, depth, start = [], 0, 0
+def split_operators(text: str) -> list[tuple[str, str]]:
+    """`a[1-2,4],b!c` -> [(',', 'a[1-2,4]'), (',', 'b'), ('!', 'c')]: each operand with the operator
+    before it (',' for the first), split at operators outside brackets, in one pass."""
+    out, depth, start, op = [], 0, 0, ","
     for i, ch in enumerate(text):
         if ch == "[":
             depth += 1
         elif ch == "]":
             depth -= 1
         elif depth == 0 and ch in ",!&^":
-            out.append(text[start:i])
-            start = i + 1
-    out.append(text[start:])
+            out.append((op, text[start:i]))
+            op, start = ch, i + 1
+    out.append((op, text[start:]))
     return out
+
+
+def _operands(text: str) -> list[str]:
+    return [operand for _, operand in split_operators(text)]
 
 
 def _bound(text: str, what: str) -> int:

@@ -62,7 +62,8 @@ class FanoutOptions:
             srun_partition=srun["partition"] or slurm["partition"],
             srun_extra_args=tuple(srun["extra_args"]), slurm_conf=site_path(slurm["conf"], source),
             local_netns=access["local"]["netns"], clush_gateways=clush["gateways"],
-            clush_topology=site_path(clush["topology"], source), clush_ssh_config=site_path(clush["ssh_config"], source),
+            clush_topology=site_path(clush["topology"], source),
+            clush_ssh_config=site_path(clush["ssh_config"], source),
             clush_python=clush["python"])
 
 

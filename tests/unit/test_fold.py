@@ -52,7 +52,7 @@ def test_fifty_unreachable_nodes_are_one_group_however_their_addresses_differ():
                for i in range(1, 51)]
     results += [HostResult(f"v{i}", "unreachable", error=f"connect to [fd00::{i}]:22 timed out after 10 s")
                 for i in (1, 2)]
-    results += [                HostResult("n52", "hostkey-mismatch", error="HOST KEY MISMATCH for n52: ssh-ed25519 SHA256:x"),
+    results += [HostResult("n52", "hostkey-mismatch", error="HOST KEY MISMATCH for n52: ssh-ed25519 SHA256:x"),
                 HostResult("n53", "hostkey-mismatch", error="HOST KEY MISMATCH for n53: ssh-ed25519 SHA256:x"),
                 HostResult("n54", "refused", error="connect to 10.0.0.54:22 refused")]
     groups = {g.nodeset: g for g in group_results(results)}
