@@ -25,7 +25,8 @@ from ClusterShell.NodeUtils import GroupResolver, GroupResolverError
 from fleetctl.errors import UsageError
 
 __all__ = ["NodeSet", "parse_nodeset", "fold", "expand", "empty", "contains", "is_node_name",
-           "check_node_name", "from_names", "natural_order", "split_operators", "MAX_NODES", "MAX_NODESET_TEXT", "MAX_NODE_NAME"]
+           "check_node_name", "from_names", "natural_order", "split_operators", "MAX_NODES", "MAX_NODESET_TEXT",
+           "MAX_NODE_NAME"]
 
 MAX_NODES = 100_000  # nodes in one node set (and in one site file); far above any cluster we target
 MAX_NODESET_TEXT = 65_536  # characters of one node-set text; folded sets of real clusters are short
