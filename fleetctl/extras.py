@@ -19,8 +19,27 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The Debian packages of each module, for fleetctl installed from its .deb (debian/control).
+DEBIAN_PACKAGES = {"paramiko": "python3-paramiko", "numpy": "python3-numpy", "scipy": "python3-scipy",
+                   "h5py": "python3-h5py", "prometheus_client": "python3-prometheus-client"}
+DEB_INSTALLER = "debian"  # the INSTALLER the .deb writes into fleetctl's dist-info (debian/dist-info)
+
+
 def install_hint(extra: str) -> str:
+    """How to add `extra` the way this fleetctl was installed: apt for the .deb, else pip."""
+    if installed_by() == DEB_INSTALLER:
+        return "apt install " + " ".join(DEBIAN_PACKAGES[m] for m in EXTRAS[extra])
     return f"pip install 'fleetctl[{extra}]'"
+
+
+def installed_by() -> str:
+    """The INSTALLER of fleetctl's distribution (pip, debian, ...), or "" when it has none."""
+    from importlib import metadata
+
+    try:
+        return (metadata.distribution("fleetctl").read_text("INSTALLER") or "").strip()
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def missing_modules(extra: str) -> list[str]:

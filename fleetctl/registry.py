@@ -92,8 +92,9 @@ class Registry:
             except ImportError as exc:
                 entry.error = exc
         if entry.error is not None:
+            hint = entry.meta.get("install_hint")  # a string, or a callable asked only now
             raise self._fail(f"{self.kind} {name!r} is not available: {_why(entry.error)}",
-                             hint=entry.meta.get("install_hint"))
+                             hint=hint() if callable(hint) else hint)
         return entry.obj
 
     def _entry(self, name: str) -> _Entry:

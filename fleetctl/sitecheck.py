@@ -64,11 +64,11 @@ def _access(site) -> None:
 def _fabric(site) -> str | None:
     if not site.links:
         return None
-    from fleetctl.extras import missing_modules
+    from fleetctl.extras import install_hint, missing_modules
 
     missing = missing_modules("mesh")
     if missing:  # a node's install: the fabric's readers (mesh, lens) do not run here
-        return (f"fabric paths not checked: needs {', '.join(missing)} (pip install 'fleetctl[mesh]'), "
+        return (f"fabric paths not checked: needs {', '.join(missing)} ({install_hint('mesh')}), "
                 "as the commands that read the fabric do")
     from fleetctl.model.fabric import Topology
 

@@ -9,6 +9,9 @@ The wrapper (hook.sh) reads the settings file as data and never runs it (docs/se
 
 from __future__ import annotations
 
+import shutil
+import sys
+import zipfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -36,6 +39,16 @@ class Installed:
         w = self.wrappers
         return (f"Prolog={w['prolog']}\nEpilog={w['epilog']}\nPrologFlags=Alloc\n"
                 f"HealthCheckProgram={w['healthcheck']}\nHealthCheckInterval=300")
+
+
+def running_fleetctl(argv0: str | None = None) -> str:
+    """The fleetctl that is running, for the hooks to run too: the node bundle (a .pyz zipapp) or the
+    `fleetctl` script by the path it was started with; else the first `fleetctl` on PATH, else the
+    one beside this Python (a venv's bin/)."""
+    started = Path(argv0 if argv0 is not None else sys.argv[0])
+    if started.is_file() and (started.name == "fleetctl" or zipfile.is_zipfile(started)):
+        return str(started.resolve())
+    return shutil.which("fleetctl") or str(Path(sys.executable).parent / "fleetctl")
 
 
 # The keys the wrapper (hook.sh) reads from its settings file; it ignores any other.

@@ -9,7 +9,7 @@ from fleetctl.registry import Registry
 
 # A new backend is one file plus one line here.
 transports = Registry("transport")
-transports.register("ssh", "fleetctl.fanout.ssh:SshTransport", install_hint=install_hint("ssh"))
+transports.register("ssh", "fleetctl.fanout.ssh:SshTransport", install_hint=lambda: install_hint("ssh"))
 transports.register("srun", "fleetctl.fanout.srun:SrunTransport")
 transports.register("local", "fleetctl.fanout.local:LocalTransport")
 transports.register("clush", "fleetctl.fanout.clush:ClushTransport")

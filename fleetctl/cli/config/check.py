@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.cli.app import Application, common_options, esc, pass_app
 from fleetctl.errors import EXIT_OK, ConfigError
 
 
@@ -42,11 +42,11 @@ def check(app: Application, path: str | None) -> int:
     }
 
     def render(console):
-        console.print(f"[green]ok[/green] {site.source}: cluster {site.name!r}, {summary['nodes']} nodes "
+        console.print(f"[green]ok[/green] {esc(site.source)}: cluster {esc(repr(site.name))}, {summary['nodes']} nodes "
                       f"in {len(site.node_classes)} classes, {summary['switches']} switches, "
                       f"{summary['links']} links")
         for note in notes:
-            console.print(f"[cyan]note[/cyan] {note}", markup=True, highlight=False)
+            console.print(f"[cyan]note[/cyan] {esc(note)}", markup=True, highlight=False)
 
     app.emit(summary, render)
     return EXIT_OK
