@@ -6,11 +6,23 @@
     apply_actions(plan, backend)
 
 No click or rich here: fleetctl/cli/audit/ parses and renders.
+
+The names below are imported when first used (PEP 562), so that the Slurm hooks, which import
+fleetctl.audit.hooks, do not pay for the report and the Slurm actions on every Prolog.
 """
 
-from fleetctl.audit.actions import ActionPlan, apply_actions, plan_actions
-from fleetctl.audit.report import AuditReport, build_report
-from fleetctl.audit.runner import NodeOutcome, collect, collect_local
+import importlib
 
-__all__ = ["ActionPlan", "AuditReport", "NodeOutcome", "apply_actions", "build_report", "collect",
-           "collect_local", "plan_actions"]
+_EXPORTS = {"ActionPlan": "actions", "apply_actions": "actions", "plan_actions": "actions",
+            "AuditReport": "report", "build_report": "report",
+            "NodeOutcome": "runner", "collect": "runner", "collect_local": "runner"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -8,14 +8,23 @@ API for the CLI, the fan-out layer and the Slurm hooks:
   fleet_consistency(docs, site) -> list of findings
   suspects(docs), next_level(level)   for --escalate;  changes(before, after) for the Epilog
   hardware_failures(doc)              the fails a Prolog may refuse a job for
-The result document is described in docs/checks.md.
+The result document is described in docs/checks.md. The names are imported when first used (PEP
+562): a Prolog that needs the follow-up rules does not import the fleet comparison.
 """
 
-from fleetctl.checks.builder import (build_payload, parse_payload_output, payload_args,
-                                     run_payload_locally, run_payload_subprocess, since_epoch)
-from fleetctl.checks.fleet import fleet_consistency
-from fleetctl.checks.followup import changes, compare, hardware_failures, next_level, suspects
+import importlib
 
-__all__ = ["build_payload", "parse_payload_output", "payload_args", "run_payload_locally",
-           "run_payload_subprocess", "since_epoch", "fleet_consistency", "suspects", "next_level", "changes", "compare",
-           "hardware_failures"]
+_EXPORTS = {"build_payload": "builder", "parse_payload_output": "builder", "payload_args": "builder",
+            "run_payload_locally": "builder", "run_payload_subprocess": "builder", "since_epoch": "builder",
+            "fleet_consistency": "fleet", "changes": "followup", "compare": "followup",
+            "hardware_failures": "followup", "next_level": "followup", "suspects": "followup"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

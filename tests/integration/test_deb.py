@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fleetctl.lab import slurmroot
+from fleetctl.lab.debroot import install_debs, overlay_root
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = '[cluster]\nname = "debtest"\n\n[slurm]\nconf = "/etc/slurm/slurm.conf"\n\n' \
@@ -31,31 +32,11 @@ BOOKKEEPING = ("var/lib/apt/", "var/cache/apt/", "var/lib/dpkg/", "var/log/apt/"
                "etc/hosts")  # written by netbase's postinst (python3 depends on it), not removed on purge
 
 
-class Chroot:
-    def __init__(self, merged: Path):
-        self.merged = merged
-
-    def run(self, *argv: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-        base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8", "HOME": "/root",
-                "DEBIAN_FRONTEND": "noninteractive"}
-        pairs = [f"{k}={v}" for k, v in {**base, **(env or {})}.items()]
-        return subprocess.run(["chroot", str(self.merged), "env", "-i", *pairs, *argv], capture_output=True,
-                              text=True, timeout=timeout)
-
-    def files(self) -> set[str]:
-        found = set()
-        for dirpath, dirnames, filenames in os.walk(self.merged):
-            rel = os.path.relpath(dirpath, self.merged)
-            if rel in ("proc", "sys", "dev"):
-                dirnames.clear()
-                continue
-            for name in dirnames + filenames:
-                found.add(os.path.normpath(os.path.join(rel, name)) + ("/" if name in dirnames else ""))
-        return found
-
-
-def _mount(*argv: str) -> None:
-    subprocess.run(["mount", *argv], check=True, capture_output=True, timeout=30)
+def build_debs(out: Path, root: Path) -> list[Path]:
+    """fleetctl-slurm-plugins and fleetctl (no debug symbols), built against `root`'s Slurm."""
+    subprocess.run([str(ROOT / "scripts" / "package"), "--out", str(out), "--deb", "--slurm-root", str(root)],
+                   check=True, capture_output=True, env=dict(os.environ, PYTHON=sys.executable), timeout=600)
+    return sorted(p for p in out.glob("*.deb") if "dbgsym" not in p.name)
 
 
 @pytest.fixture(scope="module")
@@ -64,42 +45,16 @@ def debian13(tmp_path_factory):
         pytest.fail("needs root (overlay mount, chroot)")
     root, _ = slurmroot.ensure_root("trixie")
     work = tmp_path_factory.mktemp("deb")
-    dist = work / "dist"
-    subprocess.run([str(ROOT / "scripts" / "package"), "--out", str(dist), "--deb", "--slurm-root", str(root)],
-                   check=True, capture_output=True, env=dict(os.environ, PYTHON=sys.executable), timeout=600)
-    debs = sorted(p for p in dist.glob("*.deb") if "dbgsym" not in p.name)
+    debs = build_debs(work / "dist", root)
     assert [p.name.split("_")[0] for p in debs] == ["fleetctl-slurm-plugins", "fleetctl"]
-    upper, scratch, merged = work / "upper", work / "work", work / "merged"
-    for d in (upper, scratch, merged):
-        d.mkdir()
-    mounts = []
-    try:
-        _mount("-t", "overlay", "overlay", "-o", f"lowerdir={root},upperdir={upper},workdir={scratch}",
-               str(merged))
-        mounts.append(merged)
-        for kind, target in (("proc", "proc"), ("/dev", "dev"), ("/sys", "sys")):
-            _mount(*(("-t", "proc", "proc") if kind == "proc" else ("--bind", kind)), str(merged / target))
-            mounts.append(merged / target)
-        (merged / "etc/resolv.conf").write_text(Path("/etc/resolv.conf").read_text())
-        chroot = Chroot(merged)
-        chroot.before = chroot.files()
-        (merged / "tmp/debs").mkdir(parents=True, exist_ok=True)
-        for deb in debs:
-            (merged / "tmp/debs" / deb.name).write_bytes(deb.read_bytes())
-        update = chroot.run("apt-get", "update", "-q")
-        assert update.returncode == 0, update.stdout[-2000:] + update.stderr[-2000:]
-        install = chroot.run("apt-get", "install", "-y", "-q", "--no-install-recommends", "-o", "Dpkg::Use-Pty=0",
-                             *(f"/tmp/debs/{d.name}" for d in debs))
-        assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-2000:]
-        (merged / "etc/fleetctl").mkdir(exist_ok=True)
-        (merged / "etc/fleetctl/site.toml").write_text(SITE)
-        (merged / "etc/slurm/slurm.conf").write_text(SLURM_CONF)
-        chroot.version = debs[0].name.split("_")[1].replace("~dev", ".dev")
-        yield chroot
-    finally:
-        for target in reversed(mounts):
-            if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", str(target)], capture_output=True)
+    with overlay_root(root, work / "root") as system:
+        system.before = system.files()
+        install_debs(system, debs)
+        system.path("/etc/fleetctl").mkdir(exist_ok=True)
+        system.path("/etc/fleetctl/site.toml").write_text(SITE)
+        system.path("/etc/slurm/slurm.conf").write_text(SLURM_CONF)
+        system.version = debs[0].name.split("_")[1].replace("~dev", ".dev")
+        yield system
 
 
 def test_version_is_the_one_built_from_git(debian13):

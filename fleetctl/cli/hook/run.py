@@ -22,7 +22,10 @@ def _run(app: Application, name: str, level: str, budget: float | None) -> int:
         raise
     save_last(verdict)
     line = log_verdict(verdict, name)
-    app.emit(verdict.to_dict(), lambda console: console.print(line, markup=False))
+    if app.json:
+        app.emit(verdict.to_dict())
+    else:
+        click.echo(line)  # one plain line, without rich: a Prolog's every millisecond is a job's
     return verdict.exit_code
 
 
