@@ -26,3 +26,31 @@ def line(rec: dict) -> str:
     det = rec.get("detection") or {}
     return (f"{esc(rec['phase']):9} {esc(rec['action']):8} {esc(rec['id'])}  {esc(det.get('code'))} "
             f"\\[{esc(rec.get('policy'))}]: {esc(rec.get('why', ''), 2000)}")
+
+
+def folded_lines(records: list[dict]) -> list[str]:
+    """Records that differ only in their node(s) and id, as one line each: the ids' range, the
+    folded node set and how many (`act log` without --wide; clush -b's habit)."""
+    import re
+
+    from fleetctl.nodeset import fold
+
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        nodes = [str(n) for n in (rec.get("targets") or {}).get("nodes") or []]
+        why = str(rec.get("why", ""))
+        for node in nodes:
+            why = re.sub(r"(?<![\w.-])" + re.escape(node) + r"(?![\w-])", "<node>", why)
+        det = rec.get("detection") or {}
+        key = (rec.get("phase"), rec.get("action"), det.get("code"), rec.get("policy"), why, len(nodes) == 1)
+        groups.setdefault(key, []).append(rec)
+    out = []
+    for (phase, action, code, policy, why, _), recs in groups.items():
+        if len(recs) == 1:
+            out.append(line(recs[0]))
+            continue
+        nodes = [str(n) for r in recs for n in (r.get("targets") or {}).get("nodes") or []]
+        ids = f"{esc(recs[0]['id'])}..{esc(recs[-1]['id'])} ({len(recs)})"
+        who = f"{esc(fold(nodes))}: " if nodes else ""
+        out.append(f"{esc(phase):9} {esc(action):8} {ids}  {esc(code)} \\[{esc(policy)}]: {who}{esc(why, 2000)}")
+    return out
