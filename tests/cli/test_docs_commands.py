@@ -1,7 +1,7 @@
 """Every fleetctl command line in the documentation's code blocks (README.md, docs/*.md,
 prolog_epilog/README.md) parses: its command exists and every option it uses is one the command
-takes. A renamed option or command fails here, not in an operator's shell. (Running each command
-against the lab is the rest of issue 23's docs test.)"""
+takes. A renamed option or command fails here, not in an operator's shell. The JSON examples are
+checked against the real validators and outputs in test_docs_json.py."""
 
 from __future__ import annotations
 
