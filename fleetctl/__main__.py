@@ -1,3 +1,3 @@
-from fleetctl.cli import main
+from fleetctl.entry import main
 
 main()

@@ -31,6 +31,10 @@ class FleetctlError(Exception):
             out["hint"] = self.hint
         return out
 
+    def report_text(self) -> str:
+        """What the user sees on stderr: `fleetctl: error: MESSAGE` and the hint on its own line."""
+        return f"fleetctl: error: {self.message}" + (f"\n  hint: {self.hint}" if self.hint else "")
+
 
 class UsageError(FleetctlError):
     """Bad command-line input: an option value, a node set, a missing argument."""

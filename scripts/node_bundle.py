@@ -27,7 +27,7 @@ BUNDLED = {"click": ["click"], "rich": ["rich"], "pygments": ["pygments"],
            "markdown-it-py": ["markdown_it"], "mdurl": ["mdurl"], "ClusterShell": ["ClusterShell"],
            "PyYAML": ["yaml"]}
 INTERPRETER = "/usr/bin/python3 -I"  # isolated: no PYTHONPATH, user site or cwd (root in a Prolog)
-MAIN = "import sys\nfrom fleetctl.cli import main\nsys.exit(main())\n"
+MAIN = "from fleetctl.entry import main\nmain()\n"
 # The whole fleetctl package goes in: the CLI's command table lists every command, a node's included.
 SKIP_SUFFIXES = (".so", ".pyd", ".pyc", ".c", ".h")
 

@@ -26,6 +26,8 @@ from fleetctl.errors import EXIT_FAILURES, EXIT_OK, FleetctlError
 from fleetctl.nodeset import check_node_name, is_node_name
 
 HOOKS = ("prolog", "epilog", "healthcheck")
+DEFAULT_LEVEL = {"prolog": "quick", "epilog": "quick", "healthcheck": "quick"}
+MAX_HOOK_BUDGET_S = 600.0  # same bound as the wrapper (hook.sh) and thresholds.prolog_budget_s
 DEFAULT_STATE_DIR = "/run/fleetctl"
 _JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,20})?\Z")
 

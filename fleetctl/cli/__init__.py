@@ -140,8 +140,5 @@ def _report(app: Application, exc: FleetctlError, *, json_output: bool | None = 
         import json
 
         click.echo(json.dumps({"error": exc.to_dict()}, indent=2))
-    message = f"fleetctl: error: {exc.message}"
-    if exc.hint:
-        message += f"\n  hint: {exc.hint}"
-    click.echo(message, err=True)
+    click.echo(exc.report_text(), err=True)
     return exc.exit_code

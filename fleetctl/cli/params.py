@@ -31,4 +31,3 @@ def seconds(low: float, high: float) -> FiniteFloatRange:
 
 MAX_TIMEOUT_S = 86_400.0  # a remote command or a node's checks: a day is beyond any real use
 MAX_CONNECT_TIMEOUT_S = 600.0
-MAX_HOOK_BUDGET_S = 600.0  # same bound as the wrapper (hook.sh) and thresholds.prolog_budget_s

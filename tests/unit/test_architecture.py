@@ -38,9 +38,9 @@ RANKS = {
     # every domain's reader of the site file, for `config check`
     "sitecheck": 11,
     # face
-    "cli": 12, "__main__": 13,
+    "cli": 12, "entry": 13, "__main__": 14,  # entry: the hooks' fast path (audit), else the CLI
 }
-FACE = {"cli", "__main__"}
+FACE = {"cli", "entry", "__main__"}
 UI_LIBRARIES = {"click", "rich"}
 LAB_USERS = {"lab", "cli"}  # the lab itself and the command line; tests and benchmarks are outside fleetctl/
 

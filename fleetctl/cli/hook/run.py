@@ -8,7 +8,8 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
-from fleetctl.cli.params import MAX_HOOK_BUDGET_S, seconds
+from fleetctl.audit.hooks import DEFAULT_LEVEL, MAX_HOOK_BUDGET_S
+from fleetctl.cli.params import seconds
 
 
 def _run(app: Application, name: str, level: str, budget: float | None) -> int:
@@ -47,9 +48,9 @@ def _examples(name: str) -> str:
             f"\n  SLURMD_NODENAME=gpu017 fleetctl hook {name} --format json   # by hand, to see the verdict")
 
 
-prolog = _hook_command("prolog", "quick", "Quick checks of this node before a job; exit 2 and drain on a "
+prolog = _hook_command("prolog", DEFAULT_LEVEL["prolog"], "Quick checks of this node before a job; exit 2 and drain on a "
                        "definite hardware failure." + _examples("prolog"))
-epilog = _hook_command("epilog", "quick", "After a job: what went wrong during it (new Xids, ECC, flaps); "
+epilog = _hook_command("epilog", DEFAULT_LEVEL["epilog"], "After a job: what went wrong during it (new Xids, ECC, flaps); "
                        "drains on a definite failure, always exits 0 itself." + _examples("epilog"))
-healthcheck = _hook_command("healthcheck", "quick", "HealthCheckProgram: drain on a definite failure, resume "
+healthcheck = _hook_command("healthcheck", DEFAULT_LEVEL["healthcheck"], "HealthCheckProgram: drain on a definite failure, resume "
                             "a node fleetctl drained once it passes." + _examples("healthcheck"))
