@@ -109,3 +109,28 @@ def test_absent_deep_tools_are_skipped_never_passed(monkeypatch, tmp_path):
     args = {"nics": [{"name": "mlx5_0", "kind": "infiniband", "rate_gbps": 400}]}
     for r in check_nccl(args, Deadline(5), 8) + check_ib_write_bw(args, Deadline(5)) + check_dcgm(args, Deadline(5)):
         assert r["status"] == "skipped" and "not installed" in r["message"], r
+
+
+# ---- dcgmi diag -j of DCGM 4.x (fixtures written to NVIDIA's schema of that output; README)
+def test_dcgm4_json_failure_is_a_failure_on_its_gpu():
+    from fleetctl.checks.payload.deep import judge_dcgm, parse_dcgmi_json
+
+    text = fix("dcgmi-diag-4x-fail.json")
+    doc = parse_dcgmi_json(text)
+    assert doc["version"] == "4.2.3" and doc["driver"] == "570.124.06"
+    tests = {t["name"]: t for t in doc["tests"]}
+    assert tests["memory"]["verdict"] == "fail" and tests["memory"]["gpus"] == {"0": "pass", "1": "fail"}
+    assert tests["cpu_eud"]["verdict"] == "pass" and tests["cpu_eud"]["gpus"] == {}  # a CPU is not GPU 0
+    assert "memory mismatch" in tests["memory"]["detail"][0]
+    r = judge_dcgm(doc, 0, text, 2)
+    assert r["status"] == "fail" and r["subject"] == "gpu1"
+
+
+def test_dcgm4_json_pass_and_runtime_error():
+    from fleetctl.checks.payload.deep import judge_dcgm, parse_dcgmi_json
+
+    ok = parse_dcgmi_json(fix("dcgmi-diag-4x-pass.json"))
+    assert judge_dcgm(ok, 0, "", 2)["status"] == "ok"
+    err = parse_dcgmi_json(fix("dcgmi-diag-4x-runtime-error.json"))
+    r = judge_dcgm(err, 226, "", 2)
+    assert r["status"] == "error" and "unable to establish a connection" in r["message"]

@@ -145,9 +145,16 @@ def _worse(a, b):
     return a if _VERDICT_RANK[a] >= _VERDICT_RANK[b] else b
 
 
+DCGM_FE_GPU = 1  # DCGM 4.x results name their entity: entity_group "GPU", entity_group_id DCGM_FE_GPU
+
+
 def parse_dcgmi_json(text):
-    """`dcgmi diag -j` of DCGM 3.x ("DCGM GPU Diagnostic" -> test_categories -> tests -> results with gpu_ids)
-    and 4.x (top-level tests, results with entity_id): the same structure as parse_dcgmi_diag, or None."""
+    """`dcgmi diag -j` -> the same structure as parse_dcgmi_diag, or None. Three layouts:
+    DCGM 3.x: {"DCGM GPU Diagnostic": {"version", "test_categories": [{category, tests: [{name,
+    results: [{gpu_ids, status, warnings}]}]}]}}; DCGM 4.x (NVIDIA's testing/python3/dcgm_diag_schema.json):
+    {"DCGM Diagnostic": {"test_categories": [... results: [{entity_group, entity_group_id, entity_id,
+    status, warnings}], test_summary: {status}], "runtime_error"}, "entity_groups", "metadata": {"version",
+    "Driver Version Detected"}}; and a bare top-level "tests" list."""
     text = text[:MAX_TOOL_OUTPUT]
     brace = text.find("{")
     if brace < 0:
@@ -158,9 +165,14 @@ def parse_dcgmi_json(text):
         return None
     if not isinstance(data, dict):
         return None
-    root = data.get("DCGM GPU Diagnostic") if isinstance(data.get("DCGM GPU Diagnostic"), dict) else data
-    doc = {"version": root.get("version"), "driver": root.get("driver_version_detected") or
-           root.get("driver_version"), "tests": []}
+    root = next((data[k] for k in ("DCGM GPU Diagnostic", "DCGM Diagnostic") if isinstance(data.get(k), dict)),
+                data)
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    doc = {"version": root.get("version") or meta.get("version"),
+           "driver": root.get("driver_version_detected") or root.get("driver_version")
+           or meta.get("Driver Version Detected"), "tests": []}
+    if isinstance(root.get("runtime_error"), str) and root["runtime_error"]:
+        doc["runtime_error"] = root["runtime_error"][:300]  # the diagnostic could not run: no verdict
     cats = root.get("test_categories")
     if isinstance(cats, list):
         pairs = [(c.get("category"), t) for c in cats if isinstance(c, dict)
@@ -168,25 +180,33 @@ def parse_dcgmi_json(text):
     else:
         pairs = [(t.get("category"), t) for t in (root.get("tests") or []) if isinstance(t, dict)]
     for cat, t in pairs[:256]:
-        test = {"name": str(t.get("name"))[:80], "category": cat, "verdict": None, "gpus": {}, "detail": []}
-        for r in (t.get("results") or [])[:256]:
-            if not isinstance(r, dict):
-                continue
-            v = _verdict(str(r.get("status", "")))
-            if v is None:
-                continue
-            ids = r.get("gpu_ids", r.get("entity_id", r.get("gpu_id")))
-            for gid in re.findall(r"\d+", str(ids)) if ids is not None else []:
-                _gpu_verdict(test, gid, v)
-            if ids is None:
-                test["verdict"] = _worse(test["verdict"], v)
-            for key in ("warnings", "errors", "info"):
-                for w in (r.get(key) or [])[:4]:
-                    msg = w.get("warning") or w.get("error") or w.get("message") if isinstance(w, dict) else w
-                    test["detail"].append("%s: %s" % (key, str(msg)[:300]))
-        test["verdict"] = test["verdict"] or "skip"
-        doc["tests"].append(test)
-    return doc if doc["tests"] or doc["version"] else None
+        doc["tests"].append(_json_test(cat, t))
+    return doc if doc["tests"] or doc["version"] or doc.get("runtime_error") else None
+
+
+def _json_test(cat, t):
+    test = {"name": str(t.get("name"))[:80], "category": cat, "verdict": None, "gpus": {}, "detail": []}
+    for r in (t.get("results") or [])[:256]:
+        if not isinstance(r, dict):
+            continue
+        v = _verdict(str(r.get("status", "")))
+        if v is None:
+            continue
+        gpu = r.get("entity_group") == "GPU" or r.get("entity_group_id") == DCGM_FE_GPU
+        ids = r.get("gpu_ids", r.get("gpu_id")) if "entity_id" not in r else (r["entity_id"] if gpu else None)
+        for gid in re.findall(r"\d+", str(ids)) if ids is not None else []:
+            _gpu_verdict(test, gid, v)
+        if ids is None:  # a whole-node result, or another entity (a CPU in DCGM 4.x)
+            test["verdict"] = _worse(test["verdict"], v)
+        for key in ("warnings", "errors", "info"):
+            for w in (r.get(key) or [])[:4]:
+                msg = w.get("warning") or w.get("error") or w.get("message") if isinstance(w, dict) else w
+                test["detail"].append("%s: %s" % (key, str(msg)[:300]))
+    summary = t.get("test_summary")
+    if isinstance(summary, dict) and _verdict(str(summary.get("status", ""))):
+        test["verdict"] = _worse(test["verdict"], _verdict(str(summary["status"])))
+    test["verdict"] = test["verdict"] or "skip"
+    return test
 
 
 PERFTEST_UNITS = {"MB/sec": 1048576 * 8 / 1e9, "MiB/sec": 1048576 * 8 / 1e9, "Gb/sec": 1.0,
@@ -266,9 +286,10 @@ def judge_dcgm(doc, rc, output, level):
     test is an error (dcgmi could not run the diagnostic), never a pass."""
     tests = (doc or {}).get("tests") or []
     if not tests:
-        return result("deep.dcgm", "error", "dcgmi diag -r %d gave no results: %s" % (
-            level, "timed out" if rc == "timeout" else output.strip()[-200:] or "exit %s" % rc),
-            evidence={"rc": rc})
+        why = (doc or {}).get("runtime_error") or ("timed out" if rc == "timeout" else output.strip()[-200:]
+                                                   or "exit %s" % rc)
+        return result("deep.dcgm", "error", "dcgmi diag -r %d gave no results: %s" % (level, why),
+                      evidence={"rc": rc})
     failed = [t for t in tests if t["verdict"] == "fail"]
     warned = [t for t in tests if t["verdict"] == "warn"]
     gpus = sorted({g for t in failed for g, v in t["gpus"].items() if v == "fail"},
