@@ -13,33 +13,52 @@ import time
 from fleetctl.checks.payload.common import number_or_none, result, run_cmd, which  # payload-local
 
 MAX_TOOL_OUTPUT = 4 << 20  # characters of a tool's output that are parsed
-RANK_PREFIX_RE = re.compile(r"^\s*\d+:\s")  # mpirun --tag-output / srun -l put "0: " before each line
+# What launchers put before each line of a rank's output: `0: ` (srun -l, mpirun -l), `[1,0]<stdout>:`
+# (Open MPI --tag-output), and a Ray worker's `(head, rank=0, pid=3808) ` before either.
+RANK_PREFIX_RE = re.compile(r"^(?:\([^()\n]{1,200}\)\s+)?(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s)")
 NCCL_FAILURE_RE = re.compile(r"Test (?:NCCL )?failure|NCCL failure|Test CUDA failure", re.I)
+# Old nccl-tests (before 2.11) print the largest numeric error of each size (`2e-07`, `0e+00`) where
+# newer ones count wrong elements (`0`): an error is a magnitude, judged by "Out of bounds values".
+OLD_ERROR_RE = re.compile(r"^\d(?:\.\d+)?e[+-]\d+$")
+OLD_ERROR_LIMIT = 1e-2  # an old-layout error above any reduction's rounding (fp16 ~1e-3): a wrong result
+
+
+def _unprefixed(text):
+    """The tool's lines without the launchers' per-rank prefixes."""
+    for line in text.splitlines():
+        m = RANK_PREFIX_RE.match(line)
+        yield line[m.end():] if m else line
 
 
 def parse_nccl_tests(text):
-    """-> {avg_busbw_gbs, max_busbw_gbs, largest_*, wrong, out_of_bounds, sizes, validated, failure} from an
-    nccl-tests *_perf run, old and new layouts: the last eight columns of a row are always
-    `time algbw busbw #wrong` twice (out-of-place, in-place); `#wrong` is a count, or in old versions a
-    float error (`0e+00`), or `N/A` when validation is off. None when there is neither a row nor a summary."""
-    text = text[:MAX_TOOL_OUTPUT]
-    avg = re.search(r"^(?:\s*\d+:\s*)?# Avg bus bandwidth\s*:\s*([\d.]+)", text, re.M)
-    oob = re.search(r"^(?:\s*\d+:\s*)?# Out of bounds values\s*:\s*(\d+)", text, re.M)
+    """-> {avg_busbw_gbs, max_busbw_gbs, largest_*, wrong, max_error, out_of_bounds, sizes, validated,
+    failure} from an nccl-tests *_perf run, old and new layouts, with or without launcher prefixes: the
+    last eight columns of a row are always `time algbw busbw #wrong` twice (out-of-place, in-place);
+    `#wrong` is a count, or in old versions the largest numeric error (`2e-07`; judged only through
+    "Out of bounds values"), or `N/A` when validation is off. None when there is neither a row nor a
+    summary."""
+    text = "\n".join(_unprefixed(text[:MAX_TOOL_OUTPUT]))
+    avg = re.search(r"^\s*# Avg bus bandwidth\s*:\s*([\d.]+)", text, re.M)
+    oob = re.search(r"^\s*# Out of bounds values\s*:\s*(\d+)", text, re.M)
     failure = NCCL_FAILURE_RE.search(text)
-    rows, wrong, validated = [], 0, False
+    rows, wrong, max_error, validated = [], 0, None, False
     for line in text.splitlines():
-        m = RANK_PREFIX_RE.match(line)
-        cols = (line[m.end():] if m else line).split()
+        cols = line.split()
         if len(cols) < 11 or not (cols[0].isdigit() and cols[1].isdigit()):
             continue
         nums = [number_or_none(c, float) for c in cols[-8:]]
         if None in (nums[0], nums[1], nums[2], nums[4], nums[5], nums[6]):
             continue  # a cut-off row
         rows.append((int(cols[0]), nums[2], nums[6]))
-        for w in (nums[3], nums[7]):
-            if w is not None:
-                validated = True
-                wrong += 1 if 0 < w < 1 else int(w)  # old versions print the max error, e.g. 2e-07
+        for token, w in ((cols[-5], nums[3]), (cols[-1], nums[7])):
+            if w is None:
+                continue
+            validated = True
+            if OLD_ERROR_RE.match(token):
+                max_error = w if max_error is None else max(max_error, w)
+                wrong += w > OLD_ERROR_LIMIT  # one wrong size: the old layout has no element count
+            else:
+                wrong += int(w)
     if avg is None and not rows and not failure:
         return None
     largest = max(rows) if rows else None
@@ -49,7 +68,8 @@ def parse_nccl_tests(text):
             "max_busbw_gbs": max((max(r[1], r[2]) for r in rows), default=None),
             "largest_bytes": largest[0] if largest else None,
             "largest_busbw_gbs": max(largest[1], largest[2]) if largest else None,
-            "wrong": wrong, "validated": validated, "out_of_bounds": int(oob.group(1)) if oob else None,
+            "wrong": wrong, "max_error": max_error, "validated": validated,
+            "out_of_bounds": int(oob.group(1)) if oob else None,
             "sizes": len(rows), "failure": failure.group(0) if failure else None}
 
 
