@@ -13,7 +13,7 @@ import pytest
 
 from fleetctl.checks.payload.deep import (judge_dcgm, judge_nccl, parse_dcgmi_diag, parse_dcgmi_json,
                                           parse_nccl_tests, parse_perftest)
-from fleetctl.checks.payload.gpu_collect import GpuSourceError, parse_smi_xml
+from fleetctl.checks.payload.gpu_collect import GpuSourceError, merge_smi_nvlink, parse_smi_xml
 from fleetctl.checks.payload.gpu_judge import judge_gpus
 from fleetctl.checks.payload.host import judge_clock, parse_chronyc_tracking, parse_ntpq_peers
 from fleetctl.checks.payload.xid import judge_scan, line_time, scan_lines
@@ -345,10 +345,38 @@ OPENSSH = ("openssh-9.2p1-hostkey-changed.txt", "openssh-9.2p1-hostkey-unknown.t
            "openssh-kex-closed-shellcrash-2022.txt", "openssh-7-exchange-reset-machinery-2016.txt")
 
 
+# nvidia-smi nvlink --status: sample -> (GPU count, NVLinks the node class expects, status, GPUs at fault).
+# A GPU with every link down prints NVML's message instead of Link lines: 0 active, never "not reported";
+# judged against the class: a fault where links are expected, nothing where none are (PCIe cards).
+NVLINK = {
+    "smi-nvlink-a6000-gpu2-all-inactive.txt": (3, 4, "fail", "gpu2"),
+    "smi-nvlink-rtx3090x4-all-inactive.txt": (4, 0, "ok", ""),
+    "smi-nvlink-a100-pcie-all-inactive.txt": (2, 0, "ok", ""),
+    "smi-nvlink-gh200-single-Nvlink-spelling.txt": (1, 0, "ok", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NVLINK))
+def test_nvlink_status_samples(name):
+    count, want, status, subject = NVLINK[name]
+    record = {"gpus": [{"index": i, "nvlink": None} for i in range(count)]}
+    merge_smi_nvlink(record, (REAL / name).read_text())
+    assert all(g["nvlink"] is not None for g in record["gpus"])  # every GPU reported
+    [r] = [r for r in judge_gpus(record, {"nvlinks": want}, {}) if r["code"] == "gpu.nvlink"]
+    assert (r["status"], r.get("subject", "")) == (status, subject), r
+
+
+def test_all_links_down_where_the_class_expects_nvlink_is_a_failure():
+    record = {"gpus": [{"index": i, "nvlink": None} for i in range(4)]}
+    merge_smi_nvlink(record, (REAL / "smi-nvlink-rtx3090x4-all-inactive.txt").read_text())
+    [r] = [r for r in judge_gpus(record, {"nvlinks": 4}, {}) if r["code"] == "gpu.nvlink"]
+    assert r["status"] == "fail" and "0 of 4 NVLinks active" in r["message"]
+
+
 def test_every_sample_has_an_expectation_and_a_provenance():
     samples = {p.name for p in REAL.iterdir() if p.name != "PROVENANCE.md"}
     expected = (set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML) | set(DISCOVER)
-                | set(OPENSSH) | {"clush-groups-cluster.yaml"})  # test_nodegroups.py
+                | set(OPENSSH) | set(NVLINK) | {"clush-groups-cluster.yaml"})  # test_nodegroups.py
     assert samples == expected
     assert len(samples) >= 40
     provenance = (REAL / "PROVENANCE.md").read_text()

@@ -224,8 +224,8 @@ def collect_nvidia_smi(deadline, exe="nvidia-smi"):
     if rc == 0:  # older drivers and pre-Ampere GPUs have no row remapping: stays None
         merge_smi_remap(record, out)
     rc, out, _ = run_cmd([exe, "nvlink", "--status"], deadline, timeout=10)
-    if rc == 0:  # GPUs without NVLink print nothing: nvlink stays None (not judged)
-        merge_smi_nvlink(record, out)
+    if rc == 0 or NVLINK_ALL_INACTIVE_RE.search(out or ""):  # GPUs without NVLink print nothing:
+        merge_smi_nvlink(record, out)                         # nvlink stays None (not judged)
     return record
 
 
@@ -305,23 +305,37 @@ def merge_smi_remap(record, text):
                                     "failure": _smi_bool(cells[4], ("Yes", "yes", "1"))}
 
 
+# What nvidia-smi prints under a GPU whose links are all down, instead of Link lines ("NVLink" or
+# "Nvlink" by driver; with or without "NVML: ").
+NVLINK_ALL_INACTIVE_RE = re.compile(r"unable to retrieve nvlink information as all links are inactive", re.I)
+
+
 def merge_smi_nvlink(record, text):
     """Link state per GPU from `nvidia-smi nvlink --status` ("Link 3: 26.562 GB/s" or "<inactive>").
-    Error counters are not in this output: they stay None (NVML reads them)."""
-    links, current = {}, None
+    A GPU whose links are all down prints NVML's "all links are inActive" message and no Link line:
+    its nvlink is [] (reported, none active), never None (not reported). Error counters are not in
+    this output: they stay None (NVML reads them)."""
+    links, all_down, current = {}, set(), None
     for line in text.splitlines():
         m = re.match(r"^GPU (\d+):", line)
         if m:
             current = int(m.group(1))
             links[current] = []
             continue
+        if current is None:
+            continue
         m = re.match(r"^\s+Link (\d+): (.*)$", line)
-        if m and current is not None:
+        if m:
             links[current].append({"link": int(m.group(1)), "active": "inactive" not in m.group(2),
                                    "crc_errors": None, "replay_errors": None, "recovery_errors": None})
+        elif NVLINK_ALL_INACTIVE_RE.search(line):
+            all_down.add(current)
     for gpu in record["gpus"]:
-        if links.get(gpu.get("index")):
-            gpu["nvlink"] = links[gpu["index"]]
+        index = gpu.get("index")
+        if links.get(index):
+            gpu["nvlink"] = links[index]
+        elif index in all_down:
+            gpu["nvlink"] = []  # reported: no link active (a header alone, or "does not support", stays None)
 
 
 # ---------------------------------------------------------------- nvidia-smi -q -x

@@ -249,6 +249,9 @@ def _nvlink(gpus, expect, sim):
                         % (errors["crc_errors"], errors["replay_errors"])))
     if not known:
         return result("gpu.nvlink", "skipped", "NVLink state not reported by this source", simulated=sim)
+    if not want and not any(e["active"] for e in ev.values()) and not bad:
+        # PCIe cards, a lone GH200: no link up and none expected by the node class is not a fault
+        return result("gpu.nvlink", "ok", "no NVLink active, none expected", evidence=ev, simulated=sim)
     return _aggregate("gpu.nvlink", bad, sim, "NVLinks active, no errors", ev)
 
 
