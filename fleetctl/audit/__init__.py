@@ -11,18 +11,11 @@ The names below are imported when first used (PEP 562), so that the Slurm hooks,
 fleetctl.audit.hooks, do not pay for the report and the Slurm actions on every Prolog.
 """
 
-import importlib
+from fleetctl.lazy import lazy_exports
 
 _EXPORTS = {"ActionPlan": "actions", "apply_actions": "actions", "plan_actions": "actions",
             "AuditReport": "report", "build_report": "report",
             "NodeOutcome": "runner", "collect": "runner", "collect_local": "runner"}
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -12,7 +12,7 @@ The result document is described in docs/checks.md. The names are imported when 
 562): a Prolog that needs the follow-up rules does not import the fleet comparison.
 """
 
-import importlib
+from fleetctl.lazy import lazy_exports
 
 _EXPORTS = {"build_payload": "builder", "parse_payload_output": "builder", "payload_args": "builder",
             "run_payload_locally": "builder", "run_payload_subprocess": "builder", "since_epoch": "builder",
@@ -20,11 +20,4 @@ _EXPORTS = {"build_payload": "builder", "parse_payload_output": "builder", "payl
             "hardware_failures": "followup", "next_level": "followup", "suspects": "followup"}
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
