@@ -115,7 +115,9 @@ def test_progress_bar_only_on_a_terminal_and_only_for_long_runs(monkeypatch):
     app.__dict__["err_console"] = Console(file=buffer, force_terminal=True, width=60)
     with ProgressBar(app, 3, "exec", after_s=0.05, terminal=True) as bar:
         bar.advance(HostResult("n1", "ok", 0))
-        time.sleep(0.3)  # past the delay: the bar is shown
+        deadline = time.monotonic() + 30  # past the delay the bar shows (importing rich may be slow)
+        while bar._bar is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         bar.advance(HostResult("n2", "ok", 0))
         bar.advance(HostResult("n3", "ok", 0))
     assert "3/3" in buffer.getvalue() or "2/3" in buffer.getvalue()
