@@ -29,7 +29,11 @@ WRAPPER = (
     'n="${SLURMD_NODENAME:-$(hostname -s)}"; '
     f"printf '{MARK}node:%s\\n' \"$n\"; "
     'FLEETCTL_NODE="$n"; export FLEETCTL_NODE; '
-    '"$@"; rc=$?; '
+    # The timeout's SIGTERM reaches every process of the step. A command that survives it (a shell
+    # whose `sleep` died goes on to its next line) must not end as a success: the trap marks the
+    # task as stopped by us, and the wrapper reports 143 once the command returns.
+    "stopped=0; trap 'stopped=1' TERM; "
+    '"$@"; rc=$?; [ "$stopped" = 0 ] || rc=143; '
     f"printf '{MARK}rc:%s\\n' \"$rc\" >&2; "
     "exit 0"  # per-node status travels in the marker; srun's own status then means srun trouble
 )

@@ -46,3 +46,37 @@ def test_command_line_never_pastes_the_command():
     assert "--time=3" in argv and "--partition=gpu" in argv and "--reservation=maint" in argv
     i = argv.index("-c")
     assert argv[i + 1] == WRAPPER and argv[i + 2:] == ["fleetctl-srun", "echo", "a b; rm x"]
+
+
+def _wrapper(command: list[str], terminate_after: float | None) -> tuple[str, str]:
+    """The task wrapper run by /bin/sh as slurmstepd runs it, SIGTERM sent to its process group."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from fleetctl.fanout.srun import WRAPPER
+
+    proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "fleetctl-srun", *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if terminate_after is not None:
+        time.sleep(terminate_after)
+        os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    return out, err
+
+
+def test_a_command_stopped_by_the_timeout_never_reports_success():
+    # The shell's sleep dies of the SIGTERM; the shell itself ignores it and goes on to `echo done`.
+    # Without the wrapper's trap that ended as rc 0: a hung node reported `ok` (seen in CI).
+    out, err = _wrapper(["/bin/sh", "-c", "trap '' TERM; sleep 5; echo done"], terminate_after=0.5)
+    tasks = parse_labelled("".join("0: " + line + "\n" for line in out.splitlines()),
+                           "".join("0: " + line + "\n" for line in err.splitlines()))
+    assert tasks[0].rc == 143 and "done" in tasks[0].stdout()
+
+
+def test_a_command_that_ends_by_itself_reports_its_status():
+    out, err = _wrapper(["/bin/sh", "-c", "echo fine; exit 3"], terminate_after=None)
+    tasks = parse_labelled("".join("0: " + line + "\n" for line in out.splitlines()),
+                           "".join("0: " + line + "\n" for line in err.splitlines()))
+    assert tasks[0].rc == 3 and tasks[0].stdout() == "fine\n"
