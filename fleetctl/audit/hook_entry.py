@@ -56,7 +56,8 @@ def run_fast(hook: str, budget: float | None, environ=os.environ) -> int:
         print("fleetctl: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - as the CLI's one exit point: a bug is a line, not a traceback
-        error = InternalError(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        error = InternalError(f"internal error: {type(exc).__name__}: {first}",
                               hint="this is a fleetctl bug: run again with -vv for the traceback and report it")
         print(error.report_text(), file=sys.stderr)
         return error.exit_code

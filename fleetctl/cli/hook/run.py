@@ -48,9 +48,12 @@ def _examples(name: str) -> str:
             f"\n  SLURMD_NODENAME=gpu017 fleetctl hook {name} --format json   # by hand, to see the verdict")
 
 
-prolog = _hook_command("prolog", DEFAULT_LEVEL["prolog"], "Quick checks of this node before a job; exit 2 and drain on a "
-                       "definite hardware failure." + _examples("prolog"))
-epilog = _hook_command("epilog", DEFAULT_LEVEL["epilog"], "After a job: what went wrong during it (new Xids, ECC, flaps); "
-                       "drains on a definite failure, always exits 0 itself." + _examples("epilog"))
-healthcheck = _hook_command("healthcheck", DEFAULT_LEVEL["healthcheck"], "HealthCheckProgram: drain on a definite failure, resume "
-                            "a node fleetctl drained once it passes." + _examples("healthcheck"))
+HELP = {
+    "prolog": "Quick checks of this node before a job; exit 2 and drain on a definite hardware failure.",
+    "epilog": "After a job: what went wrong during it (new Xids, ECC, flaps); drains on a definite "
+              "failure, always exits 0 itself.",
+    "healthcheck": "HealthCheckProgram: drain on a definite failure, resume a node fleetctl drained once "
+                   "it passes.",
+}
+prolog, epilog, healthcheck = (_hook_command(name, DEFAULT_LEVEL[name], HELP[name] + _examples(name))
+                               for name in ("prolog", "epilog", "healthcheck"))
