@@ -1,9 +1,9 @@
 """The wheel and the node bundle as an operator installs them (docs/deploy.md): built by
 scripts/package, installed into a clean virtual environment with its dependencies from the package
 index, without the extras (a node's install), and run there: --version, `audit --local` (the Slurm
-hooks' path), `hook install`, `config check`. Nothing of this checkout is importable in that environment. The node bundle (one
-.pyz) runs the same commands on this machine's own /usr/bin/python3 without its site-packages (-S),
-so with nothing but the standard library besides itself."""
+hooks' path), `hook install`, `config check`. Nothing of this checkout is importable in that
+environment. The node bundle (one .pyz) runs the same commands on this machine's own /usr/bin/python3
+without its site-packages (-S), so with nothing but the standard library besides itself."""
 
 from __future__ import annotations
 
