@@ -40,3 +40,21 @@ def test_exec_lines_parse_as_fleetctl_commands(unit, capsys):
     for line in directives(unit)["ExecStart"] + directives(unit).get("ExecStop", []):
         assert run([*shlex.split(line)[2:], "--help"]) == 0, (line, capsys.readouterr().err)
         assert "Usage: fleetctl" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=[u.name for u in UNITS])
+def test_documentation_names_the_man_page_of_the_command_it_runs(unit):
+    from fleetctl.cli import cli
+    from fleetctl.cli.manpages import commands
+
+    pages = {"-".join(["fleetctl", *path]) for path, _ in commands(cli)}
+    [doc] = directives(unit)["Documentation"]
+    page = doc.removeprefix("man:").removesuffix("(1)")
+    assert doc.startswith("man:") and page in pages, doc
+    words = directives(unit)["ExecStart"][0].split()
+    names = []  # the command words after `fleetctl`, up to the first option
+    for word in words[words.index("fleetctl") + 1:]:
+        if word.startswith("-"):
+            break
+        names.append(word)
+    assert page.startswith("-".join(["fleetctl", *names])), (page, names)  # `audit` runs `audit run`

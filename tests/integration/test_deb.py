@@ -32,6 +32,9 @@ BOOKKEEPING = ("var/lib/apt/", "var/cache/apt/", "var/lib/dpkg/", "var/log/apt/"
                "etc/hosts")  # written by netbase's postinst (python3 depends on it), not removed on purge
 
 
+DEBS: list[Path] = []  # the packages the module's fixture built, for lintian
+
+
 def build_debs(out: Path, root: Path) -> list[Path]:
     """fleetctl-slurm-plugins and fleetctl (no debug symbols), built against `root`'s Slurm."""
     subprocess.run([str(ROOT / "scripts" / "package"), "--out", str(out), "--deb", "--slurm-root", str(root)],
@@ -46,6 +49,7 @@ def debian13(tmp_path_factory):
     root, _ = slurmroot.ensure_root("trixie")
     work = tmp_path_factory.mktemp("deb")
     debs = build_debs(work / "dist", root)
+    DEBS[:] = debs
     assert [p.name.split("_")[0] for p in debs] == ["fleetctl-slurm-plugins", "fleetctl"]
     with overlay_root(root, work / "root") as system:
         system.before = system.files()
@@ -55,6 +59,14 @@ def debian13(tmp_path_factory):
         system.path("/etc/slurm/slurm.conf").write_text(SLURM_CONF)
         system.version = debs[0].name.split("_")[1].replace("~dev", ".dev")
         yield system
+
+
+def test_lintian_finds_no_error_or_warning(debian13):
+    """Debian's own checker of packages: no E: or W: tag (informational ones are listed, not failed)."""
+    result = subprocess.run(["lintian", "--tag-display-limit", "0", *map(str, DEBS)], capture_output=True,
+                            text=True, timeout=600)
+    tags = [line for line in result.stdout.splitlines() if line[:2] in ("E:", "W:")]
+    assert not tags, tags
 
 
 def test_version_is_the_one_built_from_git(debian13):
