@@ -112,3 +112,10 @@ class InternalError(FleetctlError):
 
     kind = "internal"
 
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> "InternalError":
+        """The one line a bug is reported as, at every exit point (the CLI, the hooks' fast path)."""
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        return cls(f"internal error: {type(exc).__name__}: {first}",
+                   hint="this is a fleetctl bug: run again with -vv for the traceback and report it")
+

@@ -36,18 +36,13 @@ def fast_hook_args(argv: list[str], environ=os.environ) -> tuple[str, float | No
 
 def run_fast(hook: str, budget: float | None, environ=os.environ) -> int:
     """The hook's verdict printed and logged as `fleetctl hook HOOK` prints it; its exit code."""
-    from fleetctl.audit.hooks import log_verdict, run_hook, save_last
+    from fleetctl.audit.hooks import judge_and_record
     from fleetctl.config import load_site
 
     try:
-        try:
-            verdict = run_hook(load_site(environ["FLEETCTL_SITE"]), hook, level=DEFAULT_LEVEL[hook],
-                               budget_s=budget)
-        except FleetctlError as exc:
-            print(log_verdict(None, hook, exc), file=sys.stderr)
-            raise
-        save_last(verdict)
-        print(log_verdict(verdict, hook), flush=True)
+        verdict, line = judge_and_record(lambda: load_site(environ["FLEETCTL_SITE"]), hook, DEFAULT_LEVEL[hook],
+                                         budget, warn=lambda text: print(text, file=sys.stderr))
+        print(line, flush=True)
         return verdict.exit_code
     except FleetctlError as exc:
         print(exc.report_text(), file=sys.stderr)
@@ -56,8 +51,6 @@ def run_fast(hook: str, budget: float | None, environ=os.environ) -> int:
         print("fleetctl: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - as the CLI's one exit point: a bug is a line, not a traceback
-        first = str(exc).splitlines()[0][:300] if str(exc) else ""
-        error = InternalError(f"internal error: {type(exc).__name__}: {first}",
-                              hint="this is a fleetctl bug: run again with -vv for the traceback and report it")
+        error = InternalError.from_exception(exc)
         print(error.report_text(), file=sys.stderr)
         return error.exit_code

@@ -135,6 +135,19 @@ def _read_mark(path: Path) -> dict | None:
         return None
 
 
+def judge_and_record(load_site, hook: str, level: str, budget_s: float | None, warn):
+    """The hook's verdict on the site `load_site()` returns, saved as the node's last, and its log line:
+    (verdict, line). A FleetctlError (the site file included) is logged through `warn` and raised.
+    Both ways into a hook share it: the CLI and the wrapper's fast path (hook_entry)."""
+    try:
+        verdict = run_hook(load_site(), hook, level=level, budget_s=budget_s)
+    except FleetctlError as exc:
+        warn(log_verdict(None, hook, exc))
+        raise
+    save_last(verdict)
+    return verdict, log_verdict(verdict, hook)
+
+
 def log_verdict(verdict: HookVerdict | None, hook: str, error: FleetctlError | Exception | None = None) -> str:
     """One line for the hook log (and slurmd's log): what was decided and why."""
     raw = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]

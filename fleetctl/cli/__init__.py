@@ -109,9 +109,7 @@ def run(argv: list[str] | None = None) -> int:
             "out of memory", hint="a smaller input (fewer nodes or windows) or a machine with more "
             "memory; if the input is of a size fleetctl is meant to handle, report it"))
     except Exception as exc:  # noqa: BLE001 - the one exit point: a bug is a line, not a traceback
-        return _report(app, InternalError(
-            f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
-            hint="this is a fleetctl bug: run again with -vv for the traceback and report it"))
+        return _report(app, InternalError.from_exception(exc))
     if isinstance(result, int):
         return result
     return EXIT_OK

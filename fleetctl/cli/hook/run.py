@@ -13,16 +13,10 @@ from fleetctl.cli.params import seconds
 
 
 def _run(app: Application, name: str, level: str, budget: float | None) -> int:
-    from fleetctl.audit.hooks import log_verdict, run_hook, save_last
-    from fleetctl.errors import FleetctlError
+    from fleetctl.audit.hooks import judge_and_record
 
-    try:
-        verdict = run_hook(app.site, name, level=level, budget_s=budget)
-    except FleetctlError as exc:
-        click.echo(log_verdict(None, name, exc), err=True)
-        raise
-    save_last(verdict)
-    line = log_verdict(verdict, name)
+    verdict, line = judge_and_record(lambda: app.site, name, level, budget,
+                                     warn=lambda text: click.echo(text, err=True))
     if app.json:
         app.emit(verdict.to_dict())
     else:
