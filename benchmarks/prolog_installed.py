@@ -23,13 +23,9 @@ import time
 from pathlib import Path
 
 from fleetctl.lab import slurmroot
-from fleetctl.lab.debroot import install_debs, overlay_root
+from fleetctl.lab.debroot import add_one_node_cluster, build_packages, install_debs, overlay_root
 
-ROOT = Path(__file__).resolve().parents[1]
 GOAL_P50_S, GOAL_P99_S = 0.100, 0.300
-SITE = '[cluster]\nname = "bench"\n\n[slurm]\nconf = "/etc/slurm/slurm.conf"\n\n' \
-       '[[node_classes]]\nname = "cpu"\nnodes = "n1"\n'
-SLURM_CONF = "ClusterName=bench\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n"
 SLURMD_ENV = {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n1", "SLURM_JOB_USER": "root"}
 
 
@@ -58,17 +54,10 @@ def main() -> None:
     n = ap.parse_args().n
     root, _ = slurmroot.ensure_root("trixie")
     with tempfile.TemporaryDirectory() as tmp:
-        dist = Path(tmp) / "dist"
-        subprocess.run([str(ROOT / "scripts/package"), "--out", str(dist), "--deb", "--slurm-root", str(root)],
-                       check=True, capture_output=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                                                             "PYTHON": sys.executable}, timeout=600)
-        debs = sorted(p for p in dist.glob("*.deb") if "dbgsym" not in p.name)
-        [bundle] = dist.glob("*.pyz")
+        debs, bundle = build_packages(Path(tmp) / "dist", root, sys.executable)
         with overlay_root(root, Path(tmp) / "root") as system:
             install_debs(system, debs)
-            system.path("/etc/fleetctl").mkdir(exist_ok=True)
-            system.path("/etc/fleetctl/site.toml").write_text(SITE)
-            system.path("/etc/slurm/slurm.conf").write_text(SLURM_CONF)
+            add_one_node_cluster(system)
             system.path("/usr/local/lib/fleetctl.pyz").write_bytes(bundle.read_bytes())
             system.path("/usr/local/lib/fleetctl.pyz").chmod(0o755)
             python = system.run("python3", "--version").stdout.strip()

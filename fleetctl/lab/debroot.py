@@ -18,6 +18,12 @@ from pathlib import Path
 
 from fleetctl.errors import LabError
 
+REPO = Path(__file__).resolve().parents[2]
+# A one-node cluster for the installed fleetctl: node n1 in class cpu, the system's slurm.conf.
+ONE_NODE_SITE = ('[cluster]\nname = "debroot"\n\n[slurm]\nconf = "/etc/slurm/slurm.conf"\n\n'
+                 '[[node_classes]]\nname = "cpu"\nnodes = "n1"\n')
+ONE_NODE_SLURM_CONF = ("ClusterName=debroot\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1 State=UNKNOWN\n"
+                       "PartitionName=p Nodes=n1 Default=YES\n")
 BASE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8", "HOME": "/root",
             "DEBIAN_FRONTEND": "noninteractive"}
 PSEUDO = ("proc", "dev", "sys")
@@ -94,3 +100,22 @@ def install_debs(system: OverlaySystem, debs: list[Path]) -> None:
         if result.returncode != 0:
             raise LabError(f"{' '.join(argv[:2])} in {system.merged}: "
                            f"{(result.stdout[-1500:] + result.stderr[-1500:]).strip()}")
+
+
+def build_packages(out: Path, slurm_root: Path, python: str) -> tuple[list[Path], Path]:
+    """`scripts/package --deb` with `python` (the venv's) against `slurm_root`'s Slurm headers:
+    (fleetctl-slurm-plugins and fleetctl .debs, debug symbols left out; the node bundle)."""
+    result = subprocess.run([str(REPO / "scripts" / "package"), "--out", str(out), "--deb", "--slurm-root",
+                             str(slurm_root)], capture_output=True, text=True, timeout=900,
+                            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "PYTHON": python})
+    if result.returncode != 0:
+        raise LabError(f"scripts/package --deb: {(result.stdout[-1000:] + result.stderr[-1000:]).strip()}")
+    debs = sorted(p for p in out.glob("*.deb") if "dbgsym" not in p.name)
+    return debs, next(out.glob("*.pyz"))
+
+
+def add_one_node_cluster(system: OverlaySystem) -> None:
+    """/etc/fleetctl/site.toml and /etc/slurm/slurm.conf of a one-node cluster (node n1)."""
+    system.path("/etc/fleetctl").mkdir(exist_ok=True)
+    system.path("/etc/fleetctl/site.toml").write_text(ONE_NODE_SITE)
+    system.path("/etc/slurm/slurm.conf").write_text(ONE_NODE_SLURM_CONF)

@@ -18,28 +18,15 @@ from pathlib import Path
 import pytest
 
 from fleetctl.lab import slurmroot
-from fleetctl.lab.debroot import install_debs, overlay_root
+from fleetctl.lab.debroot import add_one_node_cluster, build_packages, install_debs, overlay_root
 
 ROOT = Path(__file__).resolve().parents[2]
-SITE = '[cluster]\nname = "debtest"\n\n[slurm]\nconf = "/etc/slurm/slurm.conf"\n\n' \
-       '[[node_classes]]\nname = "cpu"\nnodes = "n1"\n'
-SLURM_CONF = "ClusterName=debtest\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1 State=UNKNOWN\n" \
-             "PartitionName=p Nodes=n1 Default=YES\n"
 # What apt and dpkg keep about any install: not fleetctl's files.
 BOOKKEEPING = ("var/lib/apt/", "var/cache/apt/", "var/lib/dpkg/", "var/log/apt/", "var/log/dpkg.log",
                "var/cache/debconf/", "var/log/alternatives.log", "var/cache/ldconfig/", "etc/ld.so.cache",
                "tmp/", "root/", "etc/resolv.conf", "var/lib/systemd/deb-systemd-helper", "var/lib/ucf/",
                "etc/hosts")  # written by netbase's postinst (python3 depends on it), not removed on purge
 
-
-DEBS: list[Path] = []  # the packages the module's fixture built, for lintian
-
-
-def build_debs(out: Path, root: Path) -> list[Path]:
-    """fleetctl-slurm-plugins and fleetctl (no debug symbols), built against `root`'s Slurm."""
-    subprocess.run([str(ROOT / "scripts" / "package"), "--out", str(out), "--deb", "--slurm-root", str(root)],
-                   check=True, capture_output=True, env=dict(os.environ, PYTHON=sys.executable), timeout=600)
-    return sorted(p for p in out.glob("*.deb") if "dbgsym" not in p.name)
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +35,20 @@ def debian13(tmp_path_factory):
         pytest.fail("needs root (overlay mount, chroot)")
     root, _ = slurmroot.ensure_root("trixie")
     work = tmp_path_factory.mktemp("deb")
-    debs = build_debs(work / "dist", root)
-    DEBS[:] = debs
+    debs, _ = build_packages(work / "dist", root, sys.executable)
     assert [p.name.split("_")[0] for p in debs] == ["fleetctl-slurm-plugins", "fleetctl"]
     with overlay_root(root, work / "root") as system:
         system.before = system.files()
         install_debs(system, debs)
-        system.path("/etc/fleetctl").mkdir(exist_ok=True)
-        system.path("/etc/fleetctl/site.toml").write_text(SITE)
-        system.path("/etc/slurm/slurm.conf").write_text(SLURM_CONF)
+        add_one_node_cluster(system)
+        system.debs = debs
         system.version = debs[0].name.split("_")[1].replace("~dev", ".dev")
         yield system
 
 
 def test_lintian_finds_no_error_or_warning(debian13):
     """Debian's own checker of packages: no E: or W: tag (informational ones are listed, not failed)."""
-    result = subprocess.run(["lintian", "--tag-display-limit", "0", *map(str, DEBS)], capture_output=True,
+    result = subprocess.run(["lintian", "--tag-display-limit", "0", *map(str, debian13.debs)], capture_output=True,
                             text=True, timeout=600)
     tags = [line for line in result.stdout.splitlines() if line[:2] in ("E:", "W:")]
     assert not tags, tags
