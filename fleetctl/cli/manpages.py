@@ -14,25 +14,9 @@ from pathlib import Path
 import click
 
 from fleetctl import __version__
+from fleetctl.cli.tree import commands
 
 EXAMPLES = "Examples:"
-
-
-def commands(root: click.Command) -> list[tuple[list[str], click.Command]]:
-    """Every command with its path, groups included, in help order: [(["audit", "run"], cmd), ...]."""
-    found = []
-
-    def walk(cmd: click.Command, path: list[str]) -> None:
-        found.append((path, cmd))
-        if isinstance(cmd, click.Group):
-            ctx = click.Context(cmd)
-            for name in cmd.list_commands(ctx):
-                sub = cmd.get_command(ctx, name)
-                if sub is not None and not sub.hidden:
-                    walk(sub, [*path, name])
-
-    walk(root, [])
-    return found
 
 
 def escape(text: str) -> str:
@@ -94,7 +78,7 @@ def write_all(outdir: Path) -> list[Path]:
 
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path, cmd in commands(cli):
+    for path, cmd in commands(cli, hidden=False):
         target = outdir / f"{'-'.join(['fleetctl', *path])}.1"
         target.write_text(page(path, cmd))
         written.append(target)

@@ -10,21 +10,11 @@ import click
 import pytest
 
 from fleetctl.cli import cli, run
+from fleetctl.cli.tree import commands
 
 
 def leaf_commands():
-    found = []
-
-    def walk(cmd, path):
-        if isinstance(cmd, click.Group):
-            ctx = click.Context(cmd)
-            for name in cmd.list_commands(ctx):
-                walk(cmd.get_command(ctx, name), [*path, name])
-        else:
-            found.append((" ".join(path), cmd))
-
-    walk(cli, [])
-    return found
+    return [(" ".join(path), cmd) for path, cmd in commands(cli) if not isinstance(cmd, click.Group)]
 
 
 COMMANDS = leaf_commands()

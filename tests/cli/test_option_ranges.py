@@ -31,27 +31,17 @@ def test_numeric_options_refuse_nan_inf_and_out_of_range(args, capsys, tmp_path,
     assert "Invalid value" in err and "Traceback" not in err, err
 
 
-def _walk(command, path=()):
-    """Every command of the tree (groups load their subcommands lazily: ask them by name)."""
-    import click
-
-    yield path, command
-    if isinstance(command, click.Group):
-        ctx = click.Context(command)
-        for name in command.list_commands(ctx):
-            yield from _walk(command.get_command(ctx, name), (*path, name))
-
-
 def test_every_numeric_option_of_every_command_is_bounded_and_finite():
     """No numeric option is a bare float or int (those accept nan, inf, 1e308: `act run --duration
     nan` and `spares swap --wait inf` never stopped). New options are held to it by this walk."""
     import click
 
     from fleetctl.cli import cli
+    from fleetctl.cli.tree import commands
     from fleetctl.cli.params import FiniteFloatRange
 
     loose = []
-    for path, command in _walk(cli):
+    for path, command in commands(cli):
         for param in command.params:
             kind = param.type
             if getattr(param, "count", False):

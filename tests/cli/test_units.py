@@ -45,7 +45,7 @@ def test_exec_lines_parse_as_fleetctl_commands(unit, capsys):
 @pytest.mark.parametrize("unit", UNITS, ids=[u.name for u in UNITS])
 def test_documentation_names_the_man_page_of_the_command_it_runs(unit):
     from fleetctl.cli import cli
-    from fleetctl.cli.manpages import commands
+    from fleetctl.cli.tree import commands
 
     pages = {"-".join(["fleetctl", *path]) for path, _ in commands(cli)}
     [doc] = directives(unit)["Documentation"]

@@ -19,9 +19,7 @@ from fleetctl.lab import faults
 
 pytestmark = pytest.mark.lab
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "cli"))
-from test_docs_commands import LINES  # noqa: E402  (the same extraction as the parse test)
+from tests.support.docs import LINES  # the same extraction as the parse test
 
 MARK = "@@docs-rc="
 
