@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from fleetctl.lab import faults
+from tests.support.docs import LINES  # the same extraction as the parse test
 
 pytestmark = pytest.mark.lab
-
-from tests.support.docs import LINES  # the same extraction as the parse test
 
 MARK = "@@docs-rc="
 
