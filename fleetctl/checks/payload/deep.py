@@ -6,6 +6,7 @@ Each tool runs only when present on the node; an absent tool is `skipped` with t
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import time
@@ -23,6 +24,15 @@ OLD_ERROR_RE = re.compile(r"^\d(?:\.\d+)?e[+-]\d+$")
 OLD_ERROR_LIMIT = 1e-2  # an old-layout error above any reduction's rounding (fp16 ~1e-3): a wrong result
 
 
+COUNT_RE = re.compile(r"[0-9]{1,15}")  # a size or element count (ASCII digits: int() takes any Unicode digit)
+
+
+def _finite(text):
+    """A finite float from a table cell, or None (`N/A`, a cut cell, `inf`, `nan`, `1e400`)."""
+    value = number_or_none(text, float)
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _unprefixed(text):
     """The tool's lines without the launchers' per-rank prefixes."""
     for line in text.splitlines():
@@ -38,15 +48,15 @@ def parse_nccl_tests(text):
     "Out of bounds values"), or `N/A` when validation is off. None when there is neither a row nor a
     summary."""
     text = "\n".join(_unprefixed(text[:MAX_TOOL_OUTPUT]))
-    avg = re.search(r"^\s*# Avg bus bandwidth\s*:\s*([\d.]+)", text, re.M)
-    oob = re.search(r"^\s*# Out of bounds values\s*:\s*(\d+)", text, re.M)
+    avg = re.search(r"^\s*# Avg bus bandwidth\s*:\s*([0-9]{1,12}(?:\.[0-9]{1,12})?)\b", text, re.M)
+    oob = re.search(r"^\s*# Out of bounds values\s*:\s*([0-9]{1,9})\b", text, re.M)
     failure = NCCL_FAILURE_RE.search(text)
     rows, wrong, max_error, validated = [], 0, None, False
     for line in text.splitlines():
         cols = line.split()
-        if len(cols) < 11 or not (cols[0].isdigit() and cols[1].isdigit()):
+        if len(cols) < 11 or not (COUNT_RE.fullmatch(cols[0]) and COUNT_RE.fullmatch(cols[1])):
             continue
-        nums = [number_or_none(c, float) for c in cols[-8:]]
+        nums = [_finite(c) for c in cols[-8:]]
         if None in (nums[0], nums[1], nums[2], nums[4], nums[5], nums[6]):
             continue  # a cut-off row
         rows.append((int(cols[0]), nums[2], nums[6]))
@@ -58,7 +68,7 @@ def parse_nccl_tests(text):
                 max_error = w if max_error is None else max(max_error, w)
                 wrong += w > OLD_ERROR_LIMIT  # one wrong size: the old layout has no element count
             else:
-                wrong += int(w)
+                wrong += int(w) if 0 <= w < 2 ** 53 else 1  # a count; anything else is not a clean row
     if avg is None and not rows and not failure:
         return None
     largest = max(rows) if rows else None
@@ -151,7 +161,12 @@ def _verdict_cell(test, value):
 
 
 def _gpu_verdict(test, gid, verdict):
-    test["gpus"][str(int(gid))] = _worse(test["gpus"].get(str(int(gid))), verdict)
+    """A verdict on GPU `gid` (digits from the tool's output). The test's verdict takes it whatever the
+    id; only a GPU index (at most 4 digits, and 64 GPUs a test) gets its own entry."""
+    if len(gid) <= 4:
+        key = str(int(gid))
+        if key in test["gpus"] or len(test["gpus"]) < 64:
+            test["gpus"][key] = _worse(test["gpus"].get(key), verdict)
     test["verdict"] = _worse(test["verdict"], verdict)
 
 
@@ -214,7 +229,7 @@ def _json_test(cat, t):
             continue
         gpu = r.get("entity_group") == "GPU" or r.get("entity_group_id") == DCGM_FE_GPU
         ids = r.get("gpu_ids", r.get("gpu_id")) if "entity_id" not in r else (r["entity_id"] if gpu else None)
-        for gid in re.findall(r"\d+", str(ids)) if ids is not None else []:
+        for gid in re.findall(r"[0-9]+", str(ids)[:256]) if ids is not None else []:
             _gpu_verdict(test, gid, v)
         if ids is None:  # a whole-node result, or another entity (a CPU in DCGM 4.x)
             test["verdict"] = _worse(test["verdict"], v)

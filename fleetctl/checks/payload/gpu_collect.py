@@ -307,6 +307,7 @@ def merge_smi_remap(record, text):
 
 # What nvidia-smi prints under a GPU whose links are all down, instead of Link lines ("NVLink" or
 # "Nvlink" by driver; with or without "NVML: ").
+MAX_NVLINK_OUTPUT = 1 << 20  # characters; 8 GPUs x 18 links print about 6 KB
 NVLINK_ALL_INACTIVE_RE = re.compile(r"unable to retrieve nvlink information as all links are inactive", re.I)
 
 
@@ -316,16 +317,16 @@ def merge_smi_nvlink(record, text):
     its nvlink is [] (reported, none active), never None (not reported). Error counters are not in
     this output: they stay None (NVML reads them)."""
     links, all_down, current = {}, set(), None
-    for line in text.splitlines():
-        m = re.match(r"^GPU (\d+):", line)
+    for line in text[:MAX_NVLINK_OUTPUT].splitlines():
+        m = re.match(r"^GPU ([0-9]{1,4}):", line)
         if m:
             current = int(m.group(1))
             links[current] = []
             continue
         if current is None:
             continue
-        m = re.match(r"^\s+Link (\d+): (.*)$", line)
-        if m:
+        m = re.match(r"^\s+Link ([0-9]{1,3}): (.*)$", line)
+        if m and len(links[current]) < NVML_NVLINK_MAX_LINKS:
             links[current].append({"link": int(m.group(1)), "active": "inactive" not in m.group(2),
                                    "crc_errors": None, "replay_errors": None, "recovery_errors": None})
         elif NVLINK_ALL_INACTIVE_RE.search(line):
