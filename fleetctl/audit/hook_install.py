@@ -21,6 +21,7 @@ from fleetctl.audit.hooks import HOOKS
 from fleetctl.errors import UsageError
 
 SETTINGS_FILE = "fleetctl-hooks.env"
+MAX_SETTING = 4096  # characters of one value: PATH_MAX; the wrapper reads at most 64 KiB of the file
 
 
 @dataclass
@@ -67,8 +68,10 @@ def settings_text(settings: dict[str, str]) -> str:
         if key not in SETTINGS_KEYS:
             raise AssertionError(f"unknown hook setting {key}")
         bad = next((ch for ch in value if ch in "'\"\\" or ord(ch) < 32 or ord(ch) == 127), None)
-        if not value or bad is not None:
-            why = "is empty" if not value else f"contains {bad!r}"
+        if not value or bad is not None or len(value) > MAX_SETTING:
+            why = "is empty" if not value else (f"contains {bad!r}" if bad is not None
+                                                else f"is longer than {MAX_SETTING} characters")
+            value = value[:80] + ("..." if len(value) > 80 else "")
             raise UsageError(f"cannot install hooks: {key} {value!r} {why} (quotes, backslashes and "
                              "control characters cannot be written to the settings file)")
         lines.append(f"{key}='{value}'")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
 from fleetctl.audit.hook_install import running_fleetctl
 
@@ -28,3 +29,15 @@ def test_anything_else_falls_back_to_path_or_this_python(tmp_path, monkeypatch):
     (tmp_path / "fleetctl").write_text("#!/bin/sh\n")
     (tmp_path / "fleetctl").chmod(0o755)
     assert running_fleetctl(str(tmp_path / "pytest")) == str(tmp_path / "fleetctl")
+
+
+def test_hostile_fleetctl_paths_are_refused_before_anything_is_written(tmp_path, capsys):
+    from fleetctl.cli import run
+
+    site = str(Path(__file__).resolve().parents[2] / "site_configs" / "roce-leaf-spine.toml")
+    target = tmp_path / "hooks"
+    for bad in ("bin/fleetctl", "/opt/it's/fleetctl", "/opt/a\nFLEETCTL_FAIL_CLOSED=1", "/" + "a" * 5000):
+        rc = run(["--site", site, "hook", "install", str(target), "--fleetctl", bad])
+        err = capsys.readouterr().err
+        assert rc == 3 and "Traceback" not in err and len(err) < 1000, (bad[:20], err)
+        assert not target.exists()
