@@ -59,7 +59,11 @@ def generalize_error(error: str, node: str) -> str:
     """An error line with the node's own name and any address made generic."""
     if not error:
         return error
-    text = _ADDRESS.sub("<address>", error)
+    return generalize_node(_ADDRESS.sub("<address>", error), node)
+
+
+def generalize_node(text: str, node: str) -> str:
+    """`text` with the node's name as a word (not inside gpu10 for gpu1) written <node>."""
     return re.sub(r"(?<![\w.-])" + re.escape(node) + r"(?![\w-])", "<node>", text)
 
 

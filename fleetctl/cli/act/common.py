@@ -31,8 +31,7 @@ def line(rec: dict) -> str:
 def folded_lines(records: list[dict]) -> list[str]:
     """Records that differ only in their node(s) and id, as one line each: the ids' range, the
     folded node set and how many (`act log` without --wide; clush -b's habit)."""
-    import re
-
+    from fleetctl.fanout.fold import generalize_node
     from fleetctl.nodeset import fold
 
     groups: dict[tuple, list[dict]] = {}
@@ -40,7 +39,7 @@ def folded_lines(records: list[dict]) -> list[str]:
         nodes = [str(n) for n in (rec.get("targets") or {}).get("nodes") or []]
         why = str(rec.get("why", ""))
         for node in nodes:
-            why = re.sub(r"(?<![\w.-])" + re.escape(node) + r"(?![\w-])", "<node>", why)
+            why = generalize_node(why, node)
         det = rec.get("detection") or {}
         key = (rec.get("phase"), rec.get("action"), det.get("code"), rec.get("policy"), why, len(nodes) == 1)
         groups.setdefault(key, []).append(rec)
