@@ -148,7 +148,7 @@ def lab(hosts: int) -> dict:
         nodes = f"node[1-{hosts}]"
         cmd = [sys.executable, "-m", "fleetctl", "--format", "json", "site", "discover", nodes, "-t", "local",
                "--netns", "fl-{node}", "--switches", "leaf[1-4],spine[1-2]"]
-        want = len(running.site.links)
+        want = len(running.cluster.links)
         settle = time.monotonic()
         while True:
             t0 = time.monotonic()

@@ -52,8 +52,8 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 
 def one_run(lab, opts: MeshOptions) -> dict:
-    with get_transport("local", site=lab.site) as t:
-        res = probe_run(lab.site, lab.nodes, t, opts)
+    with get_transport("local", cluster=lab.cluster) as t:
+        res = probe_run(lab.cluster, lab.nodes, t, opts)
     run, a = res.run, res.analysis
     window = opts.window_s if opts.window_s < opts.duration else opts.duration + opts.linger
     bare = analyze(replace(run, health={}), opts.solver, window, opts.statistic)

@@ -33,7 +33,7 @@ def fleetctl(lab, *args, timeout=120) -> subprocess.CompletedProcess:
 
 
 def start_lens(lab, rate: float, extra=()) -> Path:
-    state = Path(lab.site.data["lens"]["state_dir"])
+    state = Path(lab.cluster.data["lens"]["state_dir"])
     r = fleetctl(lab, "--format", "json", "lens", "run", "--rate", str(rate), *extra)
     if r.returncode != 0:
         raise SystemExit(f"lens run failed: {r.stderr}")

@@ -66,7 +66,7 @@ def main() -> int:
     t_up = time.monotonic()
     with LabSession(params) as lab:
         out["lab_up_s"] = round(time.monotonic() - t_up, 1)
-        state = Path(lab.site.data["lens"]["state_dir"])
+        state = Path(lab.cluster.data["lens"]["state_dir"])
         r = fleetctl(lab, "--format", "json", "lens", "run")
         if r.returncode != 0:
             raise SystemExit(f"lens run failed: {r.stderr}")

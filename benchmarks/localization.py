@@ -95,7 +95,7 @@ def main() -> int:
     runs, clock_p99 = [], []
     started = time.time()
     with LabSession(params) as lab:
-        site = lab.site
+        site = lab.cluster
         plan = ["clean"] * a.clean + ["fault"] * a.scenarios
         rng.shuffle(plan)
         for kind in plan:
@@ -105,7 +105,7 @@ def main() -> int:
             if fault:
                 faults.add(fault["target"], fault["kind"], fault["value"])
             try:
-                with get_transport("local", site=site) as t:
+                with get_transport("local", cluster=site) as t:
                     res = probe_run(site, lab.nodes, t, MeshOptions(duration=a.duration,
                                                                     rate=a.rate))
             finally:

@@ -69,6 +69,10 @@ class SlurmError(FleetctlError):
     kind = "slurm"
 
 
+class SlurmUnreachable(SlurmError):
+    """slurmctld (or the configuration) cannot be reached at all: retrying node by node is useless."""
+
+
 class LabError(FleetctlError):
     """The emulated cluster could not be built, inspected or torn down."""
 

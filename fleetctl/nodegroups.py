@@ -178,10 +178,10 @@ def _split(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def groups_for_site(site, slurm: Callable[[], object] | None) -> NodeGroups:
+def groups_for_site(cluster, slurm: Callable[[], object] | None) -> NodeGroups:
     """The site's groups (static and clush files) and its Slurm; without a site, the default files."""
-    if site is None:
+    if cluster is None:
         return NodeGroups(files=["/etc/clustershell/groups.d/*.yaml"], slurm=slurm)
-    groups = site.data.get("groups", {})
+    groups = cluster.data.get("groups", {})
     return NodeGroups(static=groups.get("static", {}), files=groups.get("files", []), slurm=slurm)
 

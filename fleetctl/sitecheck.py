@@ -16,53 +16,53 @@ from collections.abc import Callable
 from fleetctl.errors import FleetctlError
 
 
-def _checks(site) -> None:
+def _checks(cluster) -> None:
     from fleetctl.checks.builder import LEVELS, payload_args
 
-    for cls in site.node_classes:
+    for cls in cluster.node_classes:
         node = next(iter(cls.nodes), None)
         if node is not None:
             for level in LEVELS:
-                payload_args(site, node, level)
+                payload_args(cluster, node, level)
 
 
-def _act(site) -> None:
+def _act(cluster) -> None:
     from fleetctl.act.config import ActConfig
     from fleetctl.act.policies import policies_from_site
 
-    ActConfig.from_site(site)
-    policies_from_site(site)
+    ActConfig.from_site(cluster)
+    policies_from_site(cluster)
 
 
-def _lens(site) -> None:
+def _lens(cluster) -> None:
     from fleetctl.lens.options import LensOptions
 
-    LensOptions.from_site(site).validate()
+    LensOptions.from_site(cluster).validate()
 
 
-def _spares(site) -> None:
+def _spares(cluster) -> None:
     from fleetctl.spares import SparesConfig
 
-    SparesConfig.from_site(site)
+    SparesConfig.from_site(cluster)
 
 
-def _failover(site) -> None:
+def _failover(cluster) -> None:
     from fleetctl.failover.plan import site_settings
 
-    site_settings(site)
+    site_settings(cluster)
 
 
-def _access(site) -> None:
+def _access(cluster) -> None:
     from fleetctl.fanout.base import FanoutOptions
     from fleetctl.slurm import backends
 
-    FanoutOptions.from_site(site)
-    if site.slurm["backend"] not in backends:
-        backends.get(site.slurm["backend"])  # the registry's error: the name and the choices
+    FanoutOptions.from_site(cluster)
+    if cluster.slurm["backend"] not in backends:
+        backends.get(cluster.slurm["backend"])  # the registry's error: the name and the choices
 
 
-def _fabric(site) -> str | None:
-    if not site.links:
+def _fabric(cluster) -> str | None:
+    if not cluster.links:
         return None
     from fleetctl.extras import install_hint, missing_modules
 
@@ -72,7 +72,7 @@ def _fabric(site) -> str | None:
                 "as the commands that read the fabric do")
     from fleetctl.model.fabric import Topology
 
-    Topology.from_site(site)
+    Topology.from_site(cluster)
     return None
 
 
@@ -83,14 +83,14 @@ READERS: tuple[tuple[str, Callable], ...] = (
 )
 
 
-def check_site(site, notes: list[str] | None = None) -> list[dict]:
+def check_site(cluster, notes: list[str] | None = None) -> list[dict]:
     """Every problem the runtime would raise for this site file: [{"section", "message"}] (empty
     when every reader accepts it). Each reader's first problem is reported; all readers run. What a
     reader could not check here (a missing extra) is appended to `notes`."""
     problems = []
     for section, reader in READERS:
         try:
-            note = reader(site)
+            note = reader(cluster)
         except FleetctlError as exc:
             problems.append({"section": section, "message": exc.message})
         else:

@@ -17,8 +17,8 @@ class ActConfig:
     poll_s: float = 1.0
 
     @classmethod
-    def from_site(cls, site, **overrides) -> "ActConfig":
-        raw = dict(site.data.get("act", {}))
+    def from_site(cls, cluster, **overrides) -> "ActConfig":
+        raw = dict(cluster.data.get("act", {}))
         raw.pop("policies", None)
         known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
         known.update({k: v for k, v in overrides.items() if v is not None})
@@ -26,5 +26,5 @@ class ActConfig:
 
         for key in ("state_dir", "lens_events"):
             if known.get(key) and key not in overrides:
-                known[key] = str(site_path(known[key], site.source))
+                known[key] = str(site_path(known[key], cluster.source))
         return cls(**known)

@@ -11,9 +11,9 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from fleetctl.errors import DataError
+from fleetctl.model.severity import EVENT_SEVERITY_OF_STATUS
 from fleetctl.nodeset import is_node_name
 
-SEVERITY_OF_STATUS = {"fail": "critical", "warn": "warning", "error": "info", "ok": "info"}
 MAX_DETECTIONS = 10_000
 _HOOK_REASON = re.compile(r"\((prolog|epilog|healthcheck)\)$")
 
@@ -104,7 +104,7 @@ def from_audit_report(report: dict) -> list[Detection]:
             trouble = "" if status != "error" else f"check {code} could not run on {name}: measurement trouble"
             out.append(Detection(
                 f"audit/{name}/{code}" + (f"/{subject}" if subject else ""), "audit", code,
-                SEVERITY_OF_STATUS[status], 1.0 if status == "fail" else 0.5, when, [name],
+                EVENT_SEVERITY_OF_STATUS[status], 1.0 if status == "fail" else 0.5, when, [name],
                 message=str(res.get("message", ""))[:500], subject=subject,
                 evidence=_bounded(res.get("evidence")), trouble=trouble))
     for finding in report.get("fleet", []) or []:
@@ -118,7 +118,7 @@ def from_audit_report(report: dict) -> list[Detection]:
             nodes = []
         code = str(finding.get("code", "?"))[:64]
         out.append(Detection(f"audit/fleet/{code}/{finding.get('subject', '')}"[:200], "audit", code,
-                             SEVERITY_OF_STATUS[finding["status"]], 1.0 if finding["status"] == "fail"
+                             EVENT_SEVERITY_OF_STATUS[finding["status"]], 1.0 if finding["status"] == "fail"
                              else 0.5, when, nodes[:1024], message=str(finding.get("message", ""))[:500],
                              subject=str(finding.get("subject", ""))[:64],
                              evidence=_bounded(finding.get("evidence"))))

@@ -66,8 +66,8 @@ class Policy:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
-def policies_from_site(site) -> list[Policy]:
-    return parse_policies(site.data.get("act", {}).get("policies", []), site.source)
+def policies_from_site(cluster) -> list[Policy]:
+    return parse_policies(cluster.data.get("act", {}).get("policies", []), cluster.source)
 
 
 def parse_policies(raw: list[dict], source: str = "<site>") -> list[Policy]:

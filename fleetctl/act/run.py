@@ -132,39 +132,39 @@ class RunOptions:
     registry: str | None = None
 
 
-def start(site, opts: RunOptions, backend=None) -> tuple[Runner, list[dict]]:
+def start(cluster, opts: RunOptions, backend=None) -> tuple[Runner, list[dict]]:
     """The engine for the site's policies and pool, its inputs, and what recovery of a previous
     crash decided (act's start-up, for `act run`)."""
     from fleetctl.act.config import ActConfig
     from fleetctl.act.policies import policies_from_site
     from fleetctl.spares import SparePool, SparesConfig
 
-    config = ActConfig.from_site(site, **({"state_dir": opts.state_dir} if opts.state_dir else {}))
+    config = ActConfig.from_site(cluster, **({"state_dir": opts.state_dir} if opts.state_dir else {}))
     if backend is None:
         from fleetctl.slurm import backend_for_site
 
-        backend = backend_for_site(site)
-    pool = SparePool(backend, SparesConfig.from_site(site, opts.spares_state_dir))
-    engine = Engine(backend, policies_from_site(site), config, pool=pool,
+        backend = backend_for_site(cluster)
+    pool = SparePool(backend, SparesConfig.from_site(cluster, opts.spares_state_dir))
+    engine = Engine(backend, policies_from_site(cluster), config, pool=pool,
                     dry_run=opts.dry_run or not config.enabled, registry=opts.registry)
     recovered = engine.recover()
     sources = Sources(reports=list(opts.reports),
                       events=opts.events if opts.events is not None else config.lens_events,
-                      hooks=opts.hooks, audit=_audit_source(site, opts.audit_nodes))
+                      hooks=opts.hooks, audit=_audit_source(cluster, opts.audit_nodes))
     return Runner(engine, sources, config.state_dir), recovered
 
 
-def _audit_source(site, nodeset: str | None):
+def _audit_source(cluster, nodeset: str | None):
     """A callable giving a quick audit report of `nodeset` (None: no own audits)."""
     if not nodeset:
         return None
     from fleetctl.audit import build_report, collect
 
-    nodes = site.select(nodeset)
+    nodes = cluster.select(nodeset)
 
     def audit() -> dict:
         started = time.time()
-        return build_report(site, collect(site, nodes, "quick", since=started - 300), level="quick",
+        return build_report(cluster, collect(cluster, nodes, "quick", since=started - 300), level="quick",
                             started=started).to_dict()
 
     return audit

@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleetctl.audit.report import AuditReport
-from fleetctl.errors import SlurmError
+from fleetctl.errors import SlurmError, SlurmUnreachable
 from fleetctl.nodeset import contains
-from fleetctl.slurm.base import SlurmUnreachable
 from fleetctl.slurm.reasons import is_ours
 
 

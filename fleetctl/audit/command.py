@@ -82,22 +82,22 @@ def check_outputs(opts: AuditOptions) -> None:
         check_writable(opts.history, "--history", directory=True)
 
 
-def run_audit(site, opts: AuditOptions, *, bar=None, progress=lambda _m: None) -> AuditResult:
+def run_audit(cluster, opts: AuditOptions, *, bar=None, progress=lambda _m: None) -> AuditResult:
     """The whole audit. `bar(total)`: a context manager whose value's `advance(result)` is called
     per node answered (the CLI's progress bar); `progress(message)` for the mesh."""
 
     check_outputs(opts)
     nodeset = opts.checked_nodeset()
-    mesh_nodes = site.select(nodeset) if opts.mesh or opts.mesh_only else []
+    mesh_nodes = cluster.select(nodeset) if opts.mesh or opts.mesh_only else []
     if opts.mesh_only:
-        data = run_mesh(site, mesh_nodes, opts, progress)
+        data = run_mesh(cluster, mesh_nodes, opts, progress)
         return AuditResult(data, exit_code=_mesh_exit_code(data))
-    result = _node_audit(site, opts, nodeset, bar)
+    result = _node_audit(cluster, opts, nodeset, bar)
     if result.report is None:
         return result
     if opts.mesh:
         try:
-            result.data["mesh"] = run_mesh(site, mesh_nodes, opts, progress)
+            result.data["mesh"] = run_mesh(cluster, mesh_nodes, opts, progress)
         except FleetctlError as exc:
             result.errors.append({"step": "mesh", "message": exc.message})
     if result.errors:
@@ -116,7 +116,7 @@ def _mesh_exit_code(data: dict) -> int:
     return exit_code(data)
 
 
-def _node_audit(site, opts: AuditOptions, nodeset: str | None, bar) -> AuditResult:
+def _node_audit(cluster, opts: AuditOptions, nodeset: str | None, bar) -> AuditResult:
     from fleetctl.audit import build_report
     from fleetctl.audit.export import changes_since, previous_report, write_outputs
 
@@ -125,24 +125,24 @@ def _node_audit(site, opts: AuditOptions, nodeset: str | None, bar) -> AuditResu
     if opts.drain or opts.resume or opts.idle_only:
         from fleetctl.slurm import backend_for_site
 
-        backend = backend_for_site(site)
-    outcomes = _collect(site, opts, nodeset, backend, bar)
+        backend = backend_for_site(cluster)
+    outcomes = _collect(cluster, opts, nodeset, backend, bar)
     if outcomes is None:
         return AuditResult({"schema": "fleetctl.audit/1", "summary": {"nodes": 0}, "nodes": []},
                            notes=["no idle nodes to audit"])
-    report = build_report(site, outcomes, level=opts.level, started=started)
+    report = build_report(cluster, outcomes, level=opts.level, started=started)
     errors = _slurm_actions(report, backend, opts)
     if opts.history:
         report.changes = changes_since(previous_report(Path(opts.history)), report)
     data = report.to_dict()
     errors += write_outputs(data, report, opts.history, opts.prom)
-    notes = site_notes(site, opts.local, outcomes)
+    notes = site_notes(cluster, opts.local, outcomes)
     if notes:
         data["notes"] = notes
     return AuditResult(data, report, errors, notes)
 
 
-def _collect(site, opts: AuditOptions, nodeset: str | None, backend, bar) -> dict | None:
+def _collect(cluster, opts: AuditOptions, nodeset: str | None, backend, bar) -> dict | None:
     """Outcomes per node (None: --idle-only and no node is idle)."""
     from fleetctl.audit import collect, collect_local
     from fleetctl.audit.actions import acknowledgements
@@ -155,9 +155,9 @@ def _collect(site, opts: AuditOptions, nodeset: str | None, backend, bar) -> dic
 
         name = check_node_name(opts.node, what="--node") if opts.node else hook_node()
         ack = acknowledgements(backend, [name], opts.resume, opts.ack_kernel_log, opts.dry_run)
-        return {name: collect_local(site, name, opts.level, since=since_ts, budget_s=opts.budget, ack=ack,
+        return {name: collect_local(cluster, name, opts.level, since=since_ts, budget_s=opts.budget, ack=ack,
                                     alone=True)}
-    nodes = site.select(nodeset)
+    nodes = cluster.select(nodeset)
     if opts.idle_only:
         idle = {n.name for n in backend.lookup(nodes).found.values() if n.state == "IDLE"}
         nodes = [n for n in nodes if n in idle]
@@ -166,8 +166,8 @@ def _collect(site, opts: AuditOptions, nodeset: str | None, backend, bar) -> dic
     ack = acknowledgements(backend, nodes, opts.resume, opts.ack_kernel_log, opts.dry_run)
     from fleetctl.fanout import get_transport
 
-    with get_transport(opts.transport, site=site) as t, (bar(len(nodes)) if bar else nullcontext()) as b:
-        return collect(site, nodes, opts.level, transport=t, since=since_ts, budget_s=opts.budget,
+    with get_transport(opts.transport, cluster=cluster) as t, (bar(len(nodes)) if bar else nullcontext()) as b:
+        return collect(cluster, nodes, opts.level, transport=t, since=since_ts, budget_s=opts.budget,
                        escalate=opts.escalate, on_result=b.advance if b is not None else None, ack=ack)
 
 
@@ -187,7 +187,7 @@ def _slurm_actions(report, backend, opts: AuditOptions) -> list[dict]:
     return []
 
 
-def run_mesh(site, nodes: list[str], opts: AuditOptions, progress) -> dict:
+def run_mesh(cluster, nodes: list[str], opts: AuditOptions, progress) -> dict:
     """`audit --mesh`: one probe run over the chosen transport (meshrun.probe_run.mesh_audit)."""
     from fleetctl.extras import require
     from fleetctl.fanout import get_transport
@@ -195,21 +195,21 @@ def run_mesh(site, nodes: list[str], opts: AuditOptions, progress) -> dict:
     require("mesh", "audit --mesh")
     from fleetctl.meshrun.probe_run import MeshOptions, mesh_audit
 
-    mesh = site.mesh
+    mesh = cluster.mesh
     mopts = MeshOptions(duration=opts.duration, rate=opts.rate, solver=opts.solver or "nnls",
                         budget_pps=float(mesh.get("probe_budget_pps", 2000)),
                         coverage_k=int(mesh.get("coverage_k", 3)), fdr=float(mesh.get("fdr", 0.01)))
-    with get_transport(opts.transport, site=site) as t:
-        return mesh_audit(site, nodes, t, mopts, opts.out, progress=progress)
+    with get_transport(opts.transport, cluster=cluster) as t:
+        return mesh_audit(cluster, nodes, t, mopts, opts.out, progress=progress)
 
 
-def site_notes(site, local: bool, outcomes: dict) -> list[str]:
+def site_notes(cluster, local: bool, outcomes: dict) -> list[str]:
     """What the report should say about the site view itself: facts inferred from Slurm (no site
     file), a node checked alone because no class names it."""
     from fleetctl.inventory.from_slurm import inferred
 
-    notes = [f"inferred: {n}" for n in inferred(site)]
+    notes = [f"inferred: {n}" for n in inferred(cluster)]
     if local:
-        notes += [f"node {n} is in no node class of {site.source}: checked by itself (no class "
-                  "expectations, no fleet comparison)" for n in outcomes if site.node_class(n) is None]
+        notes += [f"node {n} is in no node class of {cluster.source}: checked by itself (no class "
+                  "expectations, no fleet comparison)" for n in outcomes if cluster.node_class(n) is None]
     return notes

@@ -7,7 +7,6 @@ textfile collector and a later `fleetctl audit` must never read half a file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -18,6 +17,7 @@ from fleetctl.audit.report import AuditReport
 from fleetctl.checks.followup import compare
 from fleetctl.checks.payload.common import RANK
 from fleetctl.errors import DataError, FleetctlError
+from fleetctl.filekit.locks import lock_fd
 
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 HISTORY_GLOB = "audit-*.json"
@@ -135,7 +135,7 @@ def _locked(directory: Path):
     except OSError as exc:
         raise DataError(f"cannot write {directory}: {exc.strerror or exc}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_fd(fd, wait_s=None)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -29,11 +29,11 @@ class Installed:
     directory: Path
     wrappers: dict[str, Path]  # hook -> its wrapper
     settings: Path
-    site: str
+    site_path: str
 
     def to_dict(self) -> dict:
         return {"installed": [str(p) for p in self.wrappers.values()], "env": str(self.settings),
-                "site": self.site}
+                "site": self.site_path}
 
     def slurm_conf(self) -> str:
         """The slurm.conf lines that run the installed wrappers."""

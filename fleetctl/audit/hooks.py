@@ -70,7 +70,7 @@ def _job_mark(node: str, job_id: str) -> Path:
     return state_dir() / f"job-{node}-{job_id}.json"
 
 
-def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = None,
+def run_hook(cluster, hook: str, *, level: str = "quick", budget_s: float | None = None,
              backend=None) -> HookVerdict:
     node = hook_node()
     job_id = hook_job_id()
@@ -82,7 +82,7 @@ def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = 
         mark = _read_mark(_job_mark(node, job_id)) if job_id else None
         since = mark["start"] if mark else started - 86400  # no record of the job's start: a day
         before = mark.get("doc") if mark else None
-    outcome = collect_local(site, node, level, since=since, budget_s=budget_s)
+    outcome = collect_local(cluster, node, level, since=since, budget_s=budget_s)
     if outcome.doc is None:
         return HookVerdict(hook, node, EXIT_OK, f"checks could not run: {outcome.error}", outcome=outcome)
     if hook == "prolog" and job_id:
@@ -94,7 +94,7 @@ def run_hook(site, hook: str, *, level: str = "quick", budget_s: float | None = 
     if backend is None:
         from fleetctl.slurm import backend_for_site
 
-        backend = backend_for_site(site)
+        backend = backend_for_site(cluster)
     if failures:
         first = failures[0]
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""

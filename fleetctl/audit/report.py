@@ -93,9 +93,9 @@ class AuditReport:
         }
 
 
-def build_report(site, outcomes: dict[str, NodeOutcome], *, level: str, started: float) -> AuditReport:
+def build_report(cluster, outcomes: dict[str, NodeOutcome], *, level: str, started: float) -> AuditReport:
     from fleetctl.checks import fleet_consistency
 
     docs = {node: o.doc for node, o in outcomes.items()}
-    fleet = fleet_consistency(docs, site) if len(outcomes) > 1 else []
-    return AuditReport(cluster=site.name, level=level, started=started, outcomes=outcomes, fleet=fleet)
+    fleet = fleet_consistency(docs, cluster) if len(outcomes) > 1 else []
+    return AuditReport(cluster=cluster.name, level=level, started=started, outcomes=outcomes, fleet=fleet)

@@ -49,16 +49,16 @@ class NodeOutcome:
         }
 
 
-def class_args(site, nodes: list[str], level: str, since: float | None, budget_s: float | None,
+def class_args(cluster, nodes: list[str], level: str, since: float | None, budget_s: float | None,
                ack: dict | None = None) -> dict:
     """One payload argument for nodes of one class, with `{node}` left for the node to fill in."""
     if ack is not None:
         ack = {"by": ack["by"], "nodes": [n for n in ack["nodes"] if n in set(nodes)]}
-    args = payload_args(site, nodes[0], level, since, budget_s=budget_s,
+    args = payload_args(cluster, nodes[0], level, since, budget_s=budget_s,
                         ack_kernel_log=ack if ack and ack["nodes"] else None)
     args["node"] = "{node}"
     for key in ("kernel_log", "simulated_gpus", "state_file"):
-        args[key] = site.checks.get(key, "") or ""
+        args[key] = cluster.checks.get(key, "") or ""
     return args
 
 
@@ -69,12 +69,12 @@ def payload_source() -> str:
     return with_node_fill(build_payload())
 
 
-def _by_class(site, nodes: list[str]) -> list[list[str]]:
+def _by_class(cluster, nodes: list[str]) -> list[list[str]]:
     groups: dict[str, list[str]] = {}
     for node in nodes:
-        cls = site.node_class(node)
+        cls = cluster.node_class(node)
         if cls is None:
-            raise UsageError(f"node {node!r} is not in any node class of {site.source}")
+            raise UsageError(f"node {node!r} is not in any node class of {cluster.source}")
         groups.setdefault(cls.name, []).append(node)
     return list(groups.values())
 
@@ -87,7 +87,7 @@ class CollectOptions:
     ack: dict | None = None  # {"by": who, "nodes": [...]}: those nodes acknowledge their kernel log
 
 
-def collect(site, nodes: list[str], level: str, *, transport=None, on_result: Callable | None = None,
+def collect(cluster, nodes: list[str], level: str, *, transport=None, on_result: Callable | None = None,
             **options) -> dict[str, NodeOutcome]:
     """Run the checks at `level` on every node through `transport` (default: the site's).
     `options`: CollectOptions as keywords (since, budget_s, escalate, ack).
@@ -103,15 +103,15 @@ def collect(site, nodes: list[str], level: str, *, transport=None, on_result: Ca
     o = CollectOptions(**options)
     since, budget_s, escalate, ack = o.since, o.budget_s, o.escalate, o.ack
     owned = transport is None
-    transport = transport or get_transport(site=site)
+    transport = transport or get_transport(cluster=cluster)
     try:
-        outcomes = _collect_once(site, nodes, level, transport, since, budget_s, on_result, ack)
+        outcomes = _collect_once(cluster, nodes, level, transport, since, budget_s, on_result, ack)
         current, nxt = level, next_level(level)
         while escalate and nxt is not None:
             again_nodes = suspects({n: o.doc for n, o in outcomes.items()})
             if not again_nodes:
                 break
-            again = _collect_once(site, again_nodes, nxt, transport, since, None, on_result)
+            again = _collect_once(cluster, again_nodes, nxt, transport, since, None, on_result)
             for node, outcome in again.items():
                 outcome.escalated_from = outcomes[node].escalated_from + [current]
                 outcome.duration_s += outcomes[node].duration_s
@@ -123,14 +123,14 @@ def collect(site, nodes: list[str], level: str, *, transport=None, on_result: Ca
             transport.close()
 
 
-def _collect_once(site, nodes, level, transport, since, budget_s, on_result,
+def _collect_once(cluster, nodes, level, transport, since, budget_s, on_result,
                   ack=None) -> dict[str, NodeOutcome]:
     from fleetctl.fanout import run_python
 
     source = payload_source()
     outcomes: dict[str, NodeOutcome] = {}
-    for group in _by_class(site, nodes):
-        args = class_args(site, group, level, since, budget_s, ack)
+    for group in _by_class(cluster, nodes):
+        args = class_args(cluster, group, level, since, budget_s, ack)
         timeout = args["budget_s"] + TRANSPORT_MARGIN_S
         for r in run_python(transport, group, source, [json.dumps(args)], timeout=timeout,
                             on_result=on_result):
@@ -150,13 +150,13 @@ def _outcome(r) -> NodeOutcome:
     return out
 
 
-def collect_local(site, node: str, level: str, *, since: float | None = None,
+def collect_local(cluster, node: str, level: str, *, since: float | None = None,
                   budget_s: float | None = None, ack: dict | None = None, alone: bool = False) -> NodeOutcome:
     """Run the checks in this process for `node` (`fleetctl audit --local`, the Slurm hooks).
     alone: a node in no node class is checked by itself instead of refused."""
     start = time.monotonic()
     ack = ack if ack and node in ack["nodes"] else None
-    args = payload_args(site, node, level, since, budget_s=budget_s,
+    args = payload_args(cluster, node, level, since, budget_s=budget_s,
                         ack_kernel_log={"by": ack["by"], "nodes": [node]} if ack else None, alone=alone)
     try:
         doc = check_document(run_payload_locally(args))

@@ -39,16 +39,16 @@ def _fill(template: str, node: str) -> str:
     return template.replace("{node}", check_node_name(node)) if template else ""
 
 
-def parse_xid_policy(site: Cluster) -> dict:
+def parse_xid_policy(cluster: Cluster) -> dict:
     """checks.xid_policy {"63": "fail:reset-gpu"} -> {"63": {"status", "action"}}, or ConfigError."""
     out = {}
-    for key, rule in site.checks.get("xid_policy", {}).items():
+    for key, rule in cluster.checks.get("xid_policy", {}).items():
         status, _, action = rule.partition(":")
         if not key.isdigit():
-            raise ConfigError(f"Xid {key!r} is not a number", path=site.source, key="checks.xid_policy")
+            raise ConfigError(f"Xid {key!r} is not a number", path=cluster.source, key="checks.xid_policy")
         if status not in POLICY_STATUSES or action not in ACTIONS:
             raise ConfigError(f"Xid {key}: {rule!r} is not status:action (status {'/'.join(POLICY_STATUSES)}, "
-                              f"action {'/'.join(ACTIONS)})", path=site.source, key="checks.xid_policy")
+                              f"action {'/'.join(ACTIONS)})", path=cluster.source, key="checks.xid_policy")
         out[key] = {"status": status, "action": action}
     return out
 
@@ -65,7 +65,7 @@ class PayloadOptions:
     ack_kernel_log: dict | None = None  # {"by": who, "nodes": [names]}
 
 
-def payload_args(site: Cluster, node: str, level: str = "quick", since: float | str | None = None, *,
+def payload_args(cluster: Cluster, node: str, level: str = "quick", since: float | str | None = None, *,
                  alone: bool = False, **options) -> dict:
     """The JSON argument of the payload for `node`: its class's expectations, thresholds and paths.
 
@@ -81,25 +81,25 @@ def payload_args(site: Cluster, node: str, level: str = "quick", since: float | 
     opts = PayloadOptions(**options)
     if level not in LEVELS:
         raise UsageError(f"unknown check level {level!r} (choose {', '.join(LEVELS)})")
-    cls = site.node_class(node)
+    cls = cluster.node_class(node)
     if cls is None and not alone:
-        raise ConfigError(f"node {node!r} is in no node class", path=site.source, key="node_classes")
+        raise ConfigError(f"node {node!r} is in no node class", path=cluster.source, key="node_classes")
     if cls is None:  # alone: the node's own checks, with no class expectations (audit --local)
         cls = NodeClass(name="", nodes=empty())
     budget_s = opts.budget_s
     if budget_s is None:
-        budget_s = {"quick": site.thresholds["prolog_budget_s"],
-                    "standard": max(1.0, site.access["command_timeout"] - 1.0), "deep": DEEP_BUDGET_S}[level]
-    checks = site.checks
+        budget_s = {"quick": cluster.thresholds["prolog_budget_s"],
+                    "standard": max(1.0, cluster.access["command_timeout"] - 1.0), "deep": DEEP_BUDGET_S}[level]
+    checks = cluster.checks
     return {
         "node": node, "level": level, "since": since_epoch(since), "budget_s": float(budget_s),
         "gpus": asdict(cls.gpus), "nics": [asdict(n) for n in cls.nics], "mounts": list(cls.mounts),
         "host": {"cpus": cls.cpus, "memory_gb": cls.memory_gb, "kernel_version": cls.kernel_version},
-        "thresholds": dict(site.thresholds),
+        "thresholds": dict(cluster.thresholds),
         "kernel_log": _fill(checks.get("kernel_log", ""), node),
         "simulated_gpus": _fill(checks.get("simulated_gpus", ""), node),
         "state_file": _fill(checks.get("state_file", ""), node),
-        "xid_policy": parse_xid_policy(site),
+        "xid_policy": parse_xid_policy(cluster),
         "counter_interval_s": opts.counter_interval_s, "boot_id": opts.boot_id, "dcgm_level": opts.dcgm_level,
         "ack_kernel_log": opts.ack_kernel_log,
     }

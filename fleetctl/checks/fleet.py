@@ -56,13 +56,13 @@ def expected_facts(cls) -> dict:
     return {k: v for k, v in want.items() if v is not None}
 
 
-def fleet_consistency(docs: dict, site=None) -> list[dict]:
+def fleet_consistency(docs: dict, cluster=None) -> list[dict]:
     """Findings over {node: result document or None (no answer)}; each names its outlier nodes."""
     groups: dict[str, dict] = {}
     for node, doc in docs.items():
         if not doc:
             continue
-        cls = site.node_class(node) if site is not None else None
+        cls = cluster.node_class(node) if cluster is not None else None
         groups.setdefault(cls.name if cls else "", {"cls": cls, "docs": {}})["docs"][node] = doc
     findings = []
     for name, group in sorted(groups.items()):

@@ -76,7 +76,7 @@ class Application:
         raise ConfigError(NO_SITE)
 
     @cached_property
-    def site(self):
+    def cluster(self):
         from fleetctl.config import load_site
 
         return load_site(self.site_file())
@@ -87,7 +87,7 @@ class Application:
         if self.site_path or os.environ.get("FLEETCTL_SITE"):
             from fleetctl.slurm import backend_for_site
 
-            return backend_for_site(self.site)
+            return backend_for_site(self.cluster)
         from fleetctl.inventory.from_slurm import slurm_configured
 
         if not slurm_configured():
@@ -104,14 +104,14 @@ class Application:
         from fleetctl.nodegroups import groups_for_site
 
         has_site = bool(self.site_path or os.environ.get("FLEETCTL_SITE"))
-        return groups_for_site(self.site if has_site else None, self.slurm_backend).expand(text, what=what)
+        return groups_for_site(self.cluster if has_site else None, self.slurm_backend).expand(text, what=what)
 
     def site_or_slurm(self, *, alone: bool = False):
         """The site file in use; without one (no --site, no FLEETCTL_SITE), the cluster as Slurm
         describes it when there is a slurm.conf to ask (SLURM_CONF or /etc/slurm). `alone`: with
         neither, an empty cluster, in which a node is checked by itself (`audit --local`)."""
         if self.site_path or os.environ.get("FLEETCTL_SITE"):
-            return self.site
+            return self.cluster
         from fleetctl.inventory.from_slurm import cluster_from_slurm, slurm_configured
 
         if slurm_configured():

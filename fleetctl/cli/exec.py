@@ -59,8 +59,8 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
     nodes = list(parse_nodeset(app.nodes(nodeset)))
     if not nodes:
         raise click.BadParameter(f"{nodeset!r} names no node", param_hint="NODESET")
-    site = _site_or_none(app)
-    options = FanoutOptions.from_site(site)
+    cluster = _site_or_none(app)
+    options = FanoutOptions.from_site(cluster)
     if fanout is not None:
         options.concurrency = fanout
     if connect_timeout is not None:
@@ -68,7 +68,7 @@ def exec_command(app: Application, nodeset: str, command: tuple[str, ...], trans
     cmd = command[0] if len(command) == 1 else list(command)
 
     start = time.monotonic()
-    with get_transport(transport, options, site=site) as backend, ProgressBar(app, len(nodes), "exec") as bar:
+    with get_transport(transport, options, cluster=cluster) as backend, ProgressBar(app, len(nodes), "exec") as bar:
         app.debug(f"{backend.name}: {len(nodes)} nodes, fan-out {options.concurrency}")
         results = backend.run(nodes, cmd, timeout=timeout, on_result=bar.advance)
     duration = time.monotonic() - start
@@ -102,7 +102,7 @@ def _site_or_none(app: Application):
         app.site_file()
     except ConfigError:
         return None
-    return app.site
+    return app.cluster
 
 
 Line = tuple[str, str]  # (text, rich style); text is printed verbatim

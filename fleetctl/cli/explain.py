@@ -36,7 +36,7 @@ def explain(app: Application, target: str, report, events, state_dir, no_slurm: 
     from fleetctl.act.explain import Context, explain as explain_target
     from fleetctl.act.run import read_report
 
-    config = ActConfig.from_site(app.site, **({"state_dir": state_dir} if state_dir else {}))
+    config = ActConfig.from_site(app.cluster, **({"state_dir": state_dir} if state_dir else {}))
     audit = None
     if report:
         audit = read_report(report)
@@ -46,7 +46,7 @@ def explain(app: Application, target: str, report, events, state_dir, no_slurm: 
     if not no_slurm:
         from fleetctl.slurm import backend_for_site
 
-        backend = backend_for_site(app.site)
+        backend = backend_for_site(app.cluster)
     ctx = Context(backend=backend, log=ActionLog(config.state_dir),
                   events_path=events if events is not None else config.lens_events, audit=audit)
     out = explain_target(target, ctx)

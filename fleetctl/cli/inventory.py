@@ -34,13 +34,13 @@ def inventory(app: Application, nodeset: str | None, view: str | None, no_slurm:
     from fleetctl.nodeset import parse_nodeset
 
     wanted = parse_nodeset(app.nodes(nodeset)) if nodeset else None
-    site = app.site
+    cluster = app.cluster
     slurm = None
     if not no_slurm:
         from fleetctl.slurm import backend_for_site
 
-        slurm = backend_for_site(site, timeout=15.0)
-    inv = build_inventory(site, wanted, slurm)
+        slurm = backend_for_site(cluster, timeout=15.0)
+    inv = build_inventory(cluster, wanted, slurm)
     data = inv.to_dict()
     if view == "links":
         data = {"cluster": inv.cluster, "warnings": inv.warnings, "links": data["links"]}

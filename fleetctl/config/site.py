@@ -19,7 +19,6 @@ from fleetctl.errors import ConfigError, UsageError
 from fleetctl.model.cluster import Cluster, Endpoint, GpuSpec, Link, NicSpec, NodeClass, Switch, link_id
 from fleetctl.nodeset import MAX_NODES, check_node_name, empty, parse_nodeset
 
-Site = Cluster  # the name the rest of the code and the docs have always used
 
 
 MAX_KEY_DEPTH = 64  # parts of one dotted key (a.b.c): tomllib's cost grows with the square of it
@@ -27,13 +26,13 @@ _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _DOTTED_KEY = re.compile(_KEY_PART + r"(?:[ \t]*\.[ \t]*" + _KEY_PART + ")*")
 
 
-def load_site(path: str | os.PathLike) -> Site:
+def load_site(path: str | os.PathLike) -> Cluster:
     """Read, validate and resolve a site file."""
     path = Path(path).expanduser()
     return parse_site(read_bounded(path, "site file"), source=str(path))
 
 
-def parse_site(text: str, source: str = "<site>") -> Site:
+def parse_site(text: str, source: str = "<site>") -> Cluster:
     if len(text) > MAX_SITE_BYTES:
         raise ConfigError(f"site file larger than {MAX_SITE_BYTES // 2**20} MiB", path=source)
     _check_key_depth(text, source)
@@ -46,19 +45,19 @@ def parse_site(text: str, source: str = "<site>") -> Site:
     return site_from_document(document, source)
 
 
-def site_from_document(document: dict, source: str) -> Site:
+def site_from_document(document: dict, source: str) -> Cluster:
     """Validate and resolve a site document (what a site file parses to) from any source: a file,
     or the view built from Slurm alone (fleetctl.inventory.from_slurm)."""
     data = validate(document, source)
-    site = Cluster(name=data["cluster"]["name"], source=source, data=data)
-    _resolve_node_classes(site)
-    _resolve_switches(site)
-    _check_addresses(site)
-    _check_slurm(site)
+    cluster = Cluster(name=data["cluster"]["name"], source=source, data=data)
+    _resolve_node_classes(cluster)
+    _resolve_switches(cluster)
+    _check_addresses(cluster)
+    _check_slurm(cluster)
     if data["slurm"]["topology_conf"]:
-        merge_topology_conf(site, site_path(data["slurm"]["topology_conf"], source))
-    _resolve_links(site)
-    return site
+        merge_topology_conf(cluster, site_path(data["slurm"]["topology_conf"], source))
+    _resolve_links(cluster)
+    return cluster
 
 
 def _check_key_depth(text: str, source: str) -> None:
@@ -72,95 +71,95 @@ def _check_key_depth(text: str, source: str) -> None:
             raise ConfigError(f"line {line}: a key of more than {MAX_KEY_DEPTH} dotted parts", path=source)
 
 
-def _resolve_node_classes(site: Site) -> None:
+def _resolve_node_classes(cluster: Cluster) -> None:
     seen = empty()
     names: set[str] = set()
-    for i, raw in enumerate(site.data["node_classes"]):
+    for i, raw in enumerate(cluster.data["node_classes"]):
         key = f"node_classes[{i}]"
         if raw["name"] in names:
-            raise ConfigError(f"duplicate node class name {raw['name']!r}", path=site.source,
+            raise ConfigError(f"duplicate node class name {raw['name']!r}", path=cluster.source,
                               key=f"{key}.name")
         names.add(raw["name"])
         nodes = parse_nodeset(raw["nodes"])  # valid: the schema parsed it
         if len(seen) + len(nodes) > MAX_NODES:
-            raise ConfigError(f"the site file has more than {MAX_NODES:,} nodes", path=site.source,
+            raise ConfigError(f"the site file has more than {MAX_NODES:,} nodes", path=cluster.source,
                               key=f"{key}.nodes")
         overlap = nodes.intersection(seen)
         if overlap:
             raise ConfigError(f"nodes {overlap} are already in another node class",
-                              path=site.source, key=f"{key}.nodes")
+                              path=cluster.source, key=f"{key}.nodes")
         seen.update(nodes)
         nic_names = [n["name"] for n in raw["nics"]]
         dup = {n for n in nic_names if nic_names.count(n) > 1}
         if dup:
-            raise ConfigError(f"duplicate NIC name {sorted(dup)[0]!r}", path=site.source,
+            raise ConfigError(f"duplicate NIC name {sorted(dup)[0]!r}", path=cluster.source,
                               key=f"{key}.nics")
-        site.node_classes.append(NodeClass(
+        cluster.node_classes.append(NodeClass(
             name=raw["name"], nodes=nodes, cpus=raw["cpus"], memory_gb=raw["memory_gb"],
             kernel_version=raw["kernel_version"], mounts=tuple(raw["mounts"]),
             gpus=GpuSpec(**raw["gpus"]), nics=tuple(NicSpec(**n) for n in raw["nics"])))
 
 
-def _resolve_switches(site: Site) -> None:
-    for i, raw in enumerate(site.data["fabric"]["switches"]):
-        if raw["id"] in site.switches:
-            raise ConfigError(f"duplicate switch id {raw['id']!r}", path=site.source,
+def _resolve_switches(cluster: Cluster) -> None:
+    for i, raw in enumerate(cluster.data["fabric"]["switches"]):
+        if raw["id"] in cluster.switches:
+            raise ConfigError(f"duplicate switch id {raw['id']!r}", path=cluster.source,
                               key=f"fabric.switches[{i}].id")
-        if site.node_class(raw["id"]) is not None:
-            raise ConfigError(f"switch id {raw['id']!r} is also the name of a node", path=site.source,
+        if cluster.node_class(raw["id"]) is not None:
+            raise ConfigError(f"switch id {raw['id']!r} is also the name of a node", path=cluster.source,
                               key=f"fabric.switches[{i}].id")
-        site.switches[raw["id"]] = Switch(**raw)
+        cluster.switches[raw["id"]] = Switch(**raw)
 
 
-def _check_addresses(site: Site) -> None:
-    for node in site.access["ssh"]["addresses"]:
+def _check_addresses(cluster: Cluster) -> None:
+    for node in cluster.access["ssh"]["addresses"]:
         try:
             check_node_name(node)
         except UsageError as exc:
-            raise ConfigError(exc.message, path=site.source, key="access.ssh.addresses") from None
+            raise ConfigError(exc.message, path=cluster.source, key="access.ssh.addresses") from None
 
 
-def _check_slurm(site: Site) -> None:
+def _check_slurm(cluster: Cluster) -> None:
     # The prefix marks fleetctl's own drains; a space or ':' in it would make that test ambiguous.
-    prefix = site.slurm["drain_prefix"]
+    prefix = cluster.slurm["drain_prefix"]
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", prefix):
         raise ConfigError(f"invalid drain prefix {prefix!r}: letters, digits, '_', '.', '-' only",
-                          path=site.source, key="slurm.drain_prefix")
+                          path=cluster.source, key="slurm.drain_prefix")
 
 
-def parse_endpoint(site: Site, text: str, address: str = "", *, key: str = "") -> Endpoint:
+def parse_endpoint(cluster: Cluster, text: str, address: str = "", *, key: str = "") -> Endpoint:
     device, _, port = text.partition(":")
     if not device:
-        raise ConfigError(f"empty link end {text!r}", path=site.source, key=key)
-    if device in site.switches:
+        raise ConfigError(f"empty link end {text!r}", path=cluster.source, key=key)
+    if device in cluster.switches:
         return Endpoint("switch", device, port, address)
-    cls = site.node_class(device)
+    cls = cluster.node_class(device)
     if cls is None:
         raise ConfigError(f"link end {text!r} names neither a switch of fabric.switches nor a node "
-                          "of node_classes", path=site.source, key=key)
+                          "of node_classes", path=cluster.source, key=key)
     if not port:
         return Endpoint("host", device, "", address)
     if cls.nic(port) is None:
         known = ", ".join(n.name for n in cls.nics) or "none"
         raise ConfigError(f"link end {text!r}: node class {cls.name!r} has no NIC {port!r} "
-                          f"(its NICs: {known})", path=site.source, key=key)
+                          f"(its NICs: {known})", path=cluster.source, key=key)
     return Endpoint("nic", device, port, address)
 
 
-def _resolve_links(site: Site) -> None:
-    for i, raw in enumerate(site.data["fabric"]["links"]):
+def _resolve_links(cluster: Cluster) -> None:
+    for i, raw in enumerate(cluster.data["fabric"]["links"]):
         key = f"fabric.links[{i}]"
-        a = parse_endpoint(site, raw["a"], raw["a_address"], key=f"{key}.a")
-        b = parse_endpoint(site, raw["b"], raw["b_address"], key=f"{key}.b")
+        a = parse_endpoint(cluster, raw["a"], raw["a_address"], key=f"{key}.a")
+        b = parse_endpoint(cluster, raw["b"], raw["b_address"], key=f"{key}.b")
         if a.device == b.device:
-            raise ConfigError(f"link connects {a.device!r} to itself", path=site.source, key=key)
+            raise ConfigError(f"link connects {a.device!r} to itself", path=cluster.source, key=key)
         if a.kind != "switch" and b.kind != "switch":
-            raise ConfigError("a link must have a switch on at least one end", path=site.source, key=key)
-        lid = raw["id"] or link_id(a, b, site)
+            raise ConfigError("a link must have a switch on at least one end", path=cluster.source, key=key)
+        lid = raw["id"] or link_id(a, b, cluster)
         if "->" in lid or any(ch.isspace() for ch in lid):
-            raise ConfigError(f"link id {lid!r} must not contain '->' or spaces", path=site.source,
+            raise ConfigError(f"link id {lid!r} must not contain '->' or spaces", path=cluster.source,
                               key=f"{key}.id")
-        if lid in site.links:
+        if lid in cluster.links:
             raise ConfigError(f"duplicate link id {lid!r} (give parallel links explicit ids)",
-                              path=site.source, key=f"{key}.id" if raw["id"] else key)
-        site.links[lid] = Link(lid, a, b, raw["rate_gbps"])
+                              path=cluster.source, key=f"{key}.id" if raw["id"] else key)
+        cluster.links[lid] = Link(lid, a, b, raw["rate_gbps"])

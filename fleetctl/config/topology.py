@@ -124,23 +124,23 @@ def switch_tiers(switches: dict[str, TopoSwitch], source: str) -> dict[str, int]
     return tiers
 
 
-def merge_topology_conf(site: Cluster, path: str) -> None:
-    """Add the switches and links of topology.conf at `path` to `site` (before links are resolved)."""
+def merge_topology_conf(cluster: Cluster, path: str) -> None:
+    """Add the switches and links of topology.conf at `path` to `cluster` (before links are resolved)."""
     text = read_bounded(Path(path), "topology.conf", where=" (slurm.topology_conf)")
     switches = parse_topology_conf(text, path)
     tiers = switch_tiers(switches, path)
 
     for name, sw in switches.items():
-        if name in site.switches:
+        if name in cluster.switches:
             continue
-        if site.node_class(name) is not None:
+        if cluster.node_class(name) is not None:
             raise ConfigError(f"switch {name!r} has the name of a node of the site file",
                               path=f"{path}:{sw.line}")
         raw = {"id": name, "tier": tiers[name], "model": "", "address": ""}
-        site.data["fabric"]["switches"].append(raw)
-        site.switches[name] = Switch(**raw)
+        cluster.data["fabric"]["switches"].append(raw)
+        cluster.switches[name] = Switch(**raw)
 
-    links = site.data["fabric"]["links"]
+    links = cluster.data["fabric"]["links"]
     connected = {frozenset((_device(l["a"]), _device(l["b"]))) for l in links}
 
     def add(a: str, b: str) -> None:
@@ -154,10 +154,10 @@ def merge_topology_conf(site: Cluster, path: str) -> None:
         for child in sw.children:
             add(child, name)
         for node in sw.nodes:
-            cls = site.node_class(node)
+            cls = cluster.node_class(node)
             if cls is None:
                 raise ConfigError(f"node {node!r} (switch {name!r}) is in no node class of the "
-                                  f"site file {site.source}", path=f"{path}:{sw.line}")
+                                  f"site file {cluster.source}", path=f"{path}:{sw.line}")
             add(f"{node}:{cls.nics[0].name}" if len(cls.nics) == 1 else node, name)
 
 

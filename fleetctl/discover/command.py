@@ -34,12 +34,12 @@ class SiteDiscovery:
 
 def discover_site(base, opts: DiscoverOptions) -> SiteDiscovery:
     """`base`: the site file in use or Slurm's view (a Cluster), or None (opts.wants_base)."""
-    site = base if base is not None and not base.source.startswith(SOURCE_PREFIX) else None  # a file
+    cluster = base if base is not None and not base.source.startswith(SOURCE_PREFIX) else None  # a file
     nodes = list(parse_nodeset(opts.nodeset)) if opts.nodeset else list(base.nodes)
-    options = _fanout_options(base, site, opts)
+    options = _fanout_options(base, cluster, opts)
     name = opts.transport or (base.access["transport"] if base is not None else "srun")
     ib, names = _infiniband(opts)
-    checks = dict(site.checks) if site is not None else checks_from_env()
+    checks = dict(cluster.checks) if cluster is not None else checks_from_env()
     with get_transport(name, options) as t:
         result = discover(t, nodes, opts, ib=ib, node_names=names, simulated_gpus=checks.get("simulated_gpus", ""))
     if opts.against:
@@ -56,13 +56,13 @@ def discover_site(base, opts: DiscoverOptions) -> SiteDiscovery:
     return SiteDiscovery(result, data=data, text=text)
 
 
-def _fanout_options(base, site, opts: DiscoverOptions):
+def _fanout_options(base, cluster, opts: DiscoverOptions):
     """The site file's fan-out settings (defaults without one); Slurm's conf and partition for srun
     when the base is Slurm's view; --netns."""
-    options = FanoutOptions.from_site(site)
+    options = FanoutOptions.from_site(cluster)
     if opts.netns:
         options.local_netns = opts.netns
-    if base is not None and site is None:
+    if base is not None and cluster is None:
         options.slurm_conf, options.srun_partition = base.slurm["conf"], base.slurm["partition"]
     return options
 

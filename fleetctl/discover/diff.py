@@ -21,16 +21,16 @@ def _key(a: str, b: str, switches) -> tuple[str, str]:
     return tuple(sorted(ends))
 
 
-def diff_site(site: Cluster, d: Discovery, scope: list[str]) -> dict:
-    out = {"against": site.source, "new_nodes": [], "missing_nodes": [], "nics": [], "gpus": [],
+def diff_site(cluster: Cluster, d: Discovery, scope: list[str]) -> dict:
+    out = {"against": cluster.source, "new_nodes": [], "missing_nodes": [], "nics": [], "gpus": [],
            "missing_links": [], "new_links": [], "moved": []}
     for node in scope:
-        if node in d.facts and site.node_class(node) is None:
+        if node in d.facts and cluster.node_class(node) is None:
             out["new_nodes"].append(node)
-        elif node not in d.facts and site.node_class(node) is not None:
+        elif node not in d.facts and cluster.node_class(node) is not None:
             out["missing_nodes"].append({"node": node, "why": d.failed.get(node, "did not answer")})
     for node, f in d.facts.items():
-        cls = site.node_class(node)
+        cls = cluster.node_class(node)
         if cls is None:
             continue
         if cls.gpus.count and f.gpus.get("count", 0) != cls.gpus.count:
@@ -47,12 +47,12 @@ def diff_site(site: Cluster, d: Discovery, scope: list[str]) -> dict:
             if spec.mtu and nic.mtu != spec.mtu:
                 out["nics"].append({"node": node, "nic": spec.name, "what": "mtu", "expected": spec.mtu,
                                     "value": nic.mtu})
-    _links(site, d, out)
+    _links(cluster, d, out)
     out["changes"] = sum(len(v) for k, v in out.items() if isinstance(v, list))
     return out
 
 
-def _observed(site: Cluster, d: Discovery):
+def _observed(cluster: Cluster, d: Discovery):
     hosts = {n for n, f in d.facts.items() if f.lldp or "lldp" not in d.fabric.sources}
     switches = set(d.switch_facts)
     everything = "ibnetdiscover" in d.fabric.sources
@@ -69,12 +69,12 @@ def _observed(site: Cluster, d: Discovery):
     return seen
 
 
-def _links(site: Cluster, d: Discovery, out: dict) -> None:
-    switches = set(site.switches) | set(d.fabric.switches)
-    seen = _observed(site, d)
+def _links(cluster: Cluster, d: Discovery, out: dict) -> None:
+    switches = set(cluster.switches) | set(d.fabric.switches)
+    seen = _observed(cluster, d)
     file_links = {lid: _key(str(l.a) if l.a.kind != "nic" else l.a.element_id,
                             str(l.b) if l.b.kind != "nic" else l.b.element_id, switches)
-                  for lid, l in site.links.items() if seen(l)}
+                  for lid, l in cluster.links.items() if seen(l)}
     found = {l.id: _key(l.a, l.b, switches) for l in d.fabric.links}
     have, want = Counter(found.values()), Counter(file_links.values())
     missing, new = _surplus(file_links, want - have), _surplus(found, have - want)

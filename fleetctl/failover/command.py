@@ -43,13 +43,13 @@ class PlanRequest:
         self.wanted = parse_nodeset(self.nodeset) if self.nodeset else None
 
 
-def make_plan(site: Cluster, request: PlanRequest) -> FailoverPlan:
+def make_plan(cluster: Cluster, request: PlanRequest) -> FailoverPlan:
     """The plan for the request's nodes; with write_env, its one class's environment written for
     the SPANK plugin's env_file= (UsageError when the plan covers more than one class)."""
     from fleetctl.atomic import write_atomic
     from fleetctl.failover.sysfs import affinity
 
-    plan = build_plan(site, request.wanted, nccl_version=request.nccl_version, plugin_dir=request.plugin_dir,
+    plan = build_plan(cluster, request.wanted, nccl_version=request.nccl_version, plugin_dir=request.plugin_dir,
                       group_size=request.group_size, affinity=None if request.no_sysfs else affinity)
     if request.write_env:
         if len(plan.classes) != 1:
@@ -115,17 +115,17 @@ class DrillRequest:
         return DrillOptions(size=self.size, trials=self.trials, fault=self.fault, hold_s=self.hold,
                             flap_s=self.flap_for)
 
-    def nic_list(self, site: Cluster) -> list[str]:
+    def nic_list(self, cluster: Cluster) -> list[str]:
         """The NICs to run over; UsageError for a node the site file lacks or NICs that cannot be."""
         for node in (self.node_a, self.node_b):
             check_node_name(node)
-            if site.node_class(node) is None:
+            if cluster.node_class(node) is None:
                 raise UsageError(f"{node}: not a node of the site file")
         if self.nics:
             out = [n.strip() for n in self.nics.split(",") if n.strip()]
         else:
-            out = _ethernet_nics(site, self.node_a)
-            if out != _ethernet_nics(site, self.node_b):
+            out = _ethernet_nics(cluster, self.node_a)
+            if out != _ethernet_nics(cluster, self.node_b):
                 raise UsageError(f"{self.node_a} and {self.node_b} have different Ethernet NICs in the site "
                                  "file; give --nics")
         bad = [n for n in out if not _IFACE.fullmatch(n)]
@@ -134,8 +134,8 @@ class DrillRequest:
         return out
 
 
-def _ethernet_nics(site: Cluster, node: str) -> list[str]:
-    return [n.netdev or n.name for n in site.node_class(node).nics if n.kind == "ethernet"]
+def _ethernet_nics(cluster: Cluster, node: str) -> list[str]:
+    return [n.netdev or n.name for n in cluster.node_class(node).nics if n.kind == "ethernet"]
 
 
 @dataclass

@@ -82,11 +82,11 @@ class FailoverPlan:
                 "warnings": self.warnings}
 
 
-def _rails(site: Cluster, cls: NodeClass, nodes: list[str]) -> dict[str, str]:
+def _rails(cluster: Cluster, cls: NodeClass, nodes: list[str]) -> dict[str, str]:
     """NIC name -> switch it is cabled to, from the first node of the class with links."""
     for node in nodes:
         out = {}
-        for link in site.links.values():
+        for link in cluster.links.values():
             for near, far in ((link.a, link.b), (link.b, link.a)):
                 if near.kind == "nic" and near.device == node and far.kind == "switch":
                     out[near.port] = far.device
@@ -134,7 +134,7 @@ def group_nics(nics: list[NicPlan], size: int) -> list[list[str]]:
 class _Context:
     """What every class's plan reads besides the class: the site, this host, the choices made."""
 
-    site: Cluster
+    cluster: Cluster
     here: str | None  # this host's short name
     in_any_class: bool  # this host is a node of the site file
     affinity: Callable[[str], Affinity] | None
@@ -194,39 +194,39 @@ def _env_ib(groups, by_name, version, warnings):
     return env, reqs
 
 
-def site_settings(site: Cluster) -> dict:
+def site_settings(cluster: Cluster) -> dict:
     """The site's [failover] table, checked beyond the schema (config check runs this too)."""
-    settings = site.data.get("failover") or {}
+    settings = cluster.data.get("failover") or {}
     if settings.get("plugin_dir") and not str(settings["plugin_dir"]).startswith("/"):
         # a relative NCCL_NET_PLUGIN would be loaded from each job's working directory
-        raise ConfigError(f"{settings['plugin_dir']!r}: not an absolute path", path=site.source,
+        raise ConfigError(f"{settings['plugin_dir']!r}: not an absolute path", path=cluster.source,
                           key="failover.plugin_dir")
     if settings.get("nccl_version"):
         try:
             versions.parse(settings["nccl_version"], what="failover.nccl_version")
         except UsageError as exc:
-            raise ConfigError(exc.message, path=site.source, key="failover.nccl_version") from None
+            raise ConfigError(exc.message, path=cluster.source, key="failover.nccl_version") from None
     return settings
 
 
-def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: str | None = None,
+def build_plan(cluster: Cluster, nodeset: NodeSet | None = None, *, nccl_version: str | None = None,
                plugin_dir: str | None = None, group_size: int | None = None,
                affinity: Callable[[str], Affinity] | None = None, hostname: str | None = None,
                detected: tuple[versions.Version | None, str] | None = None) -> FailoverPlan:
     """The plan for every class with a node in `nodeset` (all classes without one). `affinity` reads
     this node's sysfs (fleetctl.failover.sysfs.affinity) for the class this host belongs to."""
-    settings = site_settings(site)
+    settings = site_settings(cluster)
     if plugin_dir is not None and not plugin_dir.startswith("/"):
         raise UsageError(f"--plugin-dir {plugin_dir!r}: not an absolute path")
     here = hostname if hostname is not None else socket.gethostname().split(".")[0]
-    ctx = _Context(site=site, here=here,
-                   in_any_class=any(contains(c.nodes, here) for c in site.node_classes) if here else False,
+    ctx = _Context(cluster=cluster, here=here,
+                   in_any_class=any(contains(c.nodes, here) for c in cluster.node_classes) if here else False,
                    affinity=affinity, plugin_dir=plugin_dir or settings.get("plugin_dir") or "/usr/lib/fleetctl",
                    group_size=group_size or settings.get("group_size") or 2, nccl_option=nccl_version,
                    nccl_site=settings.get("nccl_version", ""),
                    detected=detected if detected is not None else versions.detect())
     classes = []
-    for cls in site.node_classes:
+    for cls in cluster.node_classes:
         nodes = expand(cls.nodes)
         if nodeset is not None:
             nodes = [n for n in nodes if contains(nodeset, n)]
@@ -235,13 +235,13 @@ def build_plan(site: Cluster, nodeset: NodeSet | None = None, *, nccl_version: s
         classes.append(_class_plan(ctx, cls, nodes))
     if nodeset is not None and not classes:
         raise UsageError(f"no node of {fold(expand(nodeset))} is in the site file")
-    return FailoverPlan(site.name, classes)
+    return FailoverPlan(cluster.name, classes)
 
 
 def _class_plan(ctx: _Context, cls: NodeClass, nodes: list[str]) -> ClassPlan:
     warnings: list[str] = []
     local = bool(ctx.affinity and ctx.here and contains(cls.nodes, ctx.here))
-    rails = _rails(ctx.site, cls, [ctx.here] if local else nodes)
+    rails = _rails(ctx.cluster, cls, [ctx.here] if local else nodes)
     rdma = [n for n in cls.nics if n.kind in ("infiniband", "roce")]
     mode = MODE_IB if rdma else MODE_PLUGIN
     chosen = rdma or list(cls.nics)

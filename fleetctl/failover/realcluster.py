@@ -41,12 +41,12 @@ def check_guard(backend, node_a: str, node_b: str, i_know: bool):
                              "Users=root StartTime=now Duration=60 Flags=MAINT,IGNORE_JOBS")
 
 
-def real_cluster_adapters(site, request: DrillRequest) -> DrillAdapters:
+def real_cluster_adapters(cluster, request: DrillRequest) -> DrillAdapters:
     """srun inside the maintenance reservation holding both nodes, `ip link` faults; refusals
     (FailoverError, UsageError) before anything runs."""
     from fleetctl.slurm import backend_for_site
 
-    backend = backend_for_site(site, timeout=15.0)
+    backend = backend_for_site(cluster, timeout=15.0)
     reservation = check_guard(backend, request.node_a, request.node_b, request.i_know)
     if not request.workdir:
         raise UsageError("--workdir: a real cluster needs a directory both nodes and this host share")

@@ -41,16 +41,16 @@ class FanoutOptions:
     clush_python: str = "python3"
 
     @classmethod
-    def from_site(cls, site=None) -> FanoutOptions:
-        """Options from a loaded Site; without one, the schema's defaults."""
+    def from_site(cls, cluster=None) -> FanoutOptions:
+        """Options from a loaded Cluster; without one, the schema's defaults."""
         from fleetctl.config.files import site_path
 
-        if site is None:
+        if cluster is None:
             from fleetctl.config.schema import validate
 
             data, source = validate({"cluster": {"name": "default"}}, "<defaults>"), ""
         else:
-            data, source = site.data, site.source
+            data, source = cluster.data, cluster.source
         access, slurm = data["access"], data["slurm"]
         ssh, srun, clush = access["ssh"], access["srun"], access["clush"]
         return cls(

@@ -20,11 +20,11 @@ def transport_class(name: str) -> type[Transport]:
 
 
 def get_transport(name: str | None = None, options: FanoutOptions | None = None, *,
-                  site=None) -> Transport:
+                  cluster=None) -> Transport:
     """A transport by name (default: the site's `access.transport`), configured from `options`
     or else from the site file (or else the schema defaults)."""
     if options is None:
-        options = FanoutOptions.from_site(site)
+        options = FanoutOptions.from_site(cluster)
     if name is None:
-        name = site.access["transport"] if site is not None else "ssh"
+        name = cluster.access["transport"] if cluster is not None else "ssh"
     return transport_class(name)(options)

@@ -7,12 +7,12 @@ from a live writer, since each record is one write() of a whole line.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from fleetctl.errors import DataError
+from fleetctl.filekit.locks import lock_fd
 from fleetctl.filekit.read import open_regular
 
 
@@ -28,7 +28,7 @@ def append_line(path: str | os.PathLike, line: bytes, *, what: str = "log", mode
     except OSError as exc:
         raise error(f"cannot open the {what} {path}: {exc.strerror or exc}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_fd(fd, wait_s=None)
         write_whole(fd, line + b"\n")
     except OSError as exc:
         raise error(f"cannot write the {what} {path}: {exc.strerror or exc}") from None
@@ -61,7 +61,7 @@ def read_lines(path: str | os.PathLike, *, max_line: int, what: str = "log",
     except OSError as exc:
         raise error(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+        lock_fd(fh.fileno(), shared=True, wait_s=None)
         while True:
             line = fh.readline(max_line + 1)
             if not line:

@@ -14,29 +14,29 @@ from fleetctl.nodeset import NodeSet, fold, from_names, parse_nodeset
 from fleetctl.slurm.reasons import is_ours
 
 
-def build_inventory(site: Cluster, nodeset=None, slurm=None) -> Inventory:
-    """Inventory of `site`, limited to `nodeset` (text or NodeSet) when given.
+def build_inventory(cluster: Cluster, nodeset=None, slurm=None) -> Inventory:
+    """Inventory of `cluster`, limited to `nodeset` (text or NodeSet) when given.
 
-    `slurm` is a SlurmBackend or None (site view only); when given, its state is attached to `site`
+    `slurm` is a SlurmBackend or None (site view only); when given, its state is attached to `cluster`
     first (`attach_slurm`).
     """
     wanted = None if nodeset is None else (
         nodeset if isinstance(nodeset, NodeSet) else parse_nodeset(nodeset))
-    inv = Inventory(cluster=site.name, site_file=site.source)
-    addresses = site.access["ssh"]["addresses"]
+    inv = Inventory(cluster=cluster.name, site_file=cluster.source)
+    addresses = cluster.access["ssh"]["addresses"]
 
-    for name in site.nodes:
+    for name in cluster.nodes:
         if wanted is not None and name not in wanted:
             continue
-        cls = site.node_class(name)
+        cls = cluster.node_class(name)
         node = Node(name=name, node_class=cls.name, address=addresses.get(name, ""),
                     gpus=GpuInfo(cls.gpus.count, cls.gpus.model, cls.gpus.driver_version),
                     nics=[NicInfo(n) for n in cls.nics])
         inv.nodes[name] = node
 
-    _add_fabric(site, inv, wanted)
+    _add_fabric(cluster, inv, wanted)
     if slurm is not None:
-        _merge_slurm(inv, site, attach_slurm(site, slurm), wanted)
+        _merge_slurm(inv, cluster, attach_slurm(cluster, slurm), wanted)
     if wanted is not None:
         unknown = wanted - from_names(inv.nodes)
         if unknown:
@@ -45,15 +45,15 @@ def build_inventory(site: Cluster, nodeset=None, slurm=None) -> Inventory:
     return inv
 
 
-def _add_fabric(site: Cluster, inv: Inventory, wanted) -> None:
-    for link in site.links.values():
+def _add_fabric(cluster: Cluster, inv: Inventory, wanted) -> None:
+    for link in cluster.links.values():
         if wanted is not None and link.a.device not in wanted and link.b.device not in wanted:
             continue
         inv.links[link.id] = Link(link.id, str(link.a), str(link.b), link.a.kind, link.b.kind,
                                   link.a.address, link.b.address, link.rate_gbps)
         for end, other in ((link.a, link.b), (link.b, link.a)):
             if end.kind == "switch":
-                sw = site.switches[end.device]
+                sw = cluster.switches[end.device]
                 entry = inv.switches.setdefault(sw.id, Switch(sw.id, sw.tier, sw.model, sw.address))
                 entry.links.append(link.id)
                 if other.device not in entry.neighbours:
@@ -71,15 +71,15 @@ def _add_fabric(site: Cluster, inv: Inventory, wanted) -> None:
                 if end.address:
                     nic.addresses.append(end.address)
     if wanted is None:  # switches without any link still belong to the full view
-        for sw in site.switches.values():
+        for sw in cluster.switches.values():
             inv.switches.setdefault(sw.id, Switch(sw.id, sw.tier, sw.model, sw.address))
     inv.switches = dict(sorted(inv.switches.items(), key=lambda kv: (kv[1].tier, kv[0])))
 
 
-def attach_slurm(site: Cluster, slurm) -> str:
+def attach_slurm(cluster: Cluster, slurm) -> str:
     """Ask `slurm` (a SlurmBackend) for every node's live state and attach it to `site.slurm_state`.
     Returns "" or, when Slurm cannot be asked, why (site.slurm_state is then left empty)."""
-    site.slurm_state = {}
+    cluster.slurm_state = {}
     try:
         snodes = slurm.nodes()
         jobs = slurm.jobs(states=["RUNNING", "COMPLETING"])
@@ -90,7 +90,7 @@ def attach_slurm(site: Cluster, slurm) -> str:
         for name in job.nodes:
             running.setdefault(name, []).append(job.job_id)
     for sn in snodes:
-        site.slurm_state[sn.name] = SlurmInfo(
+        cluster.slurm_state[sn.name] = SlurmInfo(
             state=sn.state_text, drained=sn.drained, available=sn.available, reason=sn.reason,
             reason_user=sn.reason_user, reason_time=sn.reason_time,
             ours=is_ours(sn.reason, slurm.drain_prefix), partitions=sn.partitions,
@@ -98,14 +98,14 @@ def attach_slurm(site: Cluster, slurm) -> str:
     return ""
 
 
-def _merge_slurm(inv: Inventory, site: Cluster, error: str, wanted) -> None:
+def _merge_slurm(inv: Inventory, cluster: Cluster, error: str, wanted) -> None:
     inv.slurm_queried = True
     if error:
         inv.slurm_error = error
         inv.warnings.append(f"Slurm state unavailable, showing the site file only: {error}")
         return
     seen = set()
-    for name, state in site.slurm_state.items():
+    for name, state in cluster.slurm_state.items():
         if wanted is not None and name not in wanted:
             continue
         seen.add(name)

@@ -17,8 +17,9 @@ import os
 import re
 from pathlib import Path
 
-from fleetctl.config import Site, site_from_document
+from fleetctl.config import site_from_document
 from fleetctl.errors import SlurmError
+from fleetctl.model.cluster import Cluster
 from fleetctl.nodeset import fold, is_node_name, natural_order
 from fleetctl.slurm.parse import parse_records
 
@@ -70,7 +71,7 @@ def _config(backend) -> dict[str, str]:
     return out
 
 
-def cluster_from_slurm(backend) -> Site:
+def cluster_from_slurm(backend) -> Cluster:
     """The cluster as Slurm describes it (SlurmError when Slurm cannot be asked)."""
     config = _config(backend)
     records = [r for r in parse_records(backend.run("scontrol", "show", "node", "--oneliner"))
@@ -101,24 +102,24 @@ def cluster_from_slurm(backend) -> Site:
     topology = Path(conf).parent / "topology.conf" if conf else None
     if config.get("TopologyPlugin", "").endswith("tree") and topology is not None and topology.is_file():
         slurm["topology_conf"] = str(topology)
-    cluster = config.get("ClusterName", "")
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", cluster) if cluster not in ("", "(null)") else "slurm"
+    slurm_name = config.get("ClusterName", "")
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", slurm_name) if slurm_name not in ("", "(null)") else "slurm"
     document = {
         "cluster": {"name": name, "description": "built from Slurm alone (no site file)"},
         "access": {"transport": "srun"}, "slurm": slurm, "node_classes": classes,
         "checks": checks_from_env(),
     }
-    site = site_from_document(document, f"{SOURCE_PREFIX}{conf or 'default'}")
-    site.data["inferred"] = [
+    cluster = site_from_document(document, f"{SOURCE_PREFIX}{conf or 'default'}")
+    cluster.data["inferred"] = [
         f"no site file: {len(records)} nodes and their classes from Slurm (scontrol; classes by GPU "
         "GRES, CPUs and memory: each node is also judged against the majority of its class)",
         "NICs: each node's checks find its own (Slurm does not list NICs)",
         "fan-out: srun" + (f" in partition {default}" if default else ""),
         f"fabric: {'topology.conf ' + slurm['topology_conf'] if 'topology_conf' in slurm else 'none (no topology.conf)'}",
     ]
-    return site
+    return cluster
 
 
-def inferred(site) -> list[str]:
+def inferred(cluster) -> list[str]:
     """What a Slurm-built cluster inferred ([] for a site file)."""
-    return list(site.data.get("inferred") or [])
+    return list(cluster.data.get("inferred") or [])

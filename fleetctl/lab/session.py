@@ -30,7 +30,7 @@ class Lab:
     env: dict[str, str] = field(default_factory=dict)
 
     @property
-    def site(self):
+    def cluster(self):
         from fleetctl.config import load_site
 
         return load_site(self.site_file)

@@ -15,7 +15,7 @@ from pathlib import Path
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import LabError
 from fleetctl.lab import paths
-from fleetctl.locks import open_lock
+from fleetctl.filekit.locks import open_lock
 
 # Held by a whole test session (tests/conftest.py): two pytest runs on one machine take turns.
 SESSION_LOCK = Path("/run/fleetctl-lab.lock")

@@ -45,8 +45,8 @@ STATUS_ELEMENTS = 200
 class LensPlan:
     """The probe engine's plan (meshrun.setup, as `audit --mesh`), with lens's streaming agents."""
 
-    def __init__(self, site, nodes: list[str], transport, opts: LensOptions, log):
-        setup = prepare(site, nodes, transport, SetupOptions(
+    def __init__(self, cluster, nodes: list[str], transport, opts: LensOptions, log):
+        setup = prepare(cluster, nodes, transport, SetupOptions(
             budget_pps=opts.budget_pps, coverage_k=opts.coverage_k, duration=opts.window_s, rate=opts.rate,
             sports=opts.sports, port=opts.port, sport_base=opts.sport_base), log)
         for w in setup.warnings:
@@ -77,10 +77,10 @@ class LensPlan:
 
 
 class Coordinator:
-    def __init__(self, site, nodes: list[str], transport, opts: LensOptions, outputs,
+    def __init__(self, cluster, nodes: list[str], transport, opts: LensOptions, outputs,
                  log=print, slurm=None):
         opts.validate()
-        self.site, self.nodes, self.transport, self.opts = site, list(nodes), transport, opts
+        self.cluster, self.nodes, self.transport, self.opts = cluster, list(nodes), transport, opts
         self.outputs = outputs  # lens.outputs.Outputs
         self.log = log
         self.slurm = slurm  # a SlurmBackend, or None
@@ -99,7 +99,7 @@ class Coordinator:
     # ------------------------------------------------------------------ setup
     def _build(self, nodes: list[str]) -> None:
         o = self.opts
-        self.plan = LensPlan(self.site, nodes, self.transport, o, self.log)
+        self.plan = LensPlan(self.cluster, nodes, self.transport, o, self.log)
         self.log(f"plan: {json.dumps(self.plan.summary())}")
         self.outputs.set_plan(self.plan)
         self.analyzer = WindowAnalyzer(self.plan.topo, self.plan.paths, self.plan.flows, o.solver,
@@ -347,7 +347,7 @@ class Coordinator:
                           key=lambda r: (-(r.get("loss_pct") or 0), r["id"]))[:STATUS_ELEMENTS]
         doc = {"schema": "fleetctl.lens.status/1", "pid": os.getpid(),
                "running": not stopping, "started": iso(self.started), "updated": iso(now),
-               "cluster": self.site.name, "window_s": self.opts.window_s,
+               "cluster": self.cluster.name, "window_s": self.opts.window_s,
                "plan": self.plan.summary() if hasattr(self, "plan") else None,
                "last_window": {**self.last_window,
                                **({"t_start": iso(self.last_window["t_start"]),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fleetctl.errors import DataError, FleetctlError, UsageError
 from fleetctl.filekit import read_text
-from fleetctl.locks import open_lock
+from fleetctl.filekit.locks import open_lock
 
 
 def _start_ticks(pid: int) -> str | None:

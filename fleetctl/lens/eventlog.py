@@ -19,7 +19,6 @@ traceback. Records given to append() are validated and refused with a DataError.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
@@ -36,6 +35,8 @@ from pathlib import Path
 from fleetctl.atomic import fsync_dir
 from fleetctl.errors import DataError, UsageError
 from fleetctl.filekit import loads_json, open_regular, write_whole
+from fleetctl.filekit.locks import lock_fd
+from fleetctl.model.severity import EVENT_SEVERITIES
 
 VERSION = 1
 MAX_LINE = 64 * 1024  # bytes of one record, newline included
@@ -50,7 +51,7 @@ KINDS = ("open", "update", "close")
 STATES = ("open", "closed")
 ELEMENT_TYPES = ("link", "switch", "nic", "host", "port", "clock")
 METRICS = ("loss", "delay", "down", "flapping", "clock")
-SEVERITIES = ("critical", "warning", "info")
+SEVERITIES = EVENT_SEVERITIES
 _ID = re.compile(r"ev-\d{8}T\d{6}-\d{4}")
 _ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z")
 
@@ -225,7 +226,7 @@ class _Lock:
                 why = exc.strerror if isinstance(exc, OSError) else "not a regular file"
                 raise DataError(f"{self.path}: cannot open lock file: {why}") from None
             return self
-        fcntl.flock(self.fd, fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH)
+        lock_fd(self.fd, shared=not self.exclusive, wait_s=None)
         return self
 
     def __exit__(self, *exc):

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from fleetctl.lens.eventlog import problem
-from fleetctl.model.findings import EVENT_SEVERITY
+from fleetctl.model.severity import EVENT_SEVERITY, EVENT_SEVERITY_RANK
 
 METRIC_RANK = {"delay": 1, "loss": 2, "down": 3, "clock": 1, "flapping": 4}
-SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
 FLAP_MILESTONES = (10, 30, 100, 300, 1000, 3000, 10000)
 MAX_EPISODES = 64  # bad starts remembered per location (the flap window needs a few)
 MAX_EVIDENCE_CHARS = 4000
@@ -176,7 +175,7 @@ class EventTracker:
         if METRIC_RANK.get(metric, 0) > METRIC_RANK.get(ev["metric"], 0):
             ev["metric"], changed = metric, True
         sev = _sev(f, ev["metric"])
-        if SEV_RANK[sev] > SEV_RANK[ev["severity"]]:
+        if EVENT_SEVERITY_RANK[sev] > EVENT_SEVERITY_RANK[ev["severity"]]:
             ev["severity"], changed = sev, True
         if _elem_rank(f["element"]) > _elem_rank(ev["element"]):
             ev["element"], changed = dict(f["element"]), True
@@ -317,7 +316,7 @@ def _sev(f: dict, metric: str) -> str:
     if metric in ("down", "flapping"):
         return "critical"
     sev = f.get("severity", "warning")
-    return sev if sev in SEV_RANK else EVENT_SEVERITY.get(sev, "warning")
+    return sev if sev in EVENT_SEVERITY_RANK else EVENT_SEVERITY.get(sev, "warning")
 
 
 def _evidence(f: dict, t_end: float) -> dict:

@@ -48,9 +48,9 @@ class LensOptions:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_site(cls, site) -> LensOptions:
-        lens = dict(site.data.get("lens") or {})
-        mesh = site.mesh
+    def from_site(cls, cluster) -> LensOptions:
+        lens = dict(cluster.data.get("lens") or {})
+        mesh = cluster.mesh
         o = cls()
         for key in ("state_dir", "window_s", "k_open", "k_open_down", "k_open_gray", "m_close",
                     "flap_count",

@@ -13,7 +13,7 @@ from fleetctl.lens.options import LensOptions
 
 
 class Outputs:
-    def __init__(self, opts: LensOptions, log=print, topo=None, site=None):
+    def __init__(self, opts: LensOptions, log=print, topo=None, cluster=None):
         self.opts, self.log = opts, log
         self.events_path = opts.path("events.jsonl")
         self.eventlog = EventLog(self.events_path)
@@ -32,7 +32,7 @@ class Outputs:
             self.metrics.serve(opts.metrics_address, int(opts.metrics_port),
                                max_connections=int(opts.metrics_max_connections))
             log(f"metrics on http://{opts.metrics_address}:{opts.metrics_port}/metrics")
-        self.topo, self.site = topo, site
+        self.topo, self.cluster = topo, cluster
 
     def open_events(self) -> list[dict]:
         return read_events(self.events_path, open_only=True)
@@ -65,7 +65,7 @@ class Outputs:
         layout = seg.SegmentLayout(plan.topo, plan.paths, plan.flows, plan.disc.switch_results or {})
         policy = seg.SegmentPolicy(segment_s=self.opts.segment_s, retention=self.opts.segment_retention)
         self._guard("segments", lambda: setattr(self, "segments", seg.SegmentWriter(
-            self.opts.path("segments"), layout, cluster=self.site.name if self.site is not None else "",
+            self.opts.path("segments"), layout, cluster=self.cluster.name if self.cluster is not None else "",
             parameters=params, policy=policy, log=self.log)))
 
     def _guard(self, what: str, fn) -> None:

@@ -48,7 +48,7 @@ import numpy as np
 from fleetctl.atomic import fsync_dir
 from fleetctl.errors import DataError, FleetctlError, UsageError
 from fleetctl.filekit import clean_text, loads_json, open_regular
-from fleetctl.locks import open_lock
+from fleetctl.filekit.locks import open_lock
 from fleetctl.mesh.health import HEALTH_FIELDS
 from fleetctl.model.fabric import PROBE_DTYPE, PathTable, Topology
 from fleetctl.store.reader import MAX_SPAN_NS, MAX_WINDOWS, open_run

@@ -26,8 +26,8 @@ class RunRequest:
     state_dir: str | None = None
 
 
-def options(site, req: RunRequest) -> LensOptions:
-    opts = LensOptions.from_site(site)
+def options(cluster, req: RunRequest) -> LensOptions:
+    opts = LensOptions.from_site(cluster)
     if req.state_dir:
         opts.state_dir = req.state_dir
     if req.rate is not None:
@@ -38,13 +38,13 @@ def options(site, req: RunRequest) -> LensOptions:
     return opts
 
 
-def start(site, req: RunRequest, stop) -> dict | None:
+def start(cluster, req: RunRequest, stop) -> dict | None:
     """Start a coordinator. Daemonised (the default): returns {"started", "pid", ...} in the parent
     once the child holds its pid file. In the foreground (and in the daemon child): runs until
     `stop` (a threading.Event) is set and returns None."""
 
-    opts = options(site, req)
-    nodes = site.select(req.nodeset)
+    opts = options(cluster, req)
+    nodes = cluster.select(req.nodeset)
     if len(nodes) < 2:
         raise UsageError("lens probes between nodes: give at least two")
     pid_file = opts.path("lens.pid")
@@ -57,7 +57,7 @@ def start(site, req: RunRequest, stop) -> dict | None:
     lock = PidLock(pid_file)
     lock.acquire()
     try:
-        serve(site, nodes, req.transport, opts, stop)
+        serve(cluster, nodes, req.transport, opts, stop)
     finally:
         lock.release()
     return None
@@ -79,7 +79,7 @@ def log_line(message: str) -> None:
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} lens: {message}", file=sys.stderr, flush=True)
 
 
-def serve(site, nodes: list[str], transport_name: str | None, opts: LensOptions, stop, log=log_line) -> int:
+def serve(cluster, nodes: list[str], transport_name: str | None, opts: LensOptions, stop, log=log_line) -> int:
     """The coordinator over `nodes` until `stop` is set, with its outputs and Slurm's jobs."""
     from fleetctl.fanout import get_transport
     from fleetctl.lens.coordinator import Coordinator
@@ -89,13 +89,13 @@ def serve(site, nodes: list[str], transport_name: str | None, opts: LensOptions,
     if shutil.which("squeue"):
         from fleetctl.slurm import backend_for_site
 
-        slurm = backend_for_site(site)
-    outputs = Outputs(opts, log, site=site)
+        slurm = backend_for_site(cluster)
+    outputs = Outputs(opts, log, cluster=cluster)
     try:
-        with get_transport(transport_name, site=site) as t:
+        with get_transport(transport_name, cluster=cluster) as t:
             log(f"starting on {len(nodes)} nodes over {t.name}, window {opts.window_s:g} s, "
                 f"state {opts.state_dir}")
-            Coordinator(site, nodes, t, opts, outputs, log, slurm).run(stop)
+            Coordinator(cluster, nodes, t, opts, outputs, log, slurm).run(stop)
     finally:
         outputs.close()
         log("stopped")

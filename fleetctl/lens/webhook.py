@@ -45,7 +45,7 @@ from fleetctl.atomic import fsync_dir, write_atomic
 from fleetctl.errors import DataError, UsageError
 from fleetctl.filekit import loads_json, open_regular, read_json, write_whole
 from fleetctl.lens.eventlog import MAX_LINE
-from fleetctl.locks import open_lock
+from fleetctl.filekit.locks import open_lock
 
 DEFAULT_MAX_SPOOL = 10_000  # undelivered events kept
 MAX_SPOOL_LINE = MAX_LINE + 64  # an event record plus its {"seq": ...} envelope

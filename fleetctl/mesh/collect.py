@@ -202,7 +202,7 @@ def join_records(cat: dict[str, np.ndarray], seen: np.ndarray, flows: np.ndarray
 MAX_CLOCK_FILE = 1 << 20
 
 
-def injected_clocks(site: Cluster) -> tuple[dict | None, dict[str, dict]]:
+def injected_clocks(cluster: Cluster) -> tuple[dict | None, dict[str, dict]]:
     """(clock truth, per-node agent clock entries) when the site file names an injected-clock file
     (`lab.clock_file`, written by `fleetctl lab up --clock-skew`: all namespaces of one machine share
     one clock, so the lab gives each host an artificial offset and drift to estimate), else
@@ -212,10 +212,10 @@ def injected_clocks(site: Cluster) -> tuple[dict | None, dict[str, dict]]:
     from fleetctl.config.files import site_path
     from fleetctl.filekit import read_json
 
-    name = (site.data.get("lab") or {}).get("clock_file")
+    name = (cluster.data.get("lab") or {}).get("clock_file")
     if not name:
         return None, {}
-    path = site_path(name, site.source)
+    path = site_path(name, cluster.source)
     doc = read_json(path, "injected clock file", max_bytes=MAX_CLOCK_FILE, kind=dict)
     t0, hosts = doc.get("t0"), doc.get("hosts")
     if not _finite(t0) or not isinstance(hosts, dict):

@@ -47,27 +47,27 @@ class NicAddress:
     device: str
 
 
-def nic_table(site: Cluster, topo: Topology) -> dict[str, NicAddress]:
+def nic_table(cluster: Cluster, topo: Topology) -> dict[str, NicAddress]:
     """NIC id -> address and netdev, from the NIC ends of the site file's links."""
     out: dict[str, NicAddress] = {}
-    for link in site.links.values():
+    for link in cluster.links.values():
         for ep in (link.a, link.b):
             if ep.kind != "nic" or not ep.address:
                 continue
             nic_id = ep.element_id
-            spec = site.node_class(ep.device).nic(ep.port)
+            spec = cluster.node_class(ep.device).nic(ep.port)
             out[nic_id] = NicAddress(topo.nic_index(nic_id), ep.device, ep.address,
                                   (spec.netdev or spec.name) if spec else ep.port)
     return out
 
 
-def hop_table(site: Cluster) -> dict[str, tuple[str, str]]:
+def hop_table(cluster: Cluster) -> dict[str, tuple[str, str]]:
     """Address -> ("port", link id NUL switch) for switch ports, ("switch", id) for loopbacks."""
     out: dict[str, tuple[str, str]] = {}
-    for sw in site.switches.values():
+    for sw in cluster.switches.values():
         if sw.address:
             out[sw.address] = ("switch", sw.id)
-    for link in site.links.values():
+    for link in cluster.links.values():
         for ep in (link.a, link.b):
             if ep.kind == "switch" and ep.address:
                 out[ep.address] = ("port", f"{link.id}\0{ep.device}")
@@ -88,7 +88,7 @@ class FlowPlan:
         self.flows = np.array(rows, dtype=FLOW_DTYPE)
 
 
-def trace_config(topo: Topology, plan: FlowPlan, nics: dict[str, NicAddress], site: Cluster,
+def trace_config(topo: Topology, plan: FlowPlan, nics: dict[str, NicAddress], cluster: Cluster,
                  timeout: float = 0.3, retries: int = 1) -> dict:
     """Per node: the forward flows it sends, the echo flows it answers, its switch probes."""
     nodes: dict[str, list] = {}
@@ -100,14 +100,14 @@ def trace_config(topo: Topology, plan: FlowPlan, nics: dict[str, NicAddress], si
             [f"f{f['flow']}", a.address, int(f["sport"]), b.address, plan.port, hops, a.device])
         nodes.setdefault(b.node, []).append(
             [f"r{f['flow']}", b.address, plan.port, a.address, int(f["sport"]), hops, b.device])
-    for key, info, sw, _addr in switch_probes(topo, nics, site):
+    for key, info, sw, _addr in switch_probes(topo, nics, cluster):
         nodes.setdefault(info.node, []).append(
-            [key, info.address, plan.port + 1, site.switches[sw].address, TRACE_DPORT, 2,
+            [key, info.address, plan.port + 1, cluster.switches[sw].address, TRACE_DPORT, 2,
              info.device])
     return {"nodes": nodes, "timeout": timeout, "retries": retries}
 
 
-def switch_probes(topo: Topology, nics: dict[str, NicAddress], site: Cluster):
+def switch_probes(topo: Topology, nics: dict[str, NicAddress], cluster: Cluster):
     """(key, NIC, neighbour switch, link id) for every NIC and every switch next to its own."""
     out = []
     for nic_id, info in sorted(nics.items()):
@@ -118,7 +118,7 @@ def switch_probes(topo: Topology, nics: dict[str, NicAddress], site: Cluster):
             if own not in (a, b):
                 continue
             other = b if a == own else a
-            if other in topo.switch_tier and site.switches[other].address:
+            if other in topo.switch_tier and cluster.switches[other].address:
                 out.append((f"s{info.index}:{lid}", info, other, lid))
     return out
 
@@ -213,10 +213,10 @@ def ecmp_coverage(topo: Topology, disc: Discovery) -> dict:
             "ecmp_paths_seen_mean_share": round(sum(shares) / len(shares), 4)}
 
 
-def resolve(topo: Topology, site: Cluster, plan: FlowPlan, traces: dict[str, dict]) -> Discovery:
+def resolve(topo: Topology, cluster: Cluster, plan: FlowPlan, traces: dict[str, dict]) -> Discovery:
     """Turn the nodes' trace outputs into the path table and the flows' path indices.
     traces: node -> the tracer's JSON ({"paths": {key: hops}, "arrived": [...]})."""
-    hop_map = hop_table(site)
+    hop_map = hop_table(cluster)
     hops: dict[str, list] = {}
     errors: list[str] = []
     for node, out in traces.items():

@@ -27,7 +27,7 @@ from fleetctl.model.cluster import Cluster
 from fleetctl.model.fabric import FLOW_DTYPE, PathTable, Topology, group_quantiles
 
 
-def plan_loops(topo: Topology, site: Cluster, disc: Discovery, usable: dict[str, NicAddress],
+def plan_loops(topo: Topology, cluster: Cluster, disc: Discovery, usable: dict[str, NicAddress],
                first_flow: int, loop_port: int) -> tuple[Discovery, list[list]]:
     """Add loop flows and paths for every reached switch probe. Returns the extended discovery
     and the agents' loop list [[flow, nic index, switch address], ...]."""
@@ -56,7 +56,7 @@ def plan_loops(topo: Topology, site: Cluster, disc: Discovery, usable: dict[str,
         traced.append(True)
         flow = first_flow + len(flows)
         flows.append((flow, info.index, -1, loop_port, len(rows) - 1, -1))
-        loops.append([flow, info.index, site.switches[other].address])
+        loops.append([flow, info.index, cluster.switches[other].address])
     if not flows:
         return disc, []
     table = PathTable.from_rows(rows, src, dst, traced)

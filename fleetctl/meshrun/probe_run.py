@@ -70,11 +70,11 @@ class ProbeResult:
     health: dict = field(default_factory=dict)
 
 
-def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
+def probe_run(cluster: Cluster, nodes: list[str], transport, opts: MeshOptions,
               progress=lambda _m: None) -> ProbeResult:
     opts.validate()
     get_started = time.monotonic()
-    setup = prepare(site, nodes, transport, SetupOptions(
+    setup = prepare(cluster, nodes, transport, SetupOptions(
         budget_pps=opts.budget_pps, coverage_k=opts.coverage_k, duration=opts.duration, rate=opts.rate,
         sports=opts.sports, port=opts.port, sport_base=opts.sport_base, trace=opts.trace,
         loops=opts.loops), progress)
@@ -94,7 +94,7 @@ def probe_run(site: Cluster, nodes: list[str], transport, opts: MeshOptions,
         raise DataError("no probe records: " + ("; ".join(warnings[:3]) or "no agent reported"))
     params = {**asdict(opts), "rate": setup.rate, "plan": plan.to_dict(), "pairs_design": plan.design,
               "pairs": len(plan.pairs), "nodes": setup.hosts, "transport": getattr(transport, "name", "")}
-    run = RunData(acfg["run_id"], site.name, topo, disc.paths, disc.flows, probes, int(start_at * 1e9),
+    run = RunData(acfg["run_id"], cluster.name, topo, disc.paths, disc.flows, probes, int(start_at * 1e9),
                   params, disc.switch_results, agents, disc.summary(topo), setup.clock_truth, warnings,
                   health)
     progress("analysing")
@@ -119,13 +119,13 @@ def _agent_reports(docs: dict, warnings: list[str]) -> tuple[dict, dict]:
     return agents, health
 
 
-def mesh_audit(site, nodes: list[str], transport, opts: MeshOptions, out: str | Path | None = None,
+def mesh_audit(cluster, nodes: list[str], transport, opts: MeshOptions, out: str | Path | None = None,
                progress=lambda _m: None) -> dict:
     """`audit --mesh`: one probe run, written to `out` when given; the JSON object of to_dict()."""
     from fleetctl.analysis.solvers import get_solver
 
     get_solver(opts.solver)  # an unknown solver fails before any probing
     opts.validate()
-    result = probe_run(site, nodes, transport, opts, progress)
+    result = probe_run(cluster, nodes, transport, opts, progress)
     path = write_run(Path(out).expanduser(), result.run, result.analysis) if out else None
     return to_dict(result.run, result.analysis, path, result.elapsed_s)

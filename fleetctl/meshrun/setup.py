@@ -76,10 +76,10 @@ class ProbeSetup:
                 "loops": self.loops, "loop_port": self.port + 2, **extra}
 
 
-def prepare(site: Cluster, nodes: list[str], transport, opts: SetupOptions, log=lambda _m: None) -> ProbeSetup:
+def prepare(cluster: Cluster, nodes: list[str], transport, opts: SetupOptions, log=lambda _m: None) -> ProbeSetup:
     """Plan, flows and traced paths over the chosen nodes' NICs (UsageError when no pair is left)."""
-    topo = Topology.from_site(site)
-    nics = discovery.nic_table(site, topo)
+    topo = Topology.from_site(cluster)
+    nics = discovery.nic_table(cluster, topo)
     chosen = set(nodes)
     usable = {n: i for n, i in nics.items() if i.node in chosen and topo.attached(n)}
     warnings: list[str] = []
@@ -97,16 +97,16 @@ def prepare(site: Cluster, nodes: list[str], transport, opts: SetupOptions, log=
     traces = {}
     if opts.trace:
         log(f"tracing {len(fplan.flows)} flows from {len(hosts)} nodes")
-        tcfg = discovery.trace_config(topo, fplan, usable, site)
+        tcfg = discovery.trace_config(topo, fplan, usable, cluster)
         tcfg["limit"] = 60
         traces = fan_out(transport, hosts, trace_agent, tcfg, 90, "path tracing", warnings, set())
-    disc = discovery.resolve(topo, site, fplan, traces)
+    disc = discovery.resolve(topo, cluster, fplan, traces)
     loops: list[list] = []
     if opts.loops:
         # loops to the neighbouring switches tell apart link directions that NIC pairs always
         # cross together (with two leaves: leaf1->spine1 and spine1->leaf2)
-        disc, loops = plan_loops(topo, site, disc, usable, len(fplan.flows), opts.port + 2)
-    truth, clocks = injected_clocks(site)
+        disc, loops = plan_loops(topo, cluster, disc, usable, len(fplan.flows), opts.port + 2)
+    truth, clocks = injected_clocks(cluster)
     return ProbeSetup(topo, nics, usable, plan, sports, opts.port, hosts, disc, loops, truth, clocks,
                       warnings)
 

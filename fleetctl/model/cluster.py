@@ -108,7 +108,7 @@ class Cluster:
 
     `data` keeps the validated sections with their defaults filled in, for the settings that are
     plain values (access, slurm, checks, thresholds); the structure (nodes, NICs, switches, links)
-    is typed. Loaded by `fleetctl.config.load_site`; `Site` is the same class under its old name.
+    is typed. Loaded by `fleetctl.config.load_site` from a site file; held in parameters named `cluster`.
     """
 
     name: str
@@ -156,12 +156,12 @@ class Cluster:
         return nodes
 
 
-def link_id(a: Endpoint, b: Endpoint, site: Cluster | None = None) -> str:
+def link_id(a: Endpoint, b: Endpoint, cluster: Cluster | None = None) -> str:
     """Derived link id: the node end first, else the lower-tier switch first (leaf1--spine2), so the
     id does not depend on which end the file names first."""
     if a.kind == "switch" and b.kind != "switch":
         a, b = b, a
-    elif a.kind == b.kind == "switch" and site is not None:
-        if site.switches[b.device].tier < site.switches[a.device].tier:
+    elif a.kind == b.kind == "switch" and cluster is not None:
+        if cluster.switches[b.device].tier < cluster.switches[a.device].tier:
             a, b = b, a
     return f"{a.element_id}--{b.element_id}"

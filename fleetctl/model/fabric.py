@@ -238,15 +238,15 @@ class Topology:
         return topo
 
     @classmethod
-    def from_site(cls, site: Cluster) -> Topology:
-        """From a fleetctl Site: its node classes' NICs, fabric switches and links."""
+    def from_site(cls, cluster: Cluster) -> Topology:
+        """From a Cluster: its node classes' NICs, fabric switches and links."""
         nics: list[tuple[str, str]] = []
-        for cls_ in site.node_classes:
+        for cls_ in cluster.node_classes:
             for node in cls_.nodes:
                 nics.extend((f"{node}:{nic.name}", node) for nic in cls_.nics)
         links, ports = [], {}
         nic_ids = {n for n, _ in nics}
-        for link in site.links.values():
+        for link in cluster.links.values():
             ends = []
             for ep in (link.a, link.b):
                 end = ep.element_id
@@ -258,7 +258,7 @@ class Topology:
                 ends.append(end)
             links.append((link.id, ends[0], ends[1]))
             ports[link.id] = (str(link.a), str(link.b))
-        return cls.build(site.name, nics, {s.id: s.tier for s in site.switches.values()}, links,
+        return cls.build(cluster.name, nics, {s.id: s.tier for s in cluster.switches.values()}, links,
                          ports)
 
     def _add(self, el: Element) -> int:

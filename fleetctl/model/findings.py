@@ -10,11 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleetctl.model.fabric import Element
-
-SEVERITY_RANK = {"critical": 3, "major": 2, "minor": 1, "warning": 0}  # warning: probe findings
-# The one mapping from a finding's severity to an event's (lens events, act detections): an event
-# is critical, warning or info; a major or minor finding is a warning.
-EVENT_SEVERITY = {"critical": "critical", "major": "warning", "minor": "warning", "warning": "warning"}
+from fleetctl.model.severity import SEVERITY_RANK
 
 
 @dataclass

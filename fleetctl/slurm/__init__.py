@@ -26,12 +26,12 @@ def get_backend(name: str = "cli", **options) -> SlurmBackend:
     return backends.get(name)(**options)
 
 
-def backend_for_site(site, **options) -> SlurmBackend:
+def backend_for_site(cluster, **options) -> SlurmBackend:
     """The site's backend with its drain prefix and slurm.conf (relative to the site file)."""
     from fleetctl.config.files import site_path
 
-    conf = site_path(site.slurm["conf"], site.source)
-    options.setdefault("drain_prefix", site.slurm["drain_prefix"])
-    if site.slurm["backend"] == "cli":
+    conf = site_path(cluster.slurm["conf"], cluster.source)
+    options.setdefault("drain_prefix", cluster.slurm["drain_prefix"])
+    if cluster.slurm["backend"] == "cli":
         options.setdefault("slurm_conf", conf)
-    return get_backend(site.slurm["backend"], **options)
+    return get_backend(cluster.slurm["backend"], **options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from dataclasses import asdict, dataclass, field
 
-from fleetctl.errors import SlurmError
+from fleetctl.errors import SlurmError, SlurmUnreachable  # noqa: F401 (re-exported by fleetctl.slurm)
 
 # Node state flags that mean "will not get new jobs" (Slurm prints them joined with '+').
 UNAVAILABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING",
@@ -108,10 +108,6 @@ class DrainResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-class SlurmUnreachable(SlurmError):
-    """slurmctld (or the configuration) cannot be reached at all: retrying node by node is useless."""
 
 
 @dataclass

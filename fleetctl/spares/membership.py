@@ -7,13 +7,13 @@ import time
 from fleetctl.spares.verdicts import passed_within
 
 
-def audit_nodes(site, pool, nodes: list[str]) -> dict:
+def audit_nodes(cluster, pool, nodes: list[str]) -> dict:
     """A quick audit of `nodes` at the pool's level, as an audit report (`fleetctl.audit/1`)."""
     from fleetctl.audit import build_report, collect
 
     started = time.time()
-    outcomes = collect(site, nodes, pool.config.audit_level)
-    return build_report(site, outcomes, level=pool.config.audit_level, started=started).to_dict()
+    outcomes = collect(cluster, nodes, pool.config.audit_level)
+    return build_report(cluster, outcomes, level=pool.config.audit_level, started=started).to_dict()
 
 
 def change(pool, nodes: list[str], *, add: bool, dry_run: bool = False, report: dict | None = None,

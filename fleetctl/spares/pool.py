@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetctl.errors import DataError, SlurmError, UsageError
-from fleetctl.locks import open_lock
+from fleetctl.filekit.locks import open_lock
 from fleetctl.spares.verdicts import VerdictStore, passed_within
 
 LOCK_TIMEOUT_S = 30.0
@@ -31,13 +31,13 @@ class SparesConfig:
     audit_level: str = "quick"
 
     @classmethod
-    def from_site(cls, site, state_dir: str | None = None) -> "SparesConfig":
+    def from_site(cls, cluster, state_dir: str | None = None) -> "SparesConfig":
         from fleetctl.config.files import site_path
 
-        sp = site.data.get("spares", {})
+        sp = cluster.data.get("spares", {})
         if state_dir is None and sp.get("state_dir"):
-            state_dir = str(site_path(sp["state_dir"], site.source))
-        return cls(reservation=site.slurm["spare_reservation"], floor=sp.get("floor", 1),
+            state_dir = str(site_path(sp["state_dir"], cluster.source))
+        return cls(reservation=cluster.slurm["spare_reservation"], floor=sp.get("floor", 1),
                    max_audit_age_s=float(sp.get("max_audit_age_s", 3600.0)),
                    state_dir=state_dir or sp.get("state_dir", "/var/lib/fleetctl/spares"),
                    flags=tuple(sp.get("reservation_flags", ["MAINT", "IGNORE_JOBS"])),

@@ -106,7 +106,7 @@ def test_xid_repaired_by_gpu_reset_is_acknowledged_by_resume(lab, capsys, clean)
     `audit --resume` acknowledges the log; the node's own Prolog-level checks honour that too, and a
     new Xid after the acknowledgement fails it again."""
     node = "node4"
-    log = lab.site.checks["kernel_log"].format(node=node)
+    log = lab.cluster.checks["kernel_log"].format(node=node)
 
     def xid_line():  # dmesg --time-format iso: microseconds, so a line just after the watermark is after it
         now = time.time()

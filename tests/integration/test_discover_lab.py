@@ -42,7 +42,7 @@ def no_site(lab, monkeypatch):
         if key != "FLEETCTL_SITE":
             monkeypatch.setenv(key, value)
     # `fleetctl lab env` exports the lab's check data paths for a run without a site file.
-    checks = lab.site.checks
+    checks = lab.cluster.checks
     assert {k: lab.env.get(v) for k, v in CHECK_ENV.items()} == \
         {k: checks.get(k) for k in CHECK_ENV}, lab.env
 
@@ -66,11 +66,11 @@ def _links(site) -> dict:
 def test_discovered_file_equals_the_labs_and_localizes_a_fault(lab, no_site, capsys, tmp_path):
     out = tmp_path / "discovered.toml"
     # lldpd sends every second: right after `lab up` a neighbour may still be missing.
-    expected = len(lab.site.links)
+    expected = len(lab.cluster.links)
     wait_for(lambda: discover(capsys)[1]["summary"]["links"] == expected, timeout=20, step=1)
     rc, data = discover(capsys, "--out", str(out))
     assert rc == 0 and data["failed"] == {} and data["summary"]["sources"] == ["nodes", "lldp"]
-    mine, truth = load_site(out), lab.site
+    mine, truth = load_site(out), lab.cluster
     assert [str(c.nodes) for c in mine.node_classes] == [str(c.nodes) for c in truth.node_classes]
     (cls,), (want,) = mine.node_classes, truth.node_classes
     assert [(n.name, n.kind, n.mtu) for n in cls.nics] == [(n.name, n.kind, n.mtu) for n in want.nics]
@@ -131,7 +131,7 @@ def test_traced_fabric_equals_the_labs_up_to_names_and_localizes_a_fault(lab, no
                   "fl-{node}", "--source", "trace", "--nics", "eth*", "--out", str(out)])
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and data["failed"] == {} and data["summary"]["sources"] == ["nodes", "trace"], data
-    mine, truth = load_site(out), lab.site
+    mine, truth = load_site(out), lab.cluster
     (cls,), (want,) = mine.node_classes, truth.node_classes
     assert str(cls.nodes) == str(want.nodes)
     assert [(n.name, n.kind, n.mtu) for n in cls.nics] == [(n.name, n.kind, n.mtu) for n in want.nics]

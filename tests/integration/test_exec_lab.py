@@ -64,7 +64,7 @@ def test_per_node_exit_status(site_env, capsys, transport):
 def test_hung_node_times_out_others_reported(site_env, transport):
     lab = site_env
     hung = lab.nodes[-1]
-    with get_transport(transport, site=lab.site) as t:
+    with get_transport(transport, cluster=lab.cluster) as t:
         start = time.monotonic()
         results = t.run(lab.nodes, f'[ "$(hostname)" = {hung} ] && sleep 25; echo done', timeout=3)
         took = time.monotonic() - start
@@ -77,7 +77,7 @@ def test_hung_node_times_out_others_reported(site_env, transport):
 @pytest.mark.parametrize("transport", ["ssh", SRUN, "local", "clush"])
 def test_python_payload(site_env, transport):
     lab = site_env
-    with get_transport(transport, site=lab.site) as t:
+    with get_transport(transport, cluster=lab.cluster) as t:
         results = run_python(t, lab.nodes, PAYLOAD, ["--level", "quick"])
     for r in results:
         data = json_output(r)
@@ -89,7 +89,7 @@ def test_python_payload(site_env, transport):
 
 def test_local_transport_runs_in_each_node_namespace(site_env):
     lab = site_env
-    with get_transport("local", site=lab.site) as t:
+    with get_transport("local", cluster=lab.cluster) as t:
         results = t.run(lab.nodes, ["ip", "-o", "-4", "addr", "show", "dev", "eth0"])
     for r in results:
         assert r.ok, r
@@ -98,7 +98,7 @@ def test_local_transport_runs_in_each_node_namespace(site_env):
 
 def test_host_key_mismatch_on_a_lab_node(site_env, tmp_path, capsys):
     lab = site_env
-    site = lab.site
+    site = lab.cluster
     ssh = site.access["ssh"]
     victim = lab.nodes[1]
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "fake")], check=True)
@@ -122,7 +122,7 @@ def test_host_key_mismatch_on_a_lab_node(site_env, tmp_path, capsys):
 
 def test_unreachable_lab_address(site_env):
     lab = site_env
-    options = FanoutOptions.from_site(lab.site)
+    options = FanoutOptions.from_site(lab.cluster)
     options.connect_timeout = 1.5
     options.addresses = {**options.addresses, "ghost": "10.250.0.250"}  # in the lab's mgmt subnet, no host
     with get_transport("ssh", options) as t:
@@ -133,7 +133,7 @@ def test_unreachable_lab_address(site_env):
 def tree_options(lab, tmp_path, **changes) -> FanoutOptions:
     """The lab's clush settings (a tree: a gateway per leaf) with an ssh_config that also names two
     hosts that are not there."""
-    options = FanoutOptions.from_site(lab.site)
+    options = FanoutOptions.from_site(lab.cluster)
     config = tmp_path / "ssh_config"
     config.write_text(Path(options.clush_ssh_config).read_text()
                       + "Host ghost\n  HostName 10.250.0.250\nHost closed\n  HostName 10.250.0.11\n  Port 1\n")
@@ -154,7 +154,7 @@ def test_tree_reports_each_node_behind_a_gateway_as_ssh_saw_it(site_env, tmp_pat
 
 def test_tree_moves_a_dead_gateways_nodes_to_the_others(site_env, tmp_path):
     lab = site_env
-    gateways = lab.site.access["clush"]["gateways"]
+    gateways = lab.cluster.access["clush"]["gateways"]
     with get_transport("clush", tree_options(lab, tmp_path, clush_gateways=f"ghost,{gateways}")) as t:
         results = t.run(lab.nodes, "hostname")
     assert all(r.ok and r.stdout == f"{r.node}\n" for r in results), results
@@ -168,7 +168,7 @@ def test_tree_with_no_reachable_gateway_names_the_gateway(site_env, tmp_path, ca
         assert r.status == "unreachable" and "no gateway" in r.error and "ghost" in r.error, r
     # A site mistake is fleetctl's usage error (exit 3), not a result per node.
     broken = tmp_path / "site.toml"
-    broken.write_text(lab.site_file.read_text().replace(f'gateways = "{lab.site.access["clush"]["gateways"]}"',
+    broken.write_text(lab.site_file.read_text().replace(f'gateways = "{lab.cluster.access["clush"]["gateways"]}"',
                                                         'gateways = "gw["'))
     assert cli_run(["exec", "--site", str(broken), "-t", "clush", fold(lab.nodes), "--", "true"]) == 3
     assert "invalid access.clush.gateways" in capsys.readouterr().err
@@ -178,9 +178,9 @@ def operator_ssh(lab, tmp_path, known_hosts: Path) -> FanoutOptions:
     """An operator's own OpenSSH setup, all in their ssh_config: key and known_hosts (host keys
     trusted through the lab's SSH CA), aliases, every node behind a bastion (ProxyJump). The site
     keeps fleetctl's defaults and names no gateway (clush's direct mode)."""
-    addresses = lab.site.access["ssh"]["addresses"]
+    addresses = lab.cluster.access["ssh"]["addresses"]
     bastion, nodes = lab.nodes[0], lab.nodes[1:3]
-    lines = ["Host *", f"  IdentityFile {lab.site.access['ssh']['identity_file']}", "  IdentitiesOnly yes",
+    lines = ["Host *", f"  IdentityFile {lab.cluster.access['ssh']['identity_file']}", "  IdentitiesOnly yes",
              f"  UserKnownHostsFile {known_hosts}", "  GlobalKnownHostsFile /dev/null",
              f"Host bastion\n  HostName {addresses[bastion]}", "Host web-*\n  ProxyJump bastion"]
     lines += [f"Host web-{n}\n  HostName {addresses[n]}" for n in nodes]
@@ -191,7 +191,7 @@ def operator_ssh(lab, tmp_path, known_hosts: Path) -> FanoutOptions:
 
 def test_clush_runs_with_the_operators_ssh_certificates_aliases_and_bastion(site_env, tmp_path):
     lab = site_env
-    ssh = lab.site.access["ssh"]
+    ssh = lab.cluster.access["ssh"]
     ca_known_hosts = Path(ssh["known_hosts"]).parent / "known_hosts_ca"
     bastion_address = ssh["addresses"][lab.nodes[0]]
     aliases = [f"web-{n}" for n in lab.nodes[1:3]]
@@ -209,7 +209,7 @@ def test_clush_runs_with_the_operators_ssh_certificates_aliases_and_bastion(site
         results = t.run(aliases, "true")
     assert all(r.status == "hostkey-unknown" and "Host key verification failed" in r.error for r in results), results
     # The site's own jump host and known_hosts (no ssh_config of the operator's): the jump hop gets them too.
-    options = FanoutOptions.from_site(lab.site)
+    options = FanoutOptions.from_site(lab.cluster)
     options.clush_gateways, options.known_hosts = "", str(ca_known_hosts)
     options.jump_host = f"root@{bastion_address}"
     with get_transport("clush", options) as t:
@@ -219,7 +219,7 @@ def test_clush_runs_with_the_operators_ssh_certificates_aliases_and_bastion(site
 
 def test_clush_without_gateways_connects_from_here(site_env):
     lab = site_env
-    options = FanoutOptions.from_site(lab.site)
+    options = FanoutOptions.from_site(lab.cluster)
     options.clush_gateways = ""
     with get_transport("clush", options) as t:
         results = t.run(lab.nodes, 'echo "$FLEETCTL_NODE ${SSH_CONNECTION%% *}"')
@@ -230,7 +230,7 @@ def test_clush_without_gateways_connects_from_here(site_env):
 def test_node_groups_from_slurm_and_the_site(site_env, capsys, tmp_path):
     """`@partition:NAME` and `@job:ID` read from the lab's real Slurm; `@name` from the site file."""
     lab = site_env
-    partition = lab.site.data["slurm"]["partition"]
+    partition = lab.cluster.data["slurm"]["partition"]
     assert cli_run(["exec", f"@partition:{partition}", "--format", "json", "--", "hostname"]) == 0
     assert json.loads(capsys.readouterr().out)["nodes"] == fold(lab.nodes)
     job = sbatch(lab, "-w", fold(lab.nodes[1:3]), "-N2", "--wrap", "sleep 60")
@@ -259,7 +259,7 @@ def test_srun_with_a_drained_node_fails_every_node_with_sruns_message(site_env):
     subprocess.run(["scontrol", "update", f"nodename={victim}", "state=drain",
                     "reason=fleetctl-test: srun all-or-nothing"], env=env, check=True)
     try:
-        options = FanoutOptions.from_site(lab.site)
+        options = FanoutOptions.from_site(lab.cluster)
         options.connect_timeout = 2
         with get_transport("srun", options) as t:
             start = time.monotonic()

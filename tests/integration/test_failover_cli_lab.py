@@ -65,7 +65,7 @@ def test_drill_on_a_real_cluster_needs_i_know_and_a_maintenance_reservation(lab,
     assert rc == 3 and "without --i-know" in data["error"]["message"]
     rc, data = drill_json(capsys, a, b, "--site", str(site), "--i-know", "--workdir", str(tmp_path))
     assert rc == 3 and "no active maintenance reservation" in data["error"]["message"]
-    slurm = backend_for_site(lab.site)
+    slurm = backend_for_site(lab.cluster)
     name = "fleetctl-drill-test"
     slurm.create_reservation(name, [a, b], flags=["maint", "ignore_jobs"], users=["root"])
     try:

@@ -37,7 +37,7 @@ def trace(lab, src: str, dst: str, sports=SPORTS, dport: int = FLOW_DPORT) -> di
 
 def spine_of(lab, hops: list) -> str | None:
     """The spine a path crossed: hop 2 is a spine's ingress address on a leaf--spine cable."""
-    for link in lab.site.links.values():
+    for link in lab.cluster.links.values():
         if link.b.kind == "switch" and link.b.device.startswith("spine") and link.b.address in hops:
             return link.b.device
     return None
@@ -89,7 +89,7 @@ def no_faults_left(lab):
 
 def test_ttl_sweep_shows_every_leaf_spine_path(lab):
     first, last = lab.nodes[0], lab.nodes[-1]
-    spines = {s for s in lab.site.switches if s.startswith("spine")}
+    spines = {s for s in lab.cluster.switches if s.startswith("spine")}
     nics = [f"eth{k}" for k in range(lab.params.nics_per_host)]
     for a in nics:
         for b in nics:
@@ -97,7 +97,7 @@ def test_ttl_sweep_shows_every_leaf_spine_path(lab):
             dst_addr = lab.state["addresses"]["nics"][f"{last}:{b}"]
             assert all(hops[-1] == dst_addr for hops in paths.values()), "every probe arrives"
             assert all(len(hops) == 4 for hops in paths.values()), "leaf, spine, leaf, host"
-            leaf_addr = lab.site.links[f"{first}:{a}--leaf1"].b.address
+            leaf_addr = lab.cluster.links[f"{first}:{a}--leaf1"].b.address
             assert {hops[0] for hops in paths.values()} == {leaf_addr}
             assert {spine_of(lab, hops) for hops in paths.values()} == spines
 
@@ -215,7 +215,7 @@ def test_flap_toggles_the_link_and_clear_restores_it(lab):
 
 
 def test_gpu_faults_change_the_simulated_state(lab):
-    site = lab.site
+    site = lab.cluster
     gpus_file = site.checks["simulated_gpus"].format(node="node2")
     log_file = site.checks["kernel_log"].format(node="node2")
     faults.add("node2:gpu3", "xid", 79)

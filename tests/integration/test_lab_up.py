@@ -26,7 +26,7 @@ def test_srun_runs_on_every_node(lab):
 
 @pytest.mark.slurm
 def test_ssh_strict_host_keys(lab):
-    site = lab.site
+    site = lab.cluster
     ssh = site.access["ssh"]
     assert ssh["host_key_policy"] == "strict"
     for node in lab.nodes:
@@ -48,7 +48,7 @@ def test_ssh_strict_host_keys(lab):
 
 def test_ssh_refuses_unknown_host_key(lab, tmp_path):
     """Strict means strict: an empty known_hosts refuses the node."""
-    ssh = lab.site.access["ssh"]
+    ssh = lab.cluster.access["ssh"]
     (tmp_path / "known_hosts").write_text("")
     client = paramiko.SSHClient()
     client.load_host_keys(str(tmp_path / "known_hosts"))
@@ -60,7 +60,7 @@ def test_ssh_refuses_unknown_host_key(lab, tmp_path):
 
 
 def test_site_file_describes_the_lab(lab):
-    site = lab.site
+    site = lab.cluster
     p = lab.params
     assert site.name == "lab"
     assert len(site.nodes) == p.hosts
@@ -84,7 +84,7 @@ def test_config_check_accepts_the_site_file(lab, capsys):
 
 
 def test_simulated_gpus_and_kernel_log(lab):
-    site = lab.site
+    site = lab.cluster
     doc = json.loads(open(site.checks["simulated_gpus"].format(node="node2")).read())
     assert doc["simulated"] is True and len(doc["gpus"]) == lab.params.gpus_per_host
     for node in lab.nodes:
@@ -143,8 +143,8 @@ def test_management_addresses_answer(lab):
 def test_clock_truth_is_readable_by_the_probe_agent(lab):
     from fleetctl.lab.clock import host_clocks
 
-    clocks = host_clocks(lab.site.data["lab"]["state_dir"])
-    assert set(clocks) == set(lab.nodes) and lab.site.data["lab"]["clock_skew"] is True
+    clocks = host_clocks(lab.cluster.data["lab"]["state_dir"])
+    assert set(clocks) == set(lab.nodes) and lab.cluster.data["lab"]["clock_skew"] is True
     c = clocks["node1"]
     truth = lab.state["clock"]["hosts"]["node1"]
     assert c.offset_at(c.t0) == truth["offset_ms"] / 1000
@@ -171,7 +171,7 @@ def test_every_slurm_command_is_the_labs_slurm(lab, tmp_path):
     finally:
         hook.unlink()
     assert marker.read_text().startswith(want), marker.read_text()
-    ssh = lab.site.access["ssh"]
+    ssh = lab.cluster.access["ssh"]
     client = paramiko.SSHClient()
     client.load_host_keys(ssh["known_hosts"])
     client.connect(ssh["addresses"][lab.nodes[2]], username=ssh["user"], key_filename=ssh["identity_file"],

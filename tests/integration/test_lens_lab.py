@@ -81,7 +81,7 @@ class Lens:
 
     def __init__(self, lab, site_dir: Path):
         self.lab = lab
-        self.dir = Path(lab.site.data["lens"]["state_dir"])
+        self.dir = Path(lab.cluster.data["lens"]["state_dir"])
         self.receiver = Receiver()
         self.metrics_port = _free_port()
         text = lab.site_file.read_text()

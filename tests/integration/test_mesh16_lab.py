@@ -68,8 +68,8 @@ def cpu_load(lab16):
 
 
 def mesh(lab, **kw):
-    with get_transport("local", site=lab.site) as t:
-        result = probe_run(lab.site, lab.nodes, t, MeshOptions(**{"duration": DURATION, **kw}))
+    with get_transport("local", cluster=lab.cluster) as t:
+        result = probe_run(lab.cluster, lab.nodes, t, MeshOptions(**{"duration": DURATION, **kw}))
     return to_dict(result.run, result.analysis)
 
 

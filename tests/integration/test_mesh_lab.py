@@ -34,8 +34,8 @@ def fault(lab):
 
 
 def mesh(lab, **kw):
-    with get_transport("local", site=lab.site) as t:
-        result = probe_run(lab.site, lab.nodes, t, MeshOptions(**{**OPTS, **kw}))
+    with get_transport("local", cluster=lab.cluster) as t:
+        result = probe_run(lab.cluster, lab.nodes, t, MeshOptions(**{**OPTS, **kw}))
     return to_dict(result.run, result.analysis)
 
 
@@ -96,8 +96,8 @@ def test_rate_limited_link_under_load(lab, fault):
 @pytest.mark.slurm
 def test_agents_over_srun(lab):
     """srun splits long output lines: the agents' output must survive it (short lines)."""
-    with get_transport("srun", site=lab.site) as t:
-        result = probe_run(lab.site, lab.nodes, t, MeshOptions(duration=2.0, rate=50.0))
+    with get_transport("srun", cluster=lab.cluster) as t:
+        result = probe_run(lab.cluster, lab.nodes, t, MeshOptions(duration=2.0, rate=50.0))
     data = to_dict(result.run, result.analysis)
     assert data["findings"] == [] and data["warnings"] == []
     s = data["summary"]

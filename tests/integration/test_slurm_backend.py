@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slurm]
 
 @pytest.fixture
 def slurm(lab):
-    backend = backend_for_site(lab.site)
+    backend = backend_for_site(lab.cluster)
     yield backend
     # Put every node back in service, whoever drained it in the test.
     subprocess.run(["scontrol", "update", f"NodeName={','.join(lab.nodes)}", "State=RESUME"],

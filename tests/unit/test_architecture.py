@@ -22,7 +22,7 @@ RANKS = {
     # ground (__init__: the root package, which holds only the version; _version: written by
     # scripts/package from git, imported by __init__ when a built artefact carries it)
     "_version": -1,
-    "__init__": 0, "errors": 0, "nodeset": 1, "atomic": 1, "locks": 1, "filekit": 1, "registry": 1, "extras": 1, "lazy": 1, "model": 2,
+    "__init__": 0, "errors": 0, "nodeset": 1, "atomic": 1, "filekit": 1, "registry": 1, "extras": 1, "lazy": 1, "model": 2,
     "nodegroups": 2,
     "config": 3,
     # reach

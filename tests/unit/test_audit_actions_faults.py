@@ -9,7 +9,8 @@ from fleetctl.audit.actions import apply_actions, plan_actions
 from fleetctl.audit.report import AuditReport
 from fleetctl.audit.runner import NodeOutcome
 from fleetctl.errors import SlurmError
-from fleetctl.slurm.base import DrainResult, ResumeResult, SlurmBackend, SlurmNode, SlurmUnreachable
+from fleetctl.errors import SlurmUnreachable
+from fleetctl.slurm.base import DrainResult, ResumeResult, SlurmBackend, SlurmNode
 
 
 def failing(node):

@@ -86,7 +86,7 @@ def test_segments_are_run_files_audit_analyze_reads(tmp_path):
                            plan=SimpleNamespace(to_dict=lambda: {"design": "full-mesh"}),
                            disc=SimpleNamespace(switch_results={}))
     opts = LensOptions(state_dir=str(tmp_path), segments=True)
-    out = Outputs(opts, log=lambda m: (_ for _ in ()).throw(AssertionError(m)), site=site)
+    out = Outputs(opts, log=lambda m: (_ for _ in ()).throw(AssertionError(m)), cluster=site)
     out.set_plan(plan)
     for a, b, probes in windows(syn):
         out.window({"t_end": b}, probes, {}, {"t_end": b}, [])

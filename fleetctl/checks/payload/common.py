@@ -19,14 +19,20 @@ RANK = {s: max(0, i - 1) for i, s in enumerate(STATUSES)}
 ACTIONS = ("none", "restart-app", "reset-gpu", "reboot", "drain", "inspect-hardware")  # strongest last
 
 
-def result(code, status, message, action="none", evidence=None, subject="", simulated=False):
+def result(code, status, message, action="none", evidence=None, subject=""):
     """One check result, JSON-ready. `code` is stable (`gpu.ecc.dbe`); `subject` names the part."""
     assert status in STATUSES and action in ACTIONS, (status, action)
-    out = {"code": code, "status": status, "message": message, "action": action,
-           "subject": subject, "evidence": evidence or {}}
+    return {"code": code, "status": status, "message": message, "action": action,
+            "subject": subject, "evidence": evidence or {}}
+
+
+def marked_simulated(results, simulated):
+    """The results, each marked `"simulated": true` when what they judged came from the lab's GPU file
+    (checks.simulated_gpus) rather than NVML: the one place a result learns its provenance."""
     if simulated:
-        out["simulated"] = True
-    return out
+        for r in results:
+            r["simulated"] = True
+    return results
 
 
 def worst_status(statuses):

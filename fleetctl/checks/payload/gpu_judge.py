@@ -18,40 +18,38 @@ def _gid(gpu):
     return "gpu%s" % gpu.get("index")
 
 
-def _aggregate(code, per_gpu, sim, ok_message, evidence):
+def _aggregate(code, per_gpu, ok_message, evidence):
     """per_gpu: [(gpu_id, status, action, text)] for the GPUs at fault -> one result."""
     if not per_gpu:
-        return result(code, "ok", ok_message, evidence=evidence, simulated=sim)
+        return result(code, "ok", ok_message, evidence=evidence)
     status = worst_status(s for _, s, _, _ in per_gpu)
     action = strongest_action(a for _, s, a, _ in per_gpu if s == status)
     worst = [p for p in per_gpu if p[1] == status]
     text = "; ".join("%s: %s" % (g, t) for g, _, _, t in worst[:4])
     if len(worst) > 4:
         text += "; and %d more" % (len(worst) - 4)
-    return result(code, status, text, action, evidence, subject=",".join(g for g, _, _, _ in worst),
-                  simulated=sim)
+    return result(code, status, text, action, evidence, subject=",".join(g for g, _, _, _ in worst))
 
 
 def judge_gpus(record, expect, thresholds):
     """All GPU results from one record. expect: the node class's gpus table (count, model, ...)."""
-    sim = bool(record.get("simulated"))
     gpus = record.get("gpus") or []
     src = record.get("source", "?")
-    out = [_count(gpus, expect, sim, src)]
+    out = [_count(gpus, expect, src)]
     if not gpus:
         return out
-    out.append(_model(gpus, expect, sim))
-    out.append(_ecc(gpus, sim))
-    out.append(_remap(gpus, sim))
-    out.append(_retired(gpus, sim))
-    out.append(_temperature(gpus, thresholds, sim))
-    out.append(_throttle(gpus, sim))
-    out.append(_persistence(gpus, sim))
-    out.append(_pcie(gpus, expect, sim))
-    out.append(_nvlink(gpus, expect, sim))
-    out.append(_versions(record, gpus, expect, sim))
+    out.append(_model(gpus, expect))
+    out.append(_ecc(gpus))
+    out.append(_remap(gpus))
+    out.append(_retired(gpus))
+    out.append(_temperature(gpus, thresholds))
+    out.append(_throttle(gpus))
+    out.append(_persistence(gpus))
+    out.append(_pcie(gpus, expect))
+    out.append(_nvlink(gpus, expect))
+    out.append(_versions(record, gpus, expect))
     if any(g.get("recovery_action") for g in gpus):
-        out.append(_recovery(gpus, sim))
+        out.append(_recovery(gpus))
     return out
 
 
@@ -67,23 +65,23 @@ def _each_gpu(gpus, evidence, verdict):
     return bad, ev
 
 
-def _reported(code, gpus, field, verdict, sim, ok_message, unreported):
+def _reported(code, gpus, field, verdict, ok_message, unreported):
     """A check of one field that older GPUs or sources do not report: skipped when no GPU has it,
     a GPU without it never at fault."""
     bad, ev = _each_gpu(gpus, lambda g: g.get(field),
                         lambda _g, value: None if value is None else verdict(value))
     if all(g.get(field) is None for g in gpus):
-        return result(code, "skipped", unreported, evidence=ev, simulated=sim)
-    return _aggregate(code, bad, sim, ok_message, ev)
+        return result(code, "skipped", unreported, evidence=ev)
+    return _aggregate(code, bad, ok_message, ev)
 
 
 # `nvidia-smi -q` "GPU Recovery Action" (R570+), the state Xid 154 announces: what the driver requires now.
 RECOVERY_BY_TEXT = (("reboot", "reboot"), ("reset", "reset-gpu"), ("drain", "reset-gpu"))
 
 
-def _recovery(gpus, sim):
+def _recovery(gpus):
     bad, ev = _each_gpu(gpus, lambda g: g.get("recovery_action"), _recovery_fault)
-    return _aggregate("gpu.recovery", bad, sim, "no recovery action pending", ev)
+    return _aggregate("gpu.recovery", bad, "no recovery action pending", ev)
 
 
 def _recovery_fault(_g, text):
@@ -93,30 +91,29 @@ def _recovery_fault(_g, text):
     return None
 
 
-def _count(gpus, expect, sim, src):
+def _count(gpus, expect, src):
     want = expect.get("count") or 0
     ev = {"found": len(gpus), "expected": want, "source": src}
     if want and len(gpus) < want:
-        return result("gpu.count", "fail", "%d of %d GPUs visible" % (len(gpus), want), "reboot", ev,
-                      simulated=sim)
+        return result("gpu.count", "fail", "%d of %d GPUs visible" % (len(gpus), want), "reboot", ev)
     if want and len(gpus) > want:
         return result("gpu.count", "warn", "%d GPUs visible, site file expects %d" % (len(gpus), want),
-                      evidence=ev, simulated=sim)
-    return result("gpu.count", "ok", "%d GPUs visible" % len(gpus), evidence=ev, simulated=sim)
+                      evidence=ev)
+    return result("gpu.count", "ok", "%d GPUs visible" % len(gpus), evidence=ev)
 
 
-def _model(gpus, expect, sim):
+def _model(gpus, expect):
     want = expect.get("model") or ""
     names = {_gid(g): g.get("name") for g in gpus}
     if not want:
-        return result("gpu.model", "skipped", "no model in the site file", evidence=names, simulated=sim)
+        return result("gpu.model", "skipped", "no model in the site file", evidence=names)
     bad = [(g, "fail", "drain", "is %r, expected %r" % (n, want)) for g, n in names.items() if n != want]
-    return _aggregate("gpu.model", bad, sim, "all GPUs are %s" % want, names)
+    return _aggregate("gpu.model", bad, "all GPUs are %s" % want, names)
 
 
-def _ecc(gpus, sim):
+def _ecc(gpus):
     bad, ev = _each_gpu(gpus, lambda g: dict(g.get("ecc") or {}, mode=g.get("ecc_mode")), _ecc_fault)
-    return _aggregate("gpu.ecc", bad, sim, "no uncorrectable ECC errors", ev)
+    return _aggregate("gpu.ecc", bad, "no uncorrectable ECC errors", ev)
 
 
 def _ecc_fault(g, _ev):
@@ -130,8 +127,8 @@ def _ecc_fault(g, _ev):
     return None
 
 
-def _remap(gpus, sim):
-    return _reported("gpu.remap", gpus, "remapped_rows", _remap_fault, sim, "no row remapping pending or failed",
+def _remap(gpus):
+    return _reported("gpu.remap", gpus, "remapped_rows", _remap_fault, "no row remapping pending or failed",
                      "row remapping not reported (pre-Ampere GPU or source)")
 
 
@@ -143,8 +140,8 @@ def _remap_fault(rr):
     return None
 
 
-def _retired(gpus, sim):
-    return _reported("gpu.retired_pages", gpus, "retired_pages", _retired_fault, sim, "no retired pages pending",
+def _retired(gpus):
+    return _reported("gpu.retired_pages", gpus, "retired_pages", _retired_fault, "no retired pages pending",
                      "page retirement not reported (Ampere+ remaps rows)")
 
 
@@ -157,7 +154,7 @@ def _retired_fault(rp):
     return None
 
 
-def _temperature(gpus, th, sim):
+def _temperature(gpus, th):
     warn_c, fail_c = th.get("gpu_temp_warn_c", 85), th.get("gpu_temp_fail_c", 95)
     hbm_fail_c = th.get("hbm_temp_fail_c", 95)
 
@@ -175,8 +172,8 @@ def _temperature(gpus, th, sim):
 
     bad, ev = _each_gpu(gpus, _temperatures, fault)
     if all(e["gpu_c"] is None for e in ev.values()):
-        return result("gpu.temperature", "skipped", "temperature not reported", evidence=ev, simulated=sim)
-    return _aggregate("gpu.temperature", bad, sim, "temperatures within limits", ev)
+        return result("gpu.temperature", "skipped", "temperature not reported", evidence=ev)
+    return _aggregate("gpu.temperature", bad, "temperatures within limits", ev)
 
 
 def _temperatures(g):
@@ -184,9 +181,9 @@ def _temperatures(g):
     return {"gpu_c": t, "hbm_c": m, "slowdown_c": slow, "margin_c": None if t is None or slow is None else slow - t}
 
 
-def _throttle(gpus, sim):
+def _throttle(gpus):
     bad, ev = _each_gpu(gpus, lambda g: g.get("throttle_reasons"), _throttle_fault)
-    return _aggregate("gpu.throttle", bad, sim, "no hardware or thermal clock slowdown", ev)
+    return _aggregate("gpu.throttle", bad, "no hardware or thermal clock slowdown", ev)
 
 
 def _throttle_fault(_g, reasons):
@@ -199,21 +196,21 @@ def _throttle_fault(_g, reasons):
     return None
 
 
-def _persistence(gpus, sim):
+def _persistence(gpus):
     ev = {_gid(g): g.get("persistence_mode") for g in gpus}
     bad = [(gid, "warn", "none", "persistence mode off (start nvidia-persistenced)")
            for gid, on in ev.items() if on is False]
-    return _aggregate("gpu.persistence", bad, sim, "persistence mode on", ev)
+    return _aggregate("gpu.persistence", bad, "persistence mode on", ev)
 
 
-def _pcie(gpus, expect, sim):
+def _pcie(gpus, expect):
     def evidence(g):
         p = g.get("pcie") or {}
         return dict(p, expected_gen=expect.get("pcie_gen") or p.get("max_gen"),
                     expected_width=expect.get("pcie_width") or p.get("max_width"))
 
     bad, ev = _each_gpu(gpus, evidence, _pcie_fault)
-    return _aggregate("gpu.pcie", bad, sim, "PCIe links at full width", ev)
+    return _aggregate("gpu.pcie", bad, "PCIe links at full width", ev)
 
 
 def _pcie_fault(g, e):
@@ -227,7 +224,7 @@ def _pcie_fault(g, e):
     return None
 
 
-def _nvlink(gpus, expect, sim):
+def _nvlink(gpus, expect):
     want = expect.get("nvlinks") or 0
     bad, ev, known = [], {}, False
     for g in gpus:
@@ -248,14 +245,14 @@ def _nvlink(gpus, expect, sim):
             bad.append((_gid(g), "warn", "none", "NVLink CRC %d, replay %d errors"
                         % (errors["crc_errors"], errors["replay_errors"])))
     if not known:
-        return result("gpu.nvlink", "skipped", "NVLink state not reported by this source", simulated=sim)
+        return result("gpu.nvlink", "skipped", "NVLink state not reported by this source")
     if not want and not any(e["active"] for e in ev.values()) and not bad:
         # PCIe cards, a lone GH200: no link up and none expected by the node class is not a fault
-        return result("gpu.nvlink", "ok", "no NVLink active, none expected", evidence=ev, simulated=sim)
-    return _aggregate("gpu.nvlink", bad, sim, "NVLinks active, no errors", ev)
+        return result("gpu.nvlink", "ok", "no NVLink active, none expected", evidence=ev)
+    return _aggregate("gpu.nvlink", bad, "NVLinks active, no errors", ev)
 
 
-def _versions(record, gpus, expect, sim):
+def _versions(record, gpus, expect):
     ev = {"driver_version": record.get("driver_version"), "cuda_version": record.get("cuda_version"),
           "vbios": {_gid(g): g.get("vbios_version") for g in gpus}}
     bad = []
@@ -268,4 +265,4 @@ def _versions(record, gpus, expect, sim):
             bad.append((gid, "warn", "drain", "VBIOS %s, expected %s" % (vb, want_vbios)))
     if not want_vbios and len(set(ev["vbios"].values())) > 1:
         bad.append(("vbios", "warn", "none", "GPUs of this node carry different VBIOS versions"))
-    return _aggregate("gpu.versions", bad, sim, "driver %s" % record.get("driver_version"), ev)
+    return _aggregate("gpu.versions", bad, "driver %s" % record.get("driver_version"), ev)

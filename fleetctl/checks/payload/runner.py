@@ -17,7 +17,7 @@ import threading
 import time
 
 from fleetctl.checks.payload.common import (SCHEMA, Deadline, boot_id, json_argument,  # payload-local
-                                            load_state, result, save_state,  # payload-local
+                                            load_state, marked_simulated, result, save_state,  # payload-local
                                             strongest_action, worst_status)  # payload-local
 from fleetctl.checks.payload.gpu_collect import GpuSourceError, collect_gpus  # payload-local
 from fleetctl.checks.payload.gpu_judge import judge_gpus  # payload-local
@@ -38,8 +38,8 @@ def _gpu_group(ctx):
         record = collect_gpus(args, ctx["deadline"])
     except GpuSourceError as exc:
         if expect.get("count"):
-            return [result("gpu.source", "fail", "cannot read GPUs: %s" % exc, "reboot",
-                           simulated=bool(args.get("simulated_gpus")))]
+            return marked_simulated([result("gpu.source", "fail", "cannot read GPUs: %s" % exc, "reboot")],
+                                    bool(args.get("simulated_gpus")))
         return [result("gpu.source", "skipped", "no GPUs expected and none readable (%s)" % exc)]
     gpus = record.get("gpus") or []
     facts["gpu"] = {"source": record.get("source"), "count": len(gpus),
@@ -48,7 +48,7 @@ def _gpu_group(ctx):
                     "vbios_versions": sorted({g.get("vbios_version") for g in gpus if g.get("vbios_version")})}
     ctx["gpu_count"] = len(gpus)
     ctx["gpu_by_bus"] = {short_bus_id(g.get("pci_bus_id")): g.get("index") for g in gpus if g.get("pci_bus_id")}
-    return judge_gpus(record, expect, args.get("thresholds") or {})
+    return marked_simulated(judge_gpus(record, expect, args.get("thresholds") or {}), record.get("simulated"))
 
 
 def _nic_group(ctx):
@@ -81,7 +81,8 @@ def _ib_write_bw_group(ctx):
 # (group name, first level that runs it, function). Cheap, decisive groups first.
 GROUPS = (
     ("gpu", "quick", _gpu_group),
-    ("xid", "quick", lambda ctx: check_xids(ctx["args"], ctx["deadline"], ctx["state"])),
+    ("xid", "quick", lambda ctx: marked_simulated(check_xids(ctx["args"], ctx["deadline"], ctx["state"]),
+                                                  bool(ctx["args"].get("simulated_gpus")))),
     ("host", "quick", _host_group),
     ("nic", "quick", _nic_group),
     ("clock", "standard", lambda ctx: check_clock(ctx["args"].get("thresholds") or {}, ctx["deadline"])),

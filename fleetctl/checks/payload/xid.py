@@ -533,14 +533,13 @@ def judge_scan(scan, args, state, source):
     """Findings of a scan: one per (GPU, Xid), per (NVSwitch, SXid), per GPU fallen off the bus without
     an Xid; at most MAX_RESULTS, the rest summed; `xid.unparsed` and `xid.scan`."""
     policy = xid_policy(args.get("xid_policy"))
-    sim = bool(args.get("simulated_gpus"))
     findings = _xid_findings(scan, args, policy, source) + _sxid_findings(scan, source)
     findings.sort(key=lambda f: (-RANK[f[0]], -f[5]["count"], f[3], f[6]))
     shown, hidden = findings[:MAX_RESULTS], findings[MAX_RESULTS:]
-    out = [_finding(f, args, state, sim) for f in shown]
+    out = [_finding(f, args, state) for f in shown]
     if hidden or scan.overflow:
-        out.append(_more(hidden, scan.overflow, policy, sim))
-    return out + _scan_results(scan, source, len(findings), out, sim)
+        out.append(_more(hidden, scan.overflow, policy))
+    return out + _scan_results(scan, source, len(findings), out)
 
 
 def _xid_groups(scan):
@@ -601,7 +600,7 @@ def _sxid_findings(scan, source):
     return findings
 
 
-def _scan_results(scan, source, n_findings, reported, sim):
+def _scan_results(scan, source, n_findings, reported):
     """`xid.unparsed` (when lines could not be parsed) and `xid.scan`: how the scan went, and the worst
     status of the results `reported` before them and of these."""
     stats = scan.stats
@@ -610,19 +609,19 @@ def _scan_results(scan, source, n_findings, reported, sim):
     out = []
     if stats["unparsed"]:
         out.append(result("xid.unparsed", "warn", "%d Xid lines could not be parsed (truncated or corrupt)"
-                          % stats["unparsed"], "none", summary, simulated=sim))
+                          % stats["unparsed"], "none", summary))
     worst = worst_status(r["status"] for r in reported + out)
     if scan.stopped:
         out.append(result("xid.scan", "error", "kernel-log scan stopped at the time budget after %d lines; "
                           "%d findings so far (worst: %s)" % (stats["lines"], n_findings, worst),
-                          evidence=summary, simulated=sim))
+                          evidence=summary))
     else:
         out.append(result("xid.scan", "ok", "%d kernel-log lines read, %d Xid findings (worst: %s)"
-                          % (stats["lines"], n_findings, worst), evidence=summary, simulated=sim))
+                          % (stats["lines"], n_findings, worst), evidence=summary))
     return out
 
 
-def _finding(f, args, state, sim):
+def _finding(f, args, state):
     status, action, recoverable, code, msg, ev, subject = f
     if recoverable and status == "fail" and code.startswith("xid."):
         escalate_after = int((args.get("thresholds") or {}).get("xid_reboot_escalation", 2))
@@ -638,10 +637,10 @@ def _finding(f, args, state, sim):
         if len(seen) > escalate_after:
             action = "inspect-hardware"
             msg += "; came back after %d reboots" % (len(seen) - 1)
-    return result(code, status, msg, action, ev, subject=subject, simulated=sim)
+    return result(code, status, msg, action, ev, subject=subject)
 
 
-def _more(hidden, overflow, policy, sim):
+def _more(hidden, overflow, policy):
     """One result for the findings past MAX_RESULTS and the lines past MAX_GROUPS: worst status kept."""
     statuses = [f[0] for f in hidden] + [policy.get(x, UNKNOWN_XID)[0] for x in overflow]
     actions = [f[1] for f in hidden if f[0] == "fail"] + \
@@ -654,7 +653,7 @@ def _more(hidden, overflow, policy, sim):
           "overflow_lines": {str(k): v for k, v in sorted(overflow.items())[:MAX_RESULTS]}}
     return result("xid.more", status, "%d more findings not listed, %d more Xid lines past %d distinct "
                   "(device, code) pairs (worst: %s)" % (len(hidden), sum(overflow.values()), MAX_GROUPS, status),
-                  strongest_action(actions) if status == "fail" else "none", ev, simulated=sim)
+                  strongest_action(actions) if status == "fail" else "none", ev)
 
 
 def check_xids(args, deadline, state):

@@ -18,7 +18,7 @@ def state_dir_option(func=None, *, must_exist: bool = False):
 def config(app: Application, state_dir: str | None):
     from fleetctl.act.config import ActConfig
 
-    return ActConfig.from_site(app.site, **({"state_dir": state_dir} if state_dir else {}))
+    return ActConfig.from_site(app.cluster, **({"state_dir": state_dir} if state_dir else {}))
 
 
 def line(rec: dict) -> str:

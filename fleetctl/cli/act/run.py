@@ -37,7 +37,7 @@ def run(app: Application, once: bool, duration: float | None, **options) -> int:
     """
     from fleetctl.act.run import RunOptions, start
 
-    runner, recovered = start(app.site, RunOptions(**options))
+    runner, recovered = start(app.cluster, RunOptions(**options))
     engine = runner.engine
     decisions: list[dict] = []
     if once:

@@ -28,8 +28,8 @@ def undo_cmd(app: Application, state_dir, action_id: str, dry_run: bool, spares_
     from fleetctl.slurm import backend_for_site
     from fleetctl.spares import SparePool, SparesConfig
 
-    backend = backend_for_site(app.site)
-    pool = SparePool(backend, SparesConfig.from_site(app.site, spares_state_dir))
+    backend = backend_for_site(app.cluster)
+    pool = SparePool(backend, SparesConfig.from_site(app.cluster, spares_state_dir))
     out = undo(ActionLog(config(app, state_dir).state_dir), action_id, backend, pool, dry_run=dry_run)
     app.emit(out, lambda console: console.print(f"{'would ' if dry_run else 'undone: '}"
                                                 f"{esc(out.get('would') or out.get('why'), 2000)}"))

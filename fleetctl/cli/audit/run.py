@@ -71,8 +71,8 @@ def run(app: Application, **options) -> int:
     opts = AuditOptions(**options)
     check_outputs(opts)  # before anything else, the site file included
     opts.checked_nodeset()
-    site = app.site_or_slurm(alone=opts.local)
-    result = run_audit(site, opts, bar=lambda total: _bar(app, total), progress=app.info)
+    cluster = app.site_or_slurm(alone=opts.local)
+    result = run_audit(cluster, opts, bar=lambda total: _bar(app, total), progress=app.info)
     data = result.data
     if opts.mesh_only:
         app.emit(data, lambda console: mesh_view.render(console, data))

@@ -25,25 +25,25 @@ def check(app: Application, path: str | None) -> int:
     from fleetctl.config import load_site
     from fleetctl.sitecheck import check_site
 
-    site = load_site(path or app.site_file())
+    cluster = load_site(path or app.site_file())
     notes: list[str] = []
-    problems = check_site(site, notes)
+    problems = check_site(cluster, notes)
     if problems:
         first = problems[0]
-        first["message"] = first["message"].removeprefix(f"{site.source}: ")
+        first["message"] = first["message"].removeprefix(f"{cluster.source}: ")
         more = f" (and {len(problems) - 1} more: {'; '.join(p['section'] for p in problems[1:])})" \
             if len(problems) > 1 else ""
-        raise ConfigError(f"[{first['section']}] {first['message']}{more}", path=site.source,
+        raise ConfigError(f"[{first['section']}] {first['message']}{more}", path=cluster.source,
                           hint="every command that reads this section refuses it the same way")
     summary = {
-        "file": site.source, "cluster": site.name, "valid": True,
-        "nodes": len(site.nodes), "node_classes": [c.name for c in site.node_classes],
-        "switches": len(site.switches), "links": len(site.links), "not_checked": notes,
+        "file": cluster.source, "cluster": cluster.name, "valid": True,
+        "nodes": len(cluster.nodes), "node_classes": [c.name for c in cluster.node_classes],
+        "switches": len(cluster.switches), "links": len(cluster.links), "not_checked": notes,
     }
 
     def render(console):
-        console.print(f"[green]ok[/green] {esc(site.source)}: cluster {esc(repr(site.name))}, {summary['nodes']} nodes "
-                      f"in {len(site.node_classes)} classes, {summary['switches']} switches, "
+        console.print(f"[green]ok[/green] {esc(cluster.source)}: cluster {esc(repr(cluster.name))}, {summary['nodes']} nodes "
+                      f"in {len(cluster.node_classes)} classes, {summary['switches']} switches, "
                       f"{summary['links']} links")
         for note in notes:
             console.print(f"[cyan]note[/cyan] {esc(note)}", markup=True, highlight=False)

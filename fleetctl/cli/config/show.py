@@ -21,6 +21,6 @@ def show(app: Application) -> int:
     """
     import json
 
-    site = app.site
-    click.echo(json.dumps({"file": site.source, **site.data}, indent=2))
+    cluster = app.cluster
+    click.echo(json.dumps({"file": cluster.source, **cluster.data}, indent=2))
     return EXIT_OK

@@ -40,9 +40,9 @@ def drill_cmd(app: Application, **options) -> int:
     from fleetctl.failover.command import DrillRequest, run_drill
 
     request = DrillRequest(**options)
-    site = app.site
-    nics = request.nic_list(site)
-    adapters = _adapters(site, request)
+    cluster = app.cluster
+    nics = request.nic_list(cluster)
+    adapters = _adapters(cluster, request)
     app.info(f"drill {request.node_a} -> {request.node_b} over {','.join(nics)} ({adapters.where}), "
              f"files in {adapters.runner.workdir}")
     report = run_drill(request, nics, adapters)
@@ -70,13 +70,13 @@ def drill_cmd(app: Application, **options) -> int:
     return EXIT_FAILURES if report.problems else EXIT_OK
 
 
-def _adapters(site, request):
+def _adapters(cluster, request):
     """The lab's namespaces and faults when the site file names a lab, else srun and `ip link` in a
     maintenance reservation."""
     from fleetctl.failover.command import DrillAdapters
     from fleetctl.failover.drill import new_workdir
 
-    lab_dir = (site.data.get("lab") or {}).get("state_dir")
+    lab_dir = (cluster.data.get("lab") or {}).get("state_dir")
     if lab_dir:
         from fleetctl.lab.drill import lab_adapters
 
@@ -84,4 +84,4 @@ def _adapters(site, request):
         return DrillAdapters(runner, faults, "lab", remove_workdir=not request.workdir)
     from fleetctl.failover.realcluster import real_cluster_adapters
 
-    return real_cluster_adapters(site, request)
+    return real_cluster_adapters(cluster, request)

@@ -33,7 +33,7 @@ def plan_cmd(app: Application, **options) -> int:
     from fleetctl.failover.command import PlanRequest, make_plan
 
     request = PlanRequest(**options)
-    result = make_plan(app.site, request)
+    result = make_plan(app.cluster, request)
     data = result.to_dict()
     if request.write_env:
         data["env_file"] = request.write_env

@@ -31,7 +31,7 @@ def install(app: Application, directory: str, fail_closed: bool, log_path: str,
     from fleetctl.errors import EXIT_OK, UsageError
 
     site_path = str(Path(app.site_file()).resolve())
-    app.site  # validate before installing anything that would use it
+    app.cluster  # validate before installing anything that would use it
     if fleetctl_bin is not None and not Path(fleetctl_bin).is_absolute():
         raise UsageError(f"--fleetctl {fleetctl_bin}: give an absolute path (slurmd gives hooks no PATH)")
     fleetctl_bin = fleetctl_bin or running_fleetctl()

@@ -15,7 +15,7 @@ from fleetctl.cli.params import seconds
 def _run(app: Application, name: str, level: str, budget: float | None) -> int:
     from fleetctl.audit.hooks import judge_and_record
 
-    verdict, line = judge_and_record(lambda: app.site, name, level, budget,
+    verdict, line = judge_and_record(lambda: app.cluster, name, level, budget,
                                      warn=lambda text: click.echo(text, err=True))
     if app.json:
         app.emit(verdict.to_dict())

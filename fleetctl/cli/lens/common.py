@@ -25,7 +25,7 @@ existing_state_dir_option = click.option("--state-dir", metavar="DIR", default=N
 def state_directory(app: Application, state_dir: str | None) -> Path:
     from fleetctl.lens.options import LensOptions
 
-    opts = LensOptions(state_dir=state_dir) if state_dir else LensOptions.from_site(app.site)
+    opts = LensOptions(state_dir=state_dir) if state_dir else LensOptions.from_site(app.cluster)
     return Path(opts.state_dir).expanduser()
 
 

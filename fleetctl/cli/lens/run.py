@@ -35,7 +35,7 @@ def run_cmd(app: Application, **options) -> int:
     from fleetctl.lens.service import RunRequest, start
 
     require("mesh", "lens run")
-    started = start(app.site, RunRequest(**options), stop_on_signals())
+    started = start(app.cluster, RunRequest(**options), stop_on_signals())
     if started is not None:
         app.emit(started, lambda c: c.print(f"lens coordinator started (pid {started['pid']}); log "
                                             f"{started['log']}", markup=False))

@@ -12,8 +12,8 @@ def pool(app: Application, state_dir: str | None):
     from fleetctl.slurm import backend_for_site
     from fleetctl.spares import SparePool, SparesConfig
 
-    backend = backend_for_site(app.site)
-    return backend, SparePool(backend, SparesConfig.from_site(app.site, state_dir))
+    backend = backend_for_site(app.cluster)
+    return backend, SparePool(backend, SparesConfig.from_site(app.cluster, state_dir))
 
 
 def state_dir_option(func=None, *, must_exist: bool = False):

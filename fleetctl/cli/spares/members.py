@@ -27,7 +27,7 @@ def _command(name: str, doc: str):
 
         nodes = list(parse_nodeset(app.nodes(nodeset)))
         _, spare_pool = pool(app, state_dir)
-        audit = (lambda stale: audit_nodes(app.site, spare_pool, stale)) if name == "add" and run_audit else None
+        audit = (lambda stale: audit_nodes(app.cluster, spare_pool, stale)) if name == "add" and run_audit else None
         data = change(spare_pool, nodes, add=name == "add", dry_run=dry_run,
                       report=read_report(report) if report is not None else None, audit=audit,
                       on_audit=lambda stale: app.info(f"auditing {','.join(stale)} "

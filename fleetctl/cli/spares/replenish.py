@@ -25,7 +25,7 @@ def replenish_cmd(app: Application, state_dir, dry_run: bool) -> int:
     from fleetctl.spares.replenish import replenish
 
     backend, spare_pool = pool(app, state_dir)
-    out = replenish(spare_pool, backend, lambda nodes: audit_nodes(app.site, spare_pool, nodes), dry_run=dry_run)
+    out = replenish(spare_pool, backend, lambda nodes: audit_nodes(app.cluster, spare_pool, nodes), dry_run=dry_run)
 
     def render(console):
         console.print(f"candidates: {esc(','.join(out.candidates) or 'none')}; "

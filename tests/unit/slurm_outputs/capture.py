@@ -30,7 +30,7 @@ def main() -> None:
         os.environ["PATH"] = env["PATH"]  # a Debian root's client commands, for the backend too
         sh = lambda *a: subprocess.run(list(a), env=env, capture_output=True, text=True,  # noqa: E731
                                        timeout=60, check=True).stdout
-        slurm = backend_for_site(lab.site)
+        slurm = backend_for_site(lab.cluster)
         version = slurm.ping()
         out = Path(__file__).parent / ".".join(version.split(".")[:2])
         out.mkdir(exist_ok=True)
