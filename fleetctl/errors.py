@@ -104,6 +104,12 @@ class NotifyError(FleetctlError):
     kind = "notify"
 
 
+class RemediationError(FleetctlError):
+    """A step of act's remediation ladder on a node (a GPU reset, the re-audit) did not succeed."""
+
+    kind = "remediation"
+
+
 class ResourceError(FleetctlError):
     """This machine ran out of what the job needs (memory): the input is fine, the machine too small
     for it, or fleetctl's way of doing it too costly (a bug worth a report)."""

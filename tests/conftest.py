@@ -8,7 +8,7 @@ tests are marked `slurm` too (`-m slurm` runs just them). Two pytest runs on one
 (flock on /run/fleetctl-lab.lock). The lab lives in FLEETCTL_LAB_DIR (default /var/lib/fleetctl/lab).
 
     def test_something(lab):          # lab: fleetctl.lab.session.Lab
-        site = lab.cluster               # the lab's Site (load_site of lab.site_file)
+        site = lab.cluster               # the lab's Cluster (load_site of lab.site_file)
         lab.run_in("node2", ["hostname"])
         subprocess.run(["srun", "-N2", "hostname"], env=lab.command_env())
 """

@@ -39,3 +39,24 @@ class Budget:
 
 def since_hour(now: float | None = None) -> float:
     return (now or time.time()) - HOUR_S
+
+
+def breaker_open(slurm_nodes: list, max_pct: float, ours, min_nodes: int = 3) -> str:
+    """The circuit breaker: '' while every partition has at most `max_pct` % of its nodes (or fewer
+    than `min_nodes`) in remediation (drained by fleetctl, `ours(reason)`, or down), else the line
+    that says which partition tripped it. Open, it pauses every remediation fleet-wide: that many nodes failing at
+    once is more likely a cause above them (a driver rollout, a PDU, a fabric event, fleetctl's own
+    mistake) than that many broken nodes, and a person should look first."""
+    partitions: dict[str, list] = {}
+    for n in slurm_nodes:
+        for part in n.partitions:
+            partitions.setdefault(part, []).append(n)
+    for part in sorted(partitions):
+        members = partitions[part]
+        hit = [n.name for n in members if (n.drained and ours(n.reason)) or n.state in ("DOWN", "FAIL")]
+        share = 100.0 * len(hit) / max(1, len(members))
+        if share > max_pct + 1e-9 and len(hit) >= min_nodes:
+            return (f"circuit breaker open: {len(hit)} of {len(members)} nodes of partition {part} "
+                    f"({share:.0f} %) are in remediation, above act.breaker_pct = {max_pct:g} %: "
+                    "remediation is paused fleet-wide until that falls back")
+    return ""

@@ -12,6 +12,15 @@ class ActConfig:
     lens_events: str = ""
     max_drain_pct: float = 10.0
     max_drains_per_hour: int = 4
+    breaker_pct: float = 10.0
+    breaker_min_nodes: int = 3
+    suspect_after: int = 2
+    suspect_window_s: float = 7 * 86400.0
+    service_webhook: str = ""
+    gpu_busy_command: tuple[str, ...] = ("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader",
+                                         "-i", "{gpu}")
+    gpu_reset_command: tuple[str, ...] = ("nvidia-smi", "--gpu-reset", "-i", "{gpu}")
+    remedy_timeout_s: float = 120.0
     snapshot_timeout_s: float = 30.0
     webhook_timeout_s: float = 5.0
     poll_s: float = 1.0
@@ -24,6 +33,9 @@ class ActConfig:
         known.update({k: v for k, v in overrides.items() if v is not None})
         from fleetctl.config.files import site_path
 
+        for key in ("gpu_busy_command", "gpu_reset_command"):
+            if key in known:
+                known[key] = tuple(known[key])
         for key in ("state_dir", "lens_events"):
             if known.get(key) and key not in overrides:
                 known[key] = str(site_path(known[key], cluster.source))

@@ -34,6 +34,7 @@ class Detection:
     evidence: dict = field(default_factory=dict)
     jobs: list[dict] = field(default_factory=list)  # lens: the jobs crossing the element
     trouble: str = ""  # non-empty: fleetctl's own failure or measurement trouble: never acted on
+    remedy: str = ""  # the check catalogue's action (reset-gpu, reboot, inspect-hardware, ...): where the ladder starts
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,6 +81,13 @@ def _check_fields(obj: dict, where: str, names: tuple[str, ...]) -> None:
             raise DataError(f"audit report: {where}.{name} is not a string")
 
 
+REMEDIES = ("none", "restart-app", "reset-gpu", "reboot", "drain", "inspect-hardware")  # checks' actions
+
+
+def _remedy(action) -> str:
+    return action if action in REMEDIES else ""
+
+
 def from_audit_report(report: dict) -> list[Detection]:
     """Detections of an audit report (`fleetctl.audit/1`): every failing or warning check result, every
     fleet finding, and one `trouble` detection per node that could not be checked."""
@@ -106,7 +114,7 @@ def from_audit_report(report: dict) -> list[Detection]:
                 f"audit/{name}/{code}" + (f"/{subject}" if subject else ""), "audit", code,
                 EVENT_SEVERITY_OF_STATUS[status], 1.0 if status == "fail" else 0.5, when, [name],
                 message=str(res.get("message", ""))[:500], subject=subject,
-                evidence=_bounded(res.get("evidence")), trouble=trouble))
+                evidence=_bounded(res.get("evidence")), trouble=trouble, remedy=_remedy(res.get("action"))))
     for finding in report.get("fleet", []) or []:
         if finding.get("status") not in ("fail", "warn"):
             continue

@@ -21,7 +21,9 @@ from fleetctl.act.actionlog import ActionLog, new_action_id
 from fleetctl.act.budget import Budget, since_hour
 from fleetctl.act.config import ActConfig
 from fleetctl.act.detections import Detection
-from fleetctl.act.policies import Policy
+from fleetctl.act.incidents import REMEDIATIONS, IncidentLog
+from fleetctl.act.ladder import Ladder, reason_code, suspect_line
+from fleetctl.act.policies import ACTIONS, REMEDIATION, RUNGS, Policy
 from fleetctl.errors import FleetctlError, SlurmError
 from fleetctl.slurm.reasons import is_ours
 
@@ -30,7 +32,7 @@ def _no_hook(action: str, point: str) -> None:
     """The default `on_point`: production passes every point silently."""
 
 
-class Engine:
+class Engine(Ladder):
     def __init__(self, backend, policies: list[Policy], config: ActConfig, *, pool=None,
                  dry_run: bool = True, registry: str | None = None, clock=time.time,
                  on_point: Callable[[str, str], None] = _no_hook):
@@ -41,11 +43,18 @@ class Engine:
         self.dry_run = dry_run
         self.log = ActionLog(config.state_dir)
         self.budget = Budget(config.max_drain_pct, config.max_drains_per_hour)
+        self.incidents = IncidentLog(config.state_dir, suspect_after=config.suspect_after,
+                                     suspect_window_s=config.suspect_window_s)
         self.registry = registry
         self.clock = clock
         self.on_point = on_point
         self._refusals: set[tuple] = set()  # refusals already logged by this process (no repeats)
         self._planned_drains: list[str] = []  # dry-run: drains decided but not visible in Slurm
+        self._dry = dry_run  # this policy's: the engine's dry run, or the policy in shadow mode
+        self._breaker = ""  # this detection's breaker line ('' closed)
+        self.remediator = None  # act.remedy.Remediator (GPU reset, re-audit): set by act.run.start
+        self._ladder_state: dict[str, str] = {}  # this detection's nodes: healed | failed | rebooting
+        self._remembered: set[str] = set()  # nodes with an incident recorded for this detection
 
     # ---- entry points
     def recover(self) -> list[dict]:
@@ -78,10 +87,16 @@ class Engine:
     def handle(self, det: Detection) -> list[dict]:
         """Every decision for one detection (records as appended to the log)."""
         out: list[dict] = []
-        for policy in self.policies:
-            if policy.matches(det):
-                out += self._handle_policy(policy, det)
+        matching = [p for p in self.policies if p.matches(det)]
+        if any(set(p.actions) & set(REMEDIATION) for p in matching):
+            self._breaker = self._breaker_line()
+        self._remembered = set()
+        for policy in matching:
+            self._dry = self.dry_run or policy.shadow
+            self._ladder_state = {}
+            out += self._handle_policy(policy, det)
         return out
+
 
     # ---- one policy
     def _handle_policy(self, policy: Policy, det: Detection) -> list[dict]:
@@ -96,9 +111,23 @@ class Engine:
                                              f"cannot read the jobs from Slurm: {exc.message}")
                                 for a in policy.ordered_actions) if r]
         out: list[dict] = []
-        for action in policy.ordered_actions:
-            out += getattr(self, f"_act_{action}")(policy, det, jobs, out)
+        suspects = self._suspects(det)
+        ladder = self._ladder(policy, suspects, det)
+        skipped = [a for a in policy.ordered_actions if a in RUNGS and a not in ladder]
+        for action in [a for a in ACTIONS if a in ladder or a in skipped]:
+            if (action in REMEDIATION or action == "service-request") and self._breaker:
+                out += [r for r in [self._refuse(policy, det, action, {"nodes": det.nodes}, self._breaker)] if r]
+            elif action in skipped:  # said once, where the rung would have been
+                why = (suspect_line(suspects) if any(suspects) else
+                       f"the check catalogue's action for {det.code} is {det.remedy}: {action} would not clear it")
+                out += [r for r in [self._refuse(policy, det, action, {"nodes": det.nodes}, why)] if r]
+            elif action == "resume" and suspects:
+                why = suspects.get("") or suspect_line(suspects)
+                out += [r for r in [self._refuse(policy, det, "resume", {"nodes": det.nodes}, why)] if r]
+            else:
+                out += getattr(self, f"_act_{action.replace('-', '_')}")(policy, det, jobs, out)
         return out
+
 
     def _policy_refusal(self, policy: Policy, det: Detection) -> str:
         if det.trouble:
@@ -143,9 +172,9 @@ class Engine:
                                         f"job {job['job_id']} does not use the snapshot library ({exc.message})"))
                 continue
             what = f"snapshot job {job['job_id']} in {root}"
-            if self.dry_run:
+            if self._dry:
                 out.append(self.log.append({**self._base(policy, det, "snapshot", targets), "phase": "dry-run",
-                                            "why": f"would {what} (dry run)"}))
+                                            "why": f"would {what} ({self._dry_note(policy)})"}))
                 continue
             base = self._base(policy, det, "snapshot", targets)
             self.log.append({**base, "phase": "pending", "why": what})
@@ -187,7 +216,7 @@ class Engine:
             if why:
                 out.append(self._refuse(policy, det, "drain", targets, why))
                 continue
-            code = _reason_code(det.code)
+            code = reason_code(det.code)
             out += self._take(policy, det, "drain", targets,
                               lambda aid, node=node: self._drain(node, code, f"{aid} {det.message}"),
                               f"drain {node} ({code})", pass_id=True, undo={"resume": [node]})
@@ -212,8 +241,8 @@ class Engine:
                         out.append(self._refuse(policy, det, "swap", targets, why))
                         continue
                 try:
-                    plan = plan_swap(self.backend, self.pool, job["job_id"], node, code=_reason_code(det.code),
-                                     dry_run=self.dry_run)
+                    plan = plan_swap(self.backend, self.pool, job["job_id"], node, code=reason_code(det.code),
+                                     dry_run=self._dry)
                 except FleetctlError as exc:
                     out.append(self._refuse(policy, det, "swap", targets, f"cannot swap: {exc.message}"))
                     continue
@@ -237,10 +266,17 @@ class Engine:
     def _act_resume(self, policy, det, jobs, _done) -> list[dict]:
         out = []
         for node in det.nodes:
+            state = self._ladder_state.get(node)
+            if set(policy.actions) & set(RUNGS) and state != "healed":
+                why = ("Slurm resumes it after its reboot (nextstate=RESUME), once its health check passes"
+                       if state == "rebooting" else "no rung of the ladder healed it (its reset-gpu or reboot record says why)")
+                out.append(self._refuse(policy, det, "resume", {"nodes": [node]}, why))
+                continue
             out += self._take(policy, det, "resume", {"nodes": [node]},
                               lambda node=node: _resume(self.backend, node), f"resume {node}",
                               undo={"drain": [node]})
         return [r for r in out if r]
+
 
     def _act_notify(self, policy, det, jobs, done) -> list[dict]:
         from fleetctl.act.notify import post
@@ -259,10 +295,10 @@ class Engine:
     def _take(self, policy, det, action, targets, do, what, *, pass_id=False, undo=None) -> list[dict]:
         base = self._base(policy, det, action, targets)
         aid = base["id"]
-        if self.dry_run:
-            if action == "drain":
+        if self._dry:
+            if action == "drain" and self.dry_run:  # a shadow policy's drains do not hold back the others'
                 self._planned_drains += targets.get("nodes", [])
-            return [self.log.append({**base, "phase": "dry-run", "why": f"would {what} (dry run)"})]
+            return [self.log.append({**base, "phase": "dry-run", "why": f"would {what} ({self._dry_note(policy)})"})]
         self.log.append({**base, "phase": "pending", "why": what})
         self.on_point(action, "after-pending")
         started = time.monotonic()
@@ -277,12 +313,18 @@ class Engine:
                                             "check its target by hand",
                                      "seconds": round(time.monotonic() - started, 3)})]
         self.on_point(action, "after-action")
+        if action in REMEDIATIONS:
+            self._remember(det, action, aid, targets)
         rec = {**base, "phase": "done", "why": what, "result": result,
                "seconds": round(time.monotonic() - started, 3)}
         if undo is not None:
             rec["undo"] = ({"return_spare": result.get("spare"), "job": targets.get("jobs", [None])[0]}
                            if "return_spare" in undo else undo)
         return [self.log.append(rec)]
+
+    def _dry_note(self, policy) -> str:
+        return "dry run" if self.dry_run else f"shadow: policy {policy.name} is in shadow mode"
+
 
     def _progress(self, aid, policy, det, action, targets, plan, step) -> None:
         """A step of a multi-step action done: recorded (still `pending`) with what it changed, so a
@@ -327,13 +369,6 @@ class Engine:
         if not result.drained:
             raise SlurmError(f"{node} not drained: {'; '.join(result.skipped.values())}")
         return {"drained": result.drained, "reason": result.reason}
-
-
-def _reason_code(code: str) -> str:
-    import re
-
-    clean = re.sub(r"[^A-Za-z0-9_.\-]", ".", code).strip(".") or "act"
-    return clean[:64]
 
 
 def _resume(backend, node: str) -> dict:

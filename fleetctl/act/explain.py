@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from fleetctl.act import eventlog
 from fleetctl.act.actionlog import ActionLog
-from fleetctl.errors import SlurmError, UsageError
+from fleetctl.errors import FleetctlError, SlurmError, UsageError
 from fleetctl.nodeset import is_node_name
 from fleetctl.slurm.reasons import parse_reason
 
@@ -43,6 +43,7 @@ class Context:
     log: ActionLog | None = None
     events_path: str = ""
     audit: dict | None = None  # an audit report (fleetctl.audit/1)
+    incidents: object = None  # an act.incidents.IncidentLog: the node's remediation history
 
 
 def explain(target: str, ctx: Context) -> dict:
@@ -195,9 +196,31 @@ def explain_node(node: str, ctx: Context) -> dict:
         out["why"] += [f"last audit: {audit_node.get('status')}"] + fails[:MAX_EVIDENCE_LINES]
     out["jobs"] = _jobs_on(ctx, [node])
     out["fleetctl"] = _actions_for(ctx, lambda r: node in (r.get("targets") or {}).get("nodes", []))
+    if ctx.incidents is not None:
+        _history(out, node, ctx.incidents)
     if not out["what"]:
         out["what"], out["next"] = f"{node}: no live Slurm state (no site file backend)", "look at the log"
     return _finish(out)
+
+
+def _history(out: dict, node: str, incidents) -> None:
+    """The node's incidents (remediations), its mean time between them, and whether it is suspect."""
+    try:
+        history = incidents.history(node, time.time())
+    except FleetctlError as exc:
+        out["why"].append(f"incident history not read: {exc.message}")
+        return
+    out["history"] = history.to_dict()
+    if history.incidents:
+        mtbi = history.mtbi_s
+        out["why"].append(f"{len(history.incidents)} incident(s), the last {_iso(history.incidents[-1]['time'])} "
+                          f"({history.incidents[-1]['code']}, {history.incidents[-1]['action']})"
+                          + (f"; mean time between incidents {mtbi / 3600:.1f} h" if mtbi is not None else ""))
+    if history.suspect:
+        out["why"].append(f"suspect: {history.in_window} incidents within act.suspect_window_s; fleetctl "
+                          "files a service request and never puts it back itself")
+        if out["next"] in ("", "nothing"):
+            out["next"] = "the node is suspect: follow its service request (state_dir/tickets)"
 
 
 def explain_job(job_id: str, ctx: Context) -> dict:

@@ -16,8 +16,10 @@
     metrics = ["loss", "down"]
     actions = ["snapshot"]           # for the jobs crossing the link
 
-Actions always run in the order snapshot, drain, swap, resume, notify, whatever the order written:
-a snapshot after the drain would be a snapshot of a job already moving.
+Actions always run in the order snapshot, drain, swap, reset-gpu, reboot, resume, service-request,
+notify, whatever the order written: a snapshot after the drain would be a snapshot of a job already
+moving, and the ladder climbs from the cheapest repair (docs/act.md, "The remediation ladder"). A policy with
+`shadow = true` logs every decision as `dry-run` while the other policies act.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from dataclasses import dataclass
 from fleetctl.act.detections import Detection
 from fleetctl.errors import ConfigError
 
-ACTIONS = ("snapshot", "drain", "swap", "resume", "notify")
+ACTIONS = ("snapshot", "drain", "swap", "reset-gpu", "reboot", "resume", "service-request", "notify")
+REMEDIATION = ("drain", "swap", "reset-gpu", "reboot", "resume")  # paused by the circuit breaker
+RUNGS = ("reset-gpu", "reboot")  # the ladder's repairs: a re-audit after each decides the resume
 SOURCES = ("audit", "lens", "hook")
 
 
@@ -44,6 +48,7 @@ class Policy:
     min_confidence: float = 0.9
     cooldown_s: float = 600.0
     webhook: str = ""
+    shadow: bool = False  # decisions logged as dry-run while other policies act
 
     def matches(self, det: Detection) -> bool:
         if det.source != self.source:
@@ -93,14 +98,18 @@ def parse_policies(raw: list[dict], source: str = "<site>") -> list[Policy]:
         if webhook and not webhook.startswith(("http://", "https://")):
             raise ConfigError(f"webhook {webhook[:80]!r} is not an http(s) URL", path=source,
                               key=f"{key}.webhook")
-        if src == "lens" and ("swap" in actions or "drain" in actions) and \
+        if set(RUNGS) & set(actions) and "drain" not in actions:
+            raise ConfigError("reset-gpu and reboot need drain in the same policy (a node is repaired out of "
+                              "service)", path=source, key=f"{key}.actions")
+        if src == "lens" and set(actions) & {"drain", "swap", *RUNGS} and \
                 set(table.get("element_types", [])) - {"host", "nic", "port", "link"}:
-            raise ConfigError("drain and swap need an element that names a node (host, nic, port or a "
+            raise ConfigError("drain, swap and the ladder need an element that names a node (host, nic, port or a "
                               "host link)", path=source, key=f"{key}.actions")
         out.append(Policy(name=name, source=src, actions=actions, codes=tuple(table.get("codes", [])),
                           severities=tuple(table.get("severities", ["critical"])),
                           element_types=tuple(table.get("element_types", [])),
                           metrics=tuple(table.get("metrics", [])),
                           min_confidence=float(table.get("min_confidence", 0.9)),
-                          cooldown_s=float(table.get("cooldown_s", 600.0)), webhook=webhook))
+                          cooldown_s=float(table.get("cooldown_s", 600.0)), webhook=webhook,
+                          shadow=bool(table.get("shadow", False))))
     return out

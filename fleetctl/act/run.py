@@ -147,11 +147,31 @@ def start(cluster, opts: RunOptions, backend=None) -> tuple[Runner, list[dict]]:
     pool = SparePool(backend, SparesConfig.from_site(cluster, opts.spares_state_dir))
     engine = Engine(backend, policies_from_site(cluster), config, pool=pool,
                     dry_run=opts.dry_run or not config.enabled, registry=opts.registry)
+    engine.remediator = _remediator(cluster, config)
     recovered = engine.recover()
     sources = Sources(reports=list(opts.reports),
                       events=opts.events if opts.events is not None else config.lens_events,
                       hooks=opts.hooks, audit=_audit_source(cluster, opts.audit_nodes))
     return Runner(engine, sources, config.state_dir), recovered
+
+
+def _remediator(cluster, config):
+    """The ladder's access to the nodes: the site's transport, and a quick audit of one node."""
+    from fleetctl.act.remedy import Remediator
+    from fleetctl.fanout.base import FanoutOptions
+    from fleetctl.fanout.registry import get_transport
+
+    def transport():
+        return get_transport(None, FanoutOptions.from_site(cluster), cluster=cluster)
+
+    def audit(node: str, since: float) -> dict:
+        from fleetctl.audit import build_report, collect
+
+        started = time.time()
+        return build_report(cluster, collect(cluster, [node], "quick", since=since), level="quick",
+                            started=started).to_dict()
+
+    return Remediator(transport, audit, config.gpu_busy_command, config.gpu_reset_command, config.remedy_timeout_s)
 
 
 def _audit_source(cluster, nodeset: str | None):

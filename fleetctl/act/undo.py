@@ -32,6 +32,8 @@ def undo(log: ActionLog, action_id: str, backend, pool=None, *, dry_run: bool = 
         what = _undo_swap(rec, backend, pool, dry_run)
     elif action == "resume":
         what = _undo_resume(rec, backend, dry_run)
+    elif action == "reboot":
+        what = _undo_reboot(rec, backend, dry_run)
     else:
         raise UsageError(f"a {action} action cannot be undone")
     if dry_run:
@@ -78,3 +80,12 @@ def _undo_resume(rec, backend, dry_run) -> str:
     if not dry_run:
         backend.drain(nodes, "act.undo", f"{rec['id']} undo of a resume")
     return f"drain {','.join(nodes)} again"
+
+
+def _undo_reboot(rec, backend, dry_run) -> str:
+    """Withdraw a reboot Slurm has not issued yet (scontrol cancel_reboot); one already issued
+    cannot be taken back, and Slurm says so."""
+    nodes = rec["targets"]["nodes"]
+    if not dry_run:
+        backend.cancel_reboot(nodes)
+    return f"cancel the reboot of {','.join(nodes)}"

@@ -34,6 +34,7 @@ def explain(app: Application, target: str, report, events, state_dir, no_slurm: 
     from fleetctl.act.actionlog import ActionLog
     from fleetctl.act.config import ActConfig
     from fleetctl.act.explain import Context, explain as explain_target
+    from fleetctl.act.incidents import IncidentLog
     from fleetctl.act.run import read_report
 
     config = ActConfig.from_site(app.cluster, **({"state_dir": state_dir} if state_dir else {}))
@@ -48,7 +49,9 @@ def explain(app: Application, target: str, report, events, state_dir, no_slurm: 
 
         backend = backend_for_site(app.cluster)
     ctx = Context(backend=backend, log=ActionLog(config.state_dir),
-                  events_path=events if events is not None else config.lens_events, audit=audit)
+                  events_path=events if events is not None else config.lens_events, audit=audit,
+                  incidents=IncidentLog(config.state_dir, suspect_after=config.suspect_after,
+                                        suspect_window_s=config.suspect_window_s))
     out = explain_target(target, ctx)
 
     def render(console):

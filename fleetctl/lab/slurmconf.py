@@ -4,6 +4,8 @@ the newest Debian ships (sid); docs/slurm-versions.md lists what differs."""
 from __future__ import annotations
 
 import re
+import shlex
+import sys
 from pathlib import Path
 
 from fleetctl.lab import system
@@ -58,6 +60,12 @@ def write_hooks(lab: Path) -> dict[str, str]:
         script.write_text(_DISPATCHER.format(hook=hook, dir=directory))
         script.chmod(0o755)
         paths[hook] = str(script)
+    # RebootProgram: the lab's emulated reboot (fleetctl.lab.reboot), with the lab dir it belongs to.
+    reboot = hooks / "reboot"
+    reboot.write_text(f"#!/bin/sh\nexport FLEETCTL_LAB_DIR={shlex.quote(str(lab))}\n"
+                      f"exec {shlex.quote(sys.executable)} -m fleetctl.lab.reboot\n")
+    reboot.chmod(0o755)
+    paths["reboot"] = str(reboot)
     return paths
 
 
@@ -158,6 +166,8 @@ def _controller_lines(controller_host: str, munge_socket: str, slurm: Path, logs
         f"Prolog={hooks['prolog']}",
         f"Epilog={hooks['epilog']}",
         f"HealthCheckProgram={hooks['healthcheck']}",
+        f"RebootProgram={hooks['reboot']}",
+        "ResumeTimeout=60",  # a reboot not back by then: the node is down (Slurm's default)
         "HealthCheckInterval=300",
         "SlurmdTimeout=60",
         "KillWait=5",

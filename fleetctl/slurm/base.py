@@ -210,3 +210,12 @@ class SlurmBackend(abc.ABC):
     def signal_job(self, job_id: str, signal: str) -> None:
         """Send `signal` (a name: USR2) to every step of a job. Backends that cannot raise."""
         raise SlurmError(f"the {self.name} Slurm backend cannot signal a job")
+
+    def reboot(self, nodes: list[str], reason: str) -> None:
+        """Ask Slurm to reboot the nodes once idle (RebootProgram), then resume them when they are
+        back (`nextstate=RESUME`): the node's health check and Prolog judge it on its return."""
+        raise SlurmError(f"the {self.name} Slurm backend cannot reboot a node")
+
+    def cancel_reboot(self, nodes: list[str]) -> None:
+        """Withdraw a reboot not yet issued."""
+        raise SlurmError(f"the {self.name} Slurm backend cannot cancel a reboot")

@@ -243,6 +243,20 @@ class CliBackend(SlurmBackend):
             raise UsageError(f"invalid job id {job_id!r}")
         self.run("scontrol", "requeuehold" if hold else "requeue", str(job_id))
 
+    def reboot(self, nodes: list[str], reason: str) -> None:
+        if not nodes:
+            raise UsageError("reboot: no nodes given")
+        if "\n" in reason or len(reason) > 1024:
+            raise UsageError("reboot: the reason must be one line of at most 1024 characters")
+        # ASAP: drained meanwhile, rebooted once its jobs end; nextstate=RESUME: back in service
+        # when slurmd registers after the reboot (its health check runs first).
+        self.run("scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", fold(nodes))
+
+    def cancel_reboot(self, nodes: list[str]) -> None:
+        if not nodes:
+            raise UsageError("cancel_reboot: no nodes given")
+        self.run("scontrol", "cancel_reboot", fold(nodes))
+
     def signal_job(self, job_id: str, signal: str) -> None:
         _check_job_id(job_id)
         if not re.fullmatch(r"[A-Z0-9]{1,8}", signal):

@@ -21,6 +21,7 @@ class Replenish(Outcome):
     failed: dict[str, str] = field(default_factory=dict)
     resumed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)  # suspects: never resumed, with why
 
 
 def drained_by_us(backend, nodes: list[str] | None = None) -> list[str]:
@@ -28,9 +29,14 @@ def drained_by_us(backend, nodes: list[str] | None = None) -> list[str]:
                   if n.drained and is_ours(n.reason, backend.drain_prefix))
 
 
-def replenish(pool, backend, audit, *, nodes: list[str] | None = None, dry_run: bool = False) -> Replenish:
+def replenish(pool, backend, audit, *, nodes: list[str] | None = None, dry_run: bool = False,
+              hold: dict[str, str] | None = None) -> Replenish:
+    """`hold`: nodes never to resume, with why (act's suspects: too many incidents lately; they wait
+    for their service request, whatever an audit says today)."""
     out = Replenish(dry_run=dry_run)
-    out.candidates = drained_by_us(backend, nodes)
+    drained = drained_by_us(backend, nodes)
+    out.held = {n: why for n, why in (hold or {}).items() if n in drained}
+    out.candidates = [n for n in drained if n not in out.held]
     if not out.candidates:
         return out
     report = audit(out.candidates)

@@ -54,7 +54,7 @@ def test_bad_targets_and_unknown_actions_are_one_line_errors(tmp_path, monkeypat
 
 def test_a_bad_policy_is_a_site_error(tmp_path, monkeypatch, capsys):
     path = site(tmp_path, monkeypatch)
-    path.write_text(path.read_text() + '[[act.policies]]\nname = "x"\nactions = ["reboot"]\n')
+    path.write_text(path.read_text() + '[[act.policies]]\nname = "x"\nactions = ["format-disk"]\n')
     assert run(["act", "run", "--once"]) == 3
     assert "act.policies[0].actions: unknown or no actions" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "act" / "actions.jsonl")

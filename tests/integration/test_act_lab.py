@@ -44,17 +44,25 @@ srun --kill-on-bad-exit=1 "$PY" "$TRAIN" --dir "$SNAP" --steps $STEPS --pace 0.1
 """
 
 
-def act_site(lab, tmp_path: Path, **act) -> Path:
+POLICIES = ["", "[[act.policies]]", 'name = "xid-fatal"', 'codes = ["xid.79", "xid.48"]',
+            'actions = ["snapshot", "drain", "swap"]',
+            "", "[[act.policies]]", 'name = "lossy-link"', 'source = "lens"', 'element_types = ["link"]',
+            'metrics = ["loss"]', 'actions = ["snapshot"]', "cooldown_s = 0"]
+LADDER = ["", "[[act.policies]]", 'name = "xid-ladder"', 'codes = ["xid.79", "xid.48"]', "cooldown_s = 0",
+          'actions = ["drain", "reset-gpu", "resume", "service-request"]']
+# The lab's simulated GPUs stand behind the ladder's two node-side commands (docs/act.md).
+LAB_GPU_COMMANDS = {"gpu_busy_command": [sys.executable, "-m", "fleetctl.lab.gpureset", "--busy", "{node}", "{gpu}"],
+                    "gpu_reset_command": [sys.executable, "-m", "fleetctl.lab.gpureset", "{node}", "{gpu}"]}
+
+
+def act_site(lab, tmp_path: Path, policies=POLICIES, **act) -> Path:
     """The lab's site file plus [spares] and [act] (enabled, in tmp_path)."""
     extra = {"max_drain_pct": 50, "max_drains_per_hour": 4, "snapshot_timeout_s": 40, **act}
     lines = [lab.site_file.read_text(), "", "[spares]", f'state_dir = "{tmp_path / "spares"}"',
              "max_audit_age_s = 600", "", "[act]", "enabled = true", f'state_dir = "{tmp_path / "act"}"',
              f'lens_events = "{tmp_path / "events.jsonl"}"']
     lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
-    lines += ["", "[[act.policies]]", 'name = "xid-fatal"', 'codes = ["xid.79", "xid.48"]',
-              'actions = ["snapshot", "drain", "swap"]',
-              "", "[[act.policies]]", 'name = "lossy-link"', 'source = "lens"', 'element_types = ["link"]',
-              'metrics = ["loss"]', 'actions = ["snapshot"]', "cooldown_s = 0"]
+    lines += policies
     path = tmp_path / "site.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -207,3 +215,102 @@ def test_crash_mid_policy_drains_nothing_and_the_budget_refuses_a_storm(lab, tmp
     rc, undone = fleetctl_json(capsys, "act", "undo", drains[0]["id"])
     assert undone["phase"] == "undone"
     assert "DRAIN" not in node_record(lab, drained[0])["State"]
+
+
+def test_ladder_reset_heals_then_the_second_fault_is_suspect_and_a_storm_opens_the_breaker(
+        lab, tmp_path, capsys, monkeypatch, restore_lab):
+    """The remediation ladder, the incident memory and the breaker on the lab's real Slurm: an Xid 48
+    (the catalogue: reset the GPU) -> drain -> GPU reset (the lab's simulated GPU) -> re-audit (only
+    what follows the reset) -> resume;
+    the same GPU failing again within the window -> suspect: drained, no reset, a ticket, no resume,
+    held back by `spares replenish`, explained with its history; then a storm over the partition ->
+    the breaker refuses every drain, with one line."""
+    site = act_site(lab, tmp_path, LADDER, max_drain_pct=100, max_drains_per_hour=100, breaker_pct=30,
+                    breaker_min_nodes=2, **LAB_GPU_COMMANDS)
+    monkeypatch.setenv("FLEETCTL_SITE", str(site))
+
+    assert cli_run(["lab", "fault", "add", "node2:gpu3", "--xid", "48"]) == 0
+    rc, run = fleetctl_json(capsys, "act", "run", "--once", "--audit", "node2")
+    steps = [(d["action"], d["phase"]) for d in run["decisions"] if d["detection"]["code"] == "xid.48"]
+    assert steps == [("drain", "done"), ("reset-gpu", "done"), ("resume", "done")], run["decisions"]
+    reset = next(d for d in run["decisions"] if d["action"] == "reset-gpu")["result"]
+    assert reset["reaudit"] == {"status": "ok", "failing": []} or reset["reaudit"]["status"] == "warn", reset
+    assert "DRAIN" not in node_record(lab, "node2")["State"]
+    rc, faults = fleetctl_json(capsys, "lab", "fault", "list")
+    assert not [f for f in faults if f.get("node") == "node2"], faults  # the reset cleared the lab's fault
+
+    # The same GPU again, within the window: its second incident makes it suspect.
+    assert cli_run(["lab", "fault", "add", "node2:gpu3", "--xid", "48"]) == 0
+    rc, run = fleetctl_json(capsys, "act", "run", "--once", "--audit", "node2")
+    decisions = [d for d in run["decisions"] if d["detection"]["code"] == "xid.48"]
+    steps = [(d["action"], d["phase"]) for d in decisions]
+    assert steps == [("drain", "done"), ("reset-gpu", "refused"), ("resume", "refused"),
+                     ("service-request", "done")], run["decisions"]
+    assert "suspect" in decisions[2]["why"] and "DRAIN" in node_record(lab, "node2")["State"]
+    ticket = json.loads(Path(decisions[3]["result"]["ticket"]).read_text())
+    assert ticket["node"] == "node2" and ticket["history"]["count"] == 2 and ticket["history"]["suspect"]
+    rc, held = fleetctl_json(capsys, "spares", "replenish", "--dry-run")
+    assert "node2" in held["held"] and "node2" not in held["candidates"], held
+    rc, node = fleetctl_json(capsys, "explain", "node2")
+    assert node["history"]["suspect"] and node["history"]["count"] == 2, node
+    assert any("mean time between incidents" in line for line in node["why"])
+
+    # A storm: Xid 79 on node3 and node4 while node2 is out. The catalogue sends Xid 79 to a reboot,
+    # which this policy does not list: no reset, no resume, a ticket, and the node stays out. The
+    # first drain makes 2 of 4 (50 %); the breaker (30 %, at least 2 nodes) refuses the next node's
+    # every remediation and its ticket, fleet-wide, with one line.
+    for n in ("node3", "node4"):
+        assert cli_run(["lab", "fault", "add", f"{n}:gpu0", "--xid", "79"]) == 0
+    rc, run = fleetctl_json(capsys, "act", "run", "--once", "--audit", "node[3-4]")
+    first, second = ([d for d in run["decisions"] if d["targets"].get("nodes") == [n]] for n in ("node3", "node4"))
+    assert [(d["action"], d["phase"]) for d in first] == [
+        ("drain", "done"), ("reset-gpu", "refused"), ("resume", "refused"), ("service-request", "done")], first
+    assert "the check catalogue's action for xid.79 is reboot" in first[1]["why"]
+    assert {d["phase"] for d in second} == {"refused"} and len(second) == 4, second
+    assert all(d["why"].startswith("circuit breaker open: 2 of 4 nodes of partition") for d in second), second
+    assert "DRAIN" in node_record(lab, "node3")["State"] and "DRAIN" not in node_record(lab, "node4")["State"]
+
+
+def test_ladder_reboot_through_slurm_brings_the_node_back(lab, tmp_path, capsys, monkeypatch, restore_lab):
+    """The ladder's second rung on the lab's real Slurm: Xid 48 on a busy GPU is not reset, so the node is
+    rebooted through Slurm (`scontrol reboot ASAP nextstate=RESUME`); the lab's RebootProgram
+    (fleetctl.lab.reboot) clears the node's simulated faults and starts its slurmd with a new boot
+    time, and Slurm puts the node back in service by itself."""
+    policy = [line.replace('"drain", "reset-gpu", "resume"', '"drain", "reset-gpu", "reboot", "resume"')
+              for line in LADDER]
+    site = act_site(lab, tmp_path, policy, max_drain_pct=100, max_drains_per_hour=100, **LAB_GPU_COMMANDS)
+    monkeypatch.setenv("FLEETCTL_SITE", str(site))
+    from fleetctl.lab import paths
+
+    busy = paths.lab_dir() / "hosts" / "node1" / "gpu1.busy"
+    busy.write_text("777\n")
+    try:
+        assert cli_run(["lab", "fault", "add", "node1:gpu1", "--xid", "48"]) == 0  # the catalogue: reset
+        rc, run = fleetctl_json(capsys, "act", "run", "--once", "--audit", "node1")
+    finally:
+        busy.unlink(missing_ok=True)
+    decisions = [d for d in run["decisions"] if d["detection"]["code"] == "xid.48"]
+    steps = [(d["action"], d["phase"]) for d in decisions]
+    assert steps == [("drain", "done"), ("reset-gpu", "failed"), ("reboot", "done"), ("resume", "refused")], \
+        run["decisions"]
+    assert "runs 1 process(es) (777)" in decisions[1]["why"]
+    assert "Slurm resumes it after its reboot" in decisions[3]["why"]
+    try:
+        # back in service; Slurm 24.11 keeps the old reason on the idle node, 22.05 clears it
+        wait_for(lambda: node_record(lab, "node1")["State"] == "IDLE", timeout=45, step=0.5)
+    except AssertionError:
+        raise AssertionError(f"node1 not back: {node_record(lab, 'node1')}") from None
+    assert (paths.lab_dir() / "hosts" / "node1" / "kern.log").read_text() == ""  # a new boot's log
+    rc, faults = fleetctl_json(capsys, "lab", "fault", "list")
+    assert not [f for f in faults if f.get("node") == "node1"], faults
+    # A second reboot of the same node (its slurmd now in a time namespace of its own) comes back too.
+    subprocess.run(["scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=fleetctl:test again"],
+                   env=lab.command_env(), check=True, timeout=30)
+    subprocess.run(["scontrol", "reboot", "ASAP", "nextstate=RESUME", "node1"], env=lab.command_env(),
+                   check=True, timeout=30)
+    wait_for(lambda: "REBOOT" in node_record(lab, "node1")["State"] or node_record(lab, "node1")["State"] == "IDLE",
+             timeout=10, step=0.2)
+    try:
+        wait_for(lambda: node_record(lab, "node1")["State"] == "IDLE", timeout=30, step=0.5)
+    except AssertionError:
+        raise AssertionError(f"node1 not back from its second reboot: {node_record(lab, 'node1')}") from None

@@ -109,6 +109,19 @@ class MemSlurm(SlurmBackend):
     def requeue(self, job_id, *, hold=False):
         raise NotImplementedError
 
+    def reboot(self, nodes, reason):
+        for n in nodes:  # scontrol reboot ASAP: drained meanwhile, the reason is the request's
+            self.node_map[n].flags = sorted(set(self.node_map[n].flags) | {"DRAIN", "REBOOT_REQUESTED"})
+            self.node_map[n].reason = reason
+        self.calls.append(("reboot", tuple(nodes)))
+
+    def cancel_reboot(self, nodes):
+        for n in nodes:
+            if "REBOOT_REQUESTED" not in self.node_map[n].flags:
+                raise SlurmError(f"Node {n} has no reboot requested")
+            self.node_map[n].flags = [f for f in self.node_map[n].flags if f != "REBOOT_REQUESTED"]
+        self.calls.append(("cancel_reboot", tuple(nodes)))
+
     # ---- swap support (the CLI backend's additions)
     def job_record(self, job_id):
         j = self.job_map.get(job_id)
@@ -134,13 +147,13 @@ class MemSlurm(SlurmBackend):
             self.node_map[n].state = "ALLOCATED"
 
 
-def audit_report(failing: dict[str, str], ok=(), error=(), finished=None) -> dict:
+def audit_report(failing: dict[str, str], ok=(), error=(), finished=None, action="reboot") -> dict:
     """A fleetctl.audit/1 report: failing {node: code}, passing nodes, nodes whose checks errored."""
     nodes = []
     for node, code in failing.items():
         nodes.append({"node": node, "status": "fail", "complete": True, "transport": "ok", "error": "",
                       "results": [{"code": code, "status": "fail", "message": "GPU has fallen off the bus",
-                                   "action": "reboot", "subject": "0000:1b:00",
+                                   "action": action, "subject": "0000:1b:00",
                                    "evidence": {"line": "NVRM: Xid (PCI:0000:1b:00): 79, pid=1"}}]})
     for node in ok:
         nodes.append({"node": node, "status": "ok", "complete": True, "transport": "ok", "error": "",

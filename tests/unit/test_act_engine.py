@@ -243,7 +243,9 @@ def test_a_crash_after_the_drain_is_recovered_as_done(tmp_path):
 
 def test_policy_parsing_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"act.policies\[0\].actions"):
-        parse_policies([{"name": "a", "actions": ["reboot"]}])
+        parse_policies([{"name": "a", "actions": ["format-disk"]}])
+    with pytest.raises(ConfigError, match="need drain in the same policy"):
+        parse_policies([{"name": "a", "actions": ["reset-gpu", "resume"]}])
     with pytest.raises(ConfigError, match="needs a webhook"):
         parse_policies([{"name": "a", "actions": ["notify"]}])
     with pytest.raises(ConfigError, match="used twice"):

@@ -21,17 +21,22 @@ def replenish_cmd(app: Application, state_dir, dry_run: bool) -> int:
     Examples:
       fleetctl spares replenish --dry-run
     """
+    import time
+
+    from fleetctl.act.config import ActConfig
+    from fleetctl.act.incidents import holds
     from fleetctl.spares.membership import audit_nodes
     from fleetctl.spares.replenish import replenish
 
     backend, spare_pool = pool(app, state_dir)
-    out = replenish(spare_pool, backend, lambda nodes: audit_nodes(app.cluster, spare_pool, nodes), dry_run=dry_run)
+    out = replenish(spare_pool, backend, lambda nodes: audit_nodes(app.cluster, spare_pool, nodes), dry_run=dry_run,
+                    hold=holds(ActConfig.from_site(app.cluster), time.time()))
 
     def render(console):
         console.print(f"candidates: {esc(','.join(out.candidates) or 'none')}; "
                       f"passed: {esc(','.join(out.passed) or 'none')}; "
                       f"added to the pool: {esc(','.join(out.added) or 'none')}")
-        for node, why in {**out.failed, **out.refused}.items():
+        for node, why in {**out.held, **out.failed, **out.refused}.items():
             console.print(f"  {esc(node)}: {esc(why)}")
         print_warnings(console, out.warnings)
 
