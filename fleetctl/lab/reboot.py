@@ -44,32 +44,45 @@ def _clear_node(st: dict, node: str) -> None:
     st["faults"] = [f for f in st.get("faults", []) if f.get("node") != node]
 
 
-def _uptime_s() -> int:
-    """The machine's uptime. This process may be in the time namespace of a node rebooted before
-    (its uptime then counts from that reboot): its own boottime offset is added back, since a new
-    namespace's offset is relative to the machine's clock, not to this one's."""
-    uptime = float(Path("/proc/uptime").read_text().split()[0])
+def _boottime_offset_s() -> float:
+    """This process's boottime offset: it may be in the time namespace of a node rebooted before,
+    where uptimes count from that reboot and /proc/PID/stat start times read smaller too."""
     try:
         for line in Path("/proc/self/timens_offsets").read_text().splitlines():
-            name, seconds, _ = line.split()
+            name, seconds, nanos = line.split()
             if name == "boottime":
-                uptime -= int(seconds)
+                return int(seconds) + int(nanos) / 1e9
     except (OSError, ValueError):
         pass  # a kernel without time namespaces: no offset
-    return int(uptime)
+    return 0.0
+
+
+def _uptime_s() -> int:
+    """The machine's uptime (a new namespace's offset is relative to the machine's clock, not to
+    this one's)."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) - _boottime_offset_s())
+
+
+def _shift_start(rec: dict, sign: int) -> dict:
+    """The record with its start time moved between this process's time namespace (sign -1: to the
+    machine's, as the lab's state keeps it for `lab status` and `lab down`) and the machine's (+1: to
+    this namespace's, to check the pid from here)."""
+    if rec.get("start") is not None:
+        rec = {**rec, "start": rec["start"] + sign * round(_boottime_offset_s() * os.sysconf("SC_CLK_TCK"))}
+    return rec
 
 
 def restart_slurmd(st: dict, node: str) -> dict:
     """Stop the node's slurmd and start it again with a boot time of now; returns its new record."""
     old = next(r for r in st["processes"] if r.get("name") == f"slurmd:{node}")
-    system.stop([old])
+    system.stop([_shift_start(old, +1)])
     slurm = st["slurm"]
     bindir = Path(slurm["bindir"]) if slurm.get("bindir") else None
     # This process is slurmd's child: it is in the node's network, UTS and mount namespaces already
     # (entered by `lab up`), and the new slurmd inherits them; only the time namespace is new.
     new_boot = ["unshare", "--time", f"--boottime=-{_uptime_s()}", "--"]
     cmd = new_boot + [services._program("slurmd", bindir), "-D", "-f", slurm["conf"], "-N", node]  # noqa: SLF001
-    rec = services.spawn(cmd, paths.lab_dir() / "logs" / f"slurmd.{node}.out", f"slurmd:{node}")
+    rec = _shift_start(services.spawn(cmd, paths.lab_dir() / "logs" / f"slurmd.{node}.out", f"slurmd:{node}"), -1)
     st["processes"] = [r for r in st["processes"] if r is not old] + [rec]
     return rec
 

@@ -314,3 +314,6 @@ def test_ladder_reboot_through_slurm_brings_the_node_back(lab, tmp_path, capsys,
         wait_for(lambda: node_record(lab, "node1")["State"] == "IDLE", timeout=30, step=0.5)
     except AssertionError:
         raise AssertionError(f"node1 not back from its second reboot: {node_record(lab, 'node1')}") from None
+    # The lab knows its new slurmd (lab status, lab down): its start time as the machine reads it.
+    rc, status = fleetctl_json(capsys, "lab", "status")
+    assert rc == 0 and not status.get("problems"), status
