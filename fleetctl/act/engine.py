@@ -22,7 +22,7 @@ from fleetctl.act.budget import Budget, since_hour
 from fleetctl.act.config import ActConfig
 from fleetctl.act.detections import Detection
 from fleetctl.act.incidents import REMEDIATIONS, IncidentLog
-from fleetctl.act.ladder import Ladder, reason_code, suspect_line
+from fleetctl.act.ladder import STOPPED, Ladder, reason_code, suspect_line
 from fleetctl.act.policies import ACTIONS, REMEDIATION, RUNGS, Policy
 from fleetctl.errors import FleetctlError, SlurmError
 from fleetctl.slurm.reasons import is_ours
@@ -269,7 +269,8 @@ class Engine(Ladder):
             state = self._ladder_state.get(node)
             if set(policy.actions) & set(RUNGS) and state != "healed":
                 why = ("Slurm resumes it after its reboot (nextstate=RESUME), once its health check passes"
-                       if state == "rebooting" else "no rung of the ladder healed it (its reset-gpu or reboot record says why)")
+                       if state == "rebooting" else STOPPED if state == "stopped"
+                       else "no rung of the ladder healed it (its reset-gpu or reboot record says why)")
                 out.append(self._refuse(policy, det, "resume", {"nodes": [node]}, why))
                 continue
             out += self._take(policy, det, "resume", {"nodes": [node]},

@@ -11,8 +11,11 @@ import re
 from fleetctl.act.budget import breaker_open
 from fleetctl.act.detections import Detection
 from fleetctl.act.policies import ACTIONS, REMEDIATION, RUNGS, Policy
-from fleetctl.errors import FleetctlError, SlurmError
+from fleetctl.errors import FleetctlError, SlurmError, TransportError
 from fleetctl.slurm.reasons import is_ours, make_reason
+
+STOPPED = ("the ladder stopped: fleetctl could not run or judge the last step on the node (its own "
+           "trouble, not the node's); the node stays drained for a person")
 
 
 class Ladder:
@@ -70,14 +73,19 @@ class Ladder:
                 continue
 
             def do(node=node):
-                result = self.remediator.reset_gpu(node, det.subject)
-                result["reaudit"] = self.remediator.reaudit(node, result["reset_at"])
+                try:
+                    result = self.remediator.reset_gpu(node, det.subject)
+                    result["reaudit"] = self.remediator.reaudit(node, result["reset_at"])
+                except TransportError:
+                    self._ladder_state[node] = "stopped"  # fleetctl's trouble: no rung above this
+                    raise
                 return result
 
             recs = self._take(policy, det, "reset-gpu", targets, do, f"reset GPU {det.subject} of {node} and re-audit")
             rec = recs[-1]
             healed = rec["phase"] == "done" and rec["result"]["reaudit"]["status"] in ("ok", "warn")
-            self._ladder_state[node] = "healed" if healed else "failed"
+            if self._ladder_state.get(node) != "stopped":
+                self._ladder_state[node] = "healed" if healed else "failed"
             out += recs
         return [r for r in out if r]
 
@@ -89,6 +97,9 @@ class Ladder:
             if self._ladder_state.get(node) == "healed":
                 continue
             targets = {"nodes": [node]}
+            if self._ladder_state.get(node) == "stopped":
+                out.append(self._refuse(policy, det, "reboot", targets, STOPPED))
+                continue
             why = self._rung_refusal(node, "reboot", needs_remediator=False)
             if why:
                 self._ladder_state[node] = "failed"
@@ -133,8 +144,8 @@ class Ladder:
             records = []  # the ticket goes out without the history rather than not at all
         log = self.log.current().values()
         for node in det.nodes:
-            if self._ladder_state.get(node) in ("healed", "rebooting"):
-                continue  # healed, or the reboot decides: a new fault after it makes the node suspect
+            if self._ladder_state.get(node) in ("healed", "rebooting", "stopped"):
+                continue  # healed; the reboot decides (a new fault after it makes the node suspect); or unknown
             history = self.incidents.history(node, now, records).to_dict()
             decisions = [r for r in log if node in r.get("targets", {}).get("nodes", [])]
 

@@ -10,6 +10,10 @@ points both commands at its simulated GPUs (`fleetctl.lab.gpureset`); production
 
 The re-audit is a quick audit of the node counting only what the node's logs say after the step
 (`since`): the Xid that led to the reset stays in the kernel log, and is the past.
+
+A command that ran and failed is the node's answer (RemediationError: the ladder climbs on); one
+that could not be run or did not end, or a re-audit that could not check the node, is fleetctl's
+own trouble (TransportError: the ladder stops, the node stays drained, nothing is escalated).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from fleetctl.errors import RemediationError
+from fleetctl.errors import RemediationError, TransportError
+from fleetctl.fanout.result import FAILED
 
 _GPU = re.compile(r"(?:gpu)?(\d{1,3})|([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)")
 MAX_OUTPUT = 2000  # characters of a command's output kept in the action log
@@ -63,18 +68,22 @@ class Remediator:
         return {"node": node, "gpu": gpu, "reset_at": round(started, 3), "output": out[:MAX_OUTPUT]}
 
     def _run(self, t, node: str, argv: list[str], what: str) -> str:
+        """The command's output. RemediationError when it ran and failed (the node's answer);
+        TransportError when it could not be run or did not end (fleetctl's trouble, never the node's)."""
         [res] = t.run([node], argv, timeout=self.timeout_s)
-        if not res.ok:
-            detail = (res.error or res.stderr.strip() or res.stdout.strip() or res.status)[:300]
+        if res.ok:
+            return res.stdout
+        detail = (res.error or res.stderr.strip() or res.stdout.strip() or res.status)[:300]
+        if res.status == FAILED:
             raise RemediationError(f"{what} on {node} ({argv[0]}) did not succeed: {detail}")
-        return res.stdout
+        raise TransportError(f"{what} on {node} could not be run ({res.status}): {detail}")
 
     def reaudit(self, node: str, since: float) -> dict:
         """{"status": the node's audit status, "failing": [codes failing or warning]}."""
         report = self.audit(node, since)
         entry = next((n for n in report.get("nodes", []) if n.get("node") == node), None)
         if entry is None or entry.get("transport", "ok") != "ok" or entry.get("error"):
-            raise RemediationError(f"the re-audit could not check {node}"
+            raise TransportError(f"the re-audit could not check {node}"
                                    + (f": {str(entry.get('error'))[:200]}" if entry and entry.get("error") else ""))
         failing = [r.get("code") for r in entry.get("results", []) if r.get("status") in ("fail", "warn", "error")]
         return {"status": entry.get("status"), "failing": failing}

@@ -329,3 +329,29 @@ def test_a_dry_runs_planned_drains_count_for_the_breaker(tmp_path):
     out = fail(engine, "node1", "node2", "node3", "node4")
     assert [d["phase"] for d in out] == ["dry-run", "dry-run", "dry-run", "refused"]
     assert out[3]["why"].startswith("circuit breaker open: 3 of 10 nodes") and not slurm.calls
+
+
+def test_fleetctls_own_trouble_stops_the_ladder_and_escalates_nothing(tmp_path):
+    """A GPU check that does not end, or a re-audit that cannot reach the node, is fleetctl's trouble:
+    no reboot, no resume, no ticket; the node stays drained for a person."""
+    from fleetctl.act.remedy import Remediator
+    from fleetctl.fanout.base import FanoutOptions
+    from fleetctl.fanout.registry import get_transport
+
+    slurm, engine, _ = ladder(tmp_path)
+    engine.remediator = Remediator(lambda: get_transport("local", FanoutOptions()), None, ("sleep", "5"),
+                                   ("true",), 0.5)
+    decisions = fail(engine, "node2")
+    assert phases(decisions) == [("drain", "done"), ("reset-gpu", "failed"), ("reboot", "refused"),
+                                 ("resume", "refused")]
+    assert "could not be run (timeout)" in decisions[1]["why"]
+    assert all(d["why"].startswith("the ladder stopped: fleetctl could not run") for d in decisions[2:])
+    assert slurm.node_map["node2"].flags == ["DRAIN"] and ("reboot", ("node2",)) not in slurm.calls
+
+    slurm, engine, _ = ladder(tmp_path / "unreached")
+    engine.remediator.audit = lambda node, since: {"nodes": [{"node": node, "transport": "unreachable",
+                                                              "error": "ssh: connect timed out"}]}
+    decisions = fail(engine, "node3")
+    assert phases(decisions) == [("drain", "done"), ("reset-gpu", "failed"), ("reboot", "refused"),
+                                 ("resume", "refused")]
+    assert "the re-audit could not check node3" in decisions[1]["why"]
