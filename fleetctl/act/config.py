@@ -35,8 +35,30 @@ class ActConfig:
 
         for key in ("gpu_busy_command", "gpu_reset_command"):
             if key in known:
-                known[key] = tuple(known[key])
+                known[key] = _argv(known[key], f"act.{key}", cluster.source)
+        hook = known.get("service_webhook", "")
+        if hook and (not isinstance(hook, str) or not hook.startswith(("http://", "https://")) or len(hook) > 2048):
+            from fleetctl.errors import ConfigError
+
+            raise ConfigError(f"service_webhook {str(hook)[:80]!r} is not an http(s) URL of at most 2048 "
+                              "characters", path=cluster.source, key="act.service_webhook")
         for key in ("state_dir", "lens_events"):
             if known.get(key) and key not in overrides:
                 known[key] = str(site_path(known[key], cluster.source))
         return cls(**known)
+
+
+MAX_ARGV = 64  # words of a node-side command
+MAX_WORD = 1024  # characters of one word
+
+
+def _argv(words, key: str, source: str) -> tuple[str, ...]:
+    """A node-side command as argv (run without a shell): 1-64 words, none empty, over 1024
+    characters or holding a NUL or newline."""
+    from fleetctl.errors import ConfigError
+
+    if not words or len(words) > MAX_ARGV or any(not w or len(w) > MAX_WORD or "\0" in w or "\n" in w
+                                                 for w in words):
+        raise ConfigError(f"a command of 1-{MAX_ARGV} words, each 1-{MAX_WORD} characters on one line",
+                          path=source, key=key)
+    return tuple(words)

@@ -193,3 +193,26 @@ def test_detections_of_a_valid_report_are_unchanged():
     dets = detections.from_audit_report(report)
     assert [(d.code, d.nodes, bool(d.trouble)) for d in dets] == [("xid.79", ["node2"], False),
                                                                   ("xid.scan", ["node3"], True)]
+
+
+@pytest.mark.parametrize("act, key", [
+    ('service_webhook = "file:///etc/passwd"', "act.service_webhook"),
+    (f'service_webhook = "https://{"a" * 3000}"', "act.service_webhook"),
+    ("gpu_reset_command = []", "act.gpu_reset_command"),
+    ('gpu_reset_command = ["nvidia-smi", ""]', "act.gpu_reset_command"),
+    ('gpu_busy_command = ["sh", "-c\\nreboot"]', "act.gpu_busy_command"),
+    (f'gpu_busy_command = [{", ".join(chr(34) + "w" + chr(34) for _ in range(65))}]', "act.gpu_busy_command"),
+    (f'gpu_reset_command = ["{"x" * 1025}"]', "act.gpu_reset_command"),
+])
+def test_hostile_ladder_settings_are_refused_by_name(tmp_path, capsys, act, key):
+    """The ladder's settings reach argv and a POST: each bounded, refused with its key, nothing run."""
+    from fleetctl.cli import run
+
+    site = tmp_path / "site.toml"
+    site.write_text('[cluster]\nname = "t"\n[[node_classes]]\nname = "c"\nnodes = "node[1-2]"\n'
+                    f'[act]\nstate_dir = "{tmp_path / "act"}"\n{act}\n')
+    for argv in (["act", "run", "--once"], ["config", "check"]):
+        code = run([*argv, "--site", str(site)])
+        err = capsys.readouterr().err
+        assert code == 3 and key in err and "Traceback" not in err, (argv, err)
+    assert not (tmp_path / "act" / "actions.jsonl").exists()
