@@ -43,8 +43,7 @@ class Engine(Ladder):
         self.dry_run = dry_run
         self.log = ActionLog(config.state_dir)
         self.budget = Budget(config.max_drain_pct, config.max_drains_per_hour)
-        self.incidents = IncidentLog(config.state_dir, suspect_after=config.suspect_after,
-                                     suspect_window_s=config.suspect_window_s)
+        self.incidents = IncidentLog.from_config(config)
         self.registry = registry
         self.clock = clock
         self.on_point = on_point

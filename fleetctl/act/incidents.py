@@ -63,6 +63,12 @@ class IncidentLog:
         self.path = Path(state_dir) / FILE
         self.suspect_after, self.suspect_window_s = suspect_after, suspect_window_s
         self.skipped = 0  # lines of the last read that were not valid records
+        self._cache: tuple[tuple, list[dict], int] | None = None  # (file identity, records, skipped)
+
+    @classmethod
+    def from_config(cls, config) -> "IncidentLog":
+        """The log of act's settings (ActConfig): its state directory and suspect rule."""
+        return cls(config.state_dir, suspect_after=config.suspect_after, suspect_window_s=config.suspect_window_s)
 
     def record(self, *, time: float, node: str, code: str, action: str, action_id: str,
                source: str = "", gpu: str = "") -> dict:
@@ -79,7 +85,22 @@ class IncidentLog:
         return rec
 
     def records(self) -> list[dict]:
-        """Every valid record, oldest first (at most the newest MAX_RECORDS)."""
+        """Every valid record, oldest first (at most the newest MAX_RECORDS). Read again only when the
+        file changed (a storm's detections each ask; the file is up to MAX_BYTES)."""
+        try:
+            st = os.stat(self.path)
+            ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            ident = None
+        if ident is not None and self._cache is not None and self._cache[0] == ident:
+            self.skipped = self._cache[2]
+            return list(self._cache[1])
+        out = self._read()
+        if ident is not None:
+            self._cache = (ident, out, self.skipped)
+        return list(out)
+
+    def _read(self) -> list[dict]:
         out, self.skipped = [], 0
         for line in read_lines(self.path, max_line=MAX_LINE, what="incident log"):
             rec = _parse(line)
@@ -141,8 +162,7 @@ def _problem(rec: dict) -> str:
 def holds(config, now: float) -> dict[str, str]:
     """Suspect nodes and why, for whatever would put a node back (`spares replenish`); an incident
     log that cannot be read holds nothing back but says so through DataError."""
-    log = IncidentLog(config.state_dir, suspect_after=config.suspect_after,
-                      suspect_window_s=config.suspect_window_s)
+    log = IncidentLog.from_config(config)
     return {node: (f"suspect: {h.in_window} incidents within {config.suspect_window_s / 86400:g} days "
                    "(act.suspect_after): held for its service request")
             for node, h in log.suspects(now).items()}

@@ -167,7 +167,8 @@ class Ladder:
             self._remembered.add(node)
             try:
                 self.incidents.record(time=self.clock(), node=node, code=det.code, action=action,
-                                      action_id=aid, source=det.source, gpu=det.subject)
+                                      action_id=aid, source=det.source,
+                                      gpu=det.subject if det.code.startswith(("xid.", "gpu.")) else "")
             except FleetctlError:
                 pass  # the action is done; a memory that cannot be written must not undo it
 

@@ -50,8 +50,7 @@ def explain(app: Application, target: str, report, events, state_dir, no_slurm: 
         backend = backend_for_site(app.cluster)
     ctx = Context(backend=backend, log=ActionLog(config.state_dir),
                   events_path=events if events is not None else config.lens_events, audit=audit,
-                  incidents=IncidentLog(config.state_dir, suspect_after=config.suspect_after,
-                                        suspect_window_s=config.suspect_window_s))
+                  incidents=IncidentLog.from_config(config))
     out = explain_target(target, ctx)
 
     def render(console):

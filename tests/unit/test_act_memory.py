@@ -355,3 +355,15 @@ def test_fleetctls_own_trouble_stops_the_ladder_and_escalates_nothing(tmp_path):
     assert phases(decisions) == [("drain", "done"), ("reset-gpu", "failed"), ("reboot", "refused"),
                                  ("resume", "refused")]
     assert "the re-audit could not check node3" in decisions[1]["why"]
+
+
+def test_the_history_is_read_again_only_when_the_file_changed(tmp_path, monkeypatch):
+    log = IncidentLog(tmp_path)
+    log.record(time=1.0, node="n1", code="xid.79", action="drain", action_id="a1")
+    reads = []
+    real = log._read
+    monkeypatch.setattr(log, "_read", lambda: reads.append(1) or real())
+    assert len(log.records()) == 1 and len(log.records()) == 1 and len(reads) == 1
+    other = IncidentLog(tmp_path)  # another writer (act run) appends
+    other.record(time=2.0, node="n2", code="xid.48", action="drain", action_id="a2")
+    assert [r["action_id"] for r in log.records()] == ["a1", "a2"] and len(reads) == 2
