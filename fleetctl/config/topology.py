@@ -94,6 +94,50 @@ def parse_topology_conf(text: str, source: str) -> dict[str, TopoSwitch]:
     return switches
 
 
+@dataclass
+class TopoBlock:
+    name: str
+    line: int
+    nodes: list[str] = field(default_factory=list)
+
+
+def parse_block_conf(text: str, source: str) -> tuple[dict[str, TopoBlock], list[int]]:
+    """Parse a topology/block topology.conf: (blocks by name in file order, BlockSizes)."""
+    blocks: dict[str, TopoBlock] = {}
+    sizes: list[int] = []
+    for number, line in _logical_lines(text):
+        where = f"{source}:{number}"
+        fields: dict[str, str] = {}
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            canonical = {"blockname": "BlockName", "nodes": "Nodes", "blocksizes": "BlockSizes"}.get(key.lower())
+            if not sep or canonical is None or not value:
+                raise ConfigError(f"unexpected {token[:80]!r}; expected BlockName=, Nodes= or BlockSizes=",
+                                  path=where)
+            if canonical in fields:
+                raise ConfigError(f"{canonical}= given twice", path=where)
+            fields[canonical] = value
+        if "BlockSizes" in fields:
+            try:
+                sizes = [int(x) for x in fields["BlockSizes"].split(",")]
+            except ValueError:
+                raise ConfigError(f"BlockSizes={fields['BlockSizes'][:80]} is not a list of numbers",
+                                  path=where) from None
+            continue
+        name = fields.get("BlockName")
+        if name is None or not _NAME.match(name):
+            raise ConfigError("line has no valid BlockName=", path=where)
+        if name in blocks:
+            raise ConfigError(f"block {name!r} defined twice (first on line {blocks[name].line})", path=where)
+        block = TopoBlock(name, number)
+        try:
+            block.nodes.extend(parse_nodeset(fields.get("Nodes", ""), what="Nodes="))
+        except UsageError as exc:
+            raise ConfigError(exc.message, path=where) from None
+        blocks[name] = block
+    return blocks, sizes
+
+
 def switch_tiers(switches: dict[str, TopoSwitch], source: str) -> dict[str, int]:
     """Tier of each switch: 1 with Nodes= (or nothing below), 1 + the highest child tier."""
     tiers: dict[str, int] = {}

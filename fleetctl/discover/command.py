@@ -15,7 +15,9 @@ from fleetctl.discover.ibnet import MAX_IBNET_BYTES, parse_ibnetdiscover, parse_
 from fleetctl.discover.options import DiscoverOptions
 from fleetctl.discover.run import Discovery, discover
 from fleetctl.discover.sitefile import render, write_site
-from fleetctl.errors import EXIT_OK, EXIT_WARNINGS
+from fleetctl.discover import slurm_topology
+from fleetctl.atomic import write_atomic
+from fleetctl.errors import EXIT_OK, EXIT_WARNINGS, UsageError
 from fleetctl.fanout import FanoutOptions, get_transport
 from fleetctl.inventory.from_slurm import SOURCE_PREFIX, checks_from_env
 from fleetctl.nodeset import parse_nodeset
@@ -42,6 +44,8 @@ def discover_site(base, opts: DiscoverOptions) -> SiteDiscovery:
     checks = dict(cluster.checks) if cluster is not None else checks_from_env()
     with get_transport(name, options) as t:
         result = discover(t, nodes, opts, ib=ib, node_names=names, simulated_gpus=checks.get("simulated_gpus", ""))
+    if opts.slurm_topology:
+        return _slurm_topology(result, nodes, opts, base)
     if opts.against:
         changes = diff_site(load_site(opts.against), result, nodes)
         return SiteDiscovery(result, changes=changes, exit_code=EXIT_WARNINGS if changes["changes"] else EXIT_OK)
@@ -53,6 +57,27 @@ def discover_site(base, opts: DiscoverOptions) -> SiteDiscovery:
     data = result.to_dict()
     if opts.out:
         data["file"] = str(write_site(opts.out, text, force=opts.force))
+    return SiteDiscovery(result, data=data, text=text)
+
+
+def _slurm_topology(result: Discovery, nodes: list[str], opts: DiscoverOptions, base) -> SiteDiscovery:
+    """Slurm's topology.conf of the discovered fabric (printed, written, or compared with --diff)."""
+    topo = slurm_topology.from_fabric(result.fabric, [n for n in nodes if n in result.facts])
+    if opts.against:
+        text = read_bounded(Path(opts.against), "topology.conf")
+        changes = slurm_topology.diff(text, opts.against, topo, opts.slurm_topology)
+        return SiteDiscovery(result, changes=changes, exit_code=EXIT_WARNINGS if changes["changes"] else EXIT_OK)
+    text = slurm_topology.render(topo, opts.slurm_topology, sources=result.sources,
+                                 cluster=opts.cluster_name or (base.name if base is not None else ""))
+    data = {"schema": "fleetctl.slurm_topology/1", "plugin": opts.slurm_topology, "leaves": topo.leaves,
+            "switches": topo.children, "unplaced": topo.unplaced, "multi_leaf": topo.multi_leaf,
+            "notes": result.notes + result.fabric.notes, "text": text}
+    if opts.out:
+        target = Path(opts.out)
+        if target.exists() and not opts.force:
+            raise UsageError(f"{target} exists: give --force to replace it, or --diff {target} to compare")
+        write_atomic(target, text)
+        data["file"] = str(target)
     return SiteDiscovery(result, data=data, text=text)
 
 

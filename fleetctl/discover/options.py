@@ -28,6 +28,7 @@ class DiscoverOptions:
     exclude_nics: str | None = None  # comma-separated globs: never these
     cluster_name: str | None = None
     budget: float = 20.0  # seconds of collection on each node
+    slurm_topology: str | None = None  # tree | block: write (or --diff) Slurm's topology.conf instead
 
     def check(self) -> None:
         """UsageError for options that cannot go together, before anything is read."""

@@ -217,3 +217,52 @@ def test_audit_without_a_site_file_judges_every_node_and_drains_xid(lab, no_site
     assert all(n["transport"] == "ok" and n["complete"] for n in nodes.values()), nodes
     assert report["actions"]["drained"] == ["node2"]
     assert any(n.startswith("inferred: no site file") for n in report["notes"]), report.get("notes")
+
+
+@pytest.mark.slurm
+def test_slurm_topology_loads_into_a_real_slurmctld_and_diff_names_a_moved_node(lab, no_site, capsys, tmp_path):
+    """topology/tree on every Slurm; topology/block too where the lab's Slurm has it (23.11 and later:
+    CI's 24.11 stage, Debian 13's system Slurm)."""
+    version = tuple(int(x) for x in lab.state["slurm"]["version"].split("."))
+    for plugin in ("tree", "block") if version >= (23, 11) else ("tree",):
+        _slurm_topology_round_trip(lab, capsys, tmp_path / plugin, plugin)
+
+
+def _slurm_topology_round_trip(lab, capsys, tmp_path, plugin):
+    from labutil import PrivateSlurmctld
+
+    from fleetctl.nodeset import fold
+
+    tmp_path.mkdir()
+    out = tmp_path / "topology.conf"
+    rc, data = discover(capsys, "--slurm-topology", plugin, "--out", str(out))
+    assert rc == 0 and data["file"] == str(out)
+    leaves = {}
+    for host in lab.layout.hosts:
+        leaves.setdefault(host.leaf, []).append(host.name)
+    assert data["leaves"] == leaves and data["unplaced"] == []
+    spines = sorted({l.b.device for l in lab.cluster.links.values() if l.b.device.startswith("spine")})
+    assert data["switches"] == {s: sorted(leaves) for s in spines}
+    # Slurm itself reads the file: a private slurmctld of the lab's Slurm with TopologyPlugin set.
+    with PrivateSlurmctld(lab, tmp_path / "ctld", [f"TopologyPlugin=topology/{plugin}"],
+                          {"topology.conf": out.read_text()}) as ctld:
+        shown = ctld.scontrol("show", "topology")
+    key = "SwitchName" if plugin == "tree" else "BlockName"
+    got = {}
+    for line in shown.splitlines():
+        words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if key in words and words.get("Nodes") and "Switches" not in words:
+            got[words[key]] = words["Nodes"]
+    assert got == {leaf: fold(nodes) for leaf, nodes in leaves.items()}, shown
+    # --diff against a file where the first node sits under another leaf.
+    first, other = lab.layout.hosts[0].name, sorted(leaves)[-1]
+    edited = tmp_path / "edited.conf"
+    moved = {leaf: [n for n in nodes if n != first] for leaf, nodes in leaves.items()}
+    moved[other] = moved[other] + [first]
+    edited.write_text("".join(f"{key}={leaf} Nodes={fold(nodes)}\n" for leaf, nodes in moved.items() if nodes)
+                      + "".join(f"SwitchName={s} Switches={fold(k)}\n" for s, k in data["switches"].items()
+                                if plugin == "tree"))
+    rc, d = discover(capsys, "--slurm-topology", plugin, "--diff", str(edited))
+    assert rc == 1 and d["moved"] == [{"node": first, "from": other, "to": lab.layout.hosts[0].leaf}], d
+    rc, d = discover(capsys, "--slurm-topology", plugin, "--diff", str(out))
+    assert rc == 0 and d["changes"] == 0, d

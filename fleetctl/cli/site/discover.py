@@ -19,7 +19,8 @@ from fleetctl.fanout.registry import transports
               help="Write the site file here (default: print it).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--diff", "against", type=click.Path(dir_okay=False, exists=True), metavar="SITE",
-              help="Show what changed against this site file instead (exit 1 when something did).")
+              help="Show what changed against this site file (a topology.conf with --slurm-topology) instead "
+                   "(exit 1 when something did).")
 @click.option("-t", "--transport", type=click.Choice(transports.names()), default=None,
               help="Fan-out transport (default: the site's, else srun).")
 @click.option("--netns", metavar="TEMPLATE", help="Local transport: each node's network namespace "
@@ -39,6 +40,9 @@ from fleetctl.fanout.registry import transports
 @click.option("--trace", is_flag=True, help="With --source auto: trace the paths even when LLDP gives cabling.")
 @click.option("--nics", metavar="GLOBS", help="Fabric NICs: exactly these (comma-separated globs).")
 @click.option("--exclude-nics", metavar="GLOBS", help="Never these NICs (comma-separated globs).")
+@click.option("--slurm-topology", type=click.Choice(["tree", "block"]), default=None,
+              help="Write Slurm's topology.conf for topology/tree or topology/block instead of a site "
+                   "file (--out FILE, --diff FILE as for a site file).")
 @click.option("--name", "cluster_name", metavar="NAME", help="Cluster name (default: Slurm's ClusterName).")
 @click.option("--budget", type=seconds(1, 600), default=20.0, show_default=True, metavar="S",
               help="Time budget of the collection on each node.")
@@ -56,6 +60,8 @@ def discover(app: Application, **options) -> int:
       fleetctl site discover 'gpu[0001-1250]' --out /etc/fleetctl/site.toml
       fleetctl site discover --diff /etc/fleetctl/site.toml     # what changed since
       fleetctl site discover --ibnetdiscover fabric.topo --node-name-map guids.map --out site.toml
+      fleetctl site discover --slurm-topology tree --out /etc/slurm/topology.conf
+      fleetctl site discover --slurm-topology block --diff /etc/slurm/topology.conf
     """
     from fleetctl.discover.command import discover_site
     from fleetctl.discover.options import DiscoverOptions
@@ -67,9 +73,13 @@ def discover(app: Application, **options) -> int:
     base = _base_site(app, need=not opts.nodeset) if opts.wants_base(site_given) else None
     found = discover_site(base, opts)
     if opts.against:
-        app.emit(found.changes, lambda console: _render_diff(console, found.changes))
+        render = _render_topology_diff if opts.slurm_topology else _render_diff
+        app.emit(found.changes, lambda console: render(console, found.changes))
         return found.exit_code
     data = found.data
+    if opts.slurm_topology:
+        app.emit(data, lambda console: _render_topology(console, data))
+        return EXIT_OK
     if app.json:
         app.emit(data)
     elif opts.out:
@@ -111,6 +121,35 @@ def _render_summary(console, data: dict) -> None:
         console.print(f"  [magenta]no facts[/] {node}: {escape(why)}")
     for note in data["notes"][:20]:
         console.print(f"  [cyan]note[/] {escape(note)}")
+
+
+def _render_topology(console, data: dict) -> None:
+    if data.get("file"):
+        console.print(f"[green]wrote[/green] {data['file']}: topology/{data['plugin']}, "
+                      f"{len(data['leaves'])} leaves, {len(data['switches'])} switches above them")
+    else:
+        click.echo(data["text"], nl=False)
+
+
+def _render_topology_diff(console, d: dict) -> None:
+    from rich.markup import escape
+
+    if not d["changes"]:
+        console.print(f"[green]no changes[/green] against {escape(d['against'])}")
+        return
+    console.print(f"[yellow]{d['changes']} changes[/yellow] against {escape(d['against'])}")
+    for m in d["moved"]:
+        console.print(f"  ~ node {m['node']} moved: {m['from']} -> {m['to']}")
+    for n in d["new_nodes"]:
+        console.print(f"  + node {n}")
+    for n in d["missing_nodes"]:
+        console.print(f"  - node {n} (did not answer, or no switch cable seen)")
+    for s in d["new_switches"]:
+        console.print(f"  + switch {s}")
+    for s in d["missing_switches"]:
+        console.print(f"  - switch {s}")
+    for c in d["children"]:
+        console.print(f"  ~ switch {c['switch']}: {','.join(c['from'])} -> {','.join(c['to'])}")
 
 
 def _render_diff(console, d: dict) -> None:
