@@ -57,7 +57,7 @@ def class_args(cluster, nodes: list[str], level: str, since: float | None, budge
     args = payload_args(cluster, nodes[0], level, since, budget_s=budget_s,
                         ack_kernel_log=ack if ack and ack["nodes"] else None)
     args["node"] = "{node}"
-    for key in ("kernel_log", "simulated_gpus", "state_file"):
+    for key in ("kernel_log", "simulated_gpus", "simulated_nic_stats", "state_file"):
         args[key] = cluster.checks.get(key, "") or ""
     return args
 

@@ -20,7 +20,7 @@ from fleetctl.model.cluster import Cluster, NodeClass
 from fleetctl.nodeset import check_node_name, empty
 
 # Concatenation order: a module only uses names of the modules before it (runner last: it calls main()).
-PAYLOAD_MODULES = ("common", "gpu_collect", "gpu_judge", "xid", "netdev", "nics", "host", "deep", "runner")
+PAYLOAD_MODULES = ("common", "gpu_collect", "gpu_judge", "xid", "netdev", "nic_counters", "nics", "host", "deep", "runner")
 LEVELS = ("quick", "standard", "deep")
 POLICY_STATUSES = ("ok", "warn", "fail")  # what checks.xid_policy may set an Xid to
 DEEP_BUDGET_S = 3600.0
@@ -98,6 +98,7 @@ def payload_args(cluster: Cluster, node: str, level: str = "quick", since: float
         "thresholds": dict(cluster.thresholds),
         "kernel_log": _fill(checks.get("kernel_log", ""), node),
         "simulated_gpus": _fill(checks.get("simulated_gpus", ""), node),
+        "simulated_nic_stats": _fill(checks.get("simulated_nic_stats", ""), node),
         "state_file": _fill(checks.get("state_file", ""), node),
         "xid_policy": parse_xid_policy(cluster),
         "counter_interval_s": opts.counter_interval_s, "boot_id": opts.boot_id, "dcgm_level": opts.dcgm_level,

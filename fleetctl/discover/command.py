@@ -22,7 +22,7 @@ from fleetctl.fanout import FanoutOptions, get_transport
 from fleetctl.inventory.from_slurm import SOURCE_PREFIX, checks_from_env
 from fleetctl.nodeset import parse_nodeset
 
-SITE_CHECKS = ("kernel_log", "simulated_gpus", "state_file")  # the checks paths a discovered file keeps
+SITE_CHECKS = ("kernel_log", "simulated_gpus", "simulated_nic_stats", "state_file")  # the checks paths a discovered file keeps
 
 
 @dataclass

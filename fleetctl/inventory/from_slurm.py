@@ -28,6 +28,7 @@ DEFAULT_CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
 # Lab and test overrides of the check data paths (`{node}` is replaced), as checks.* keys would set
 # them in a site file: real nodes read /dev/kmsg and NVML and need none of these.
 CHECK_ENV = {"kernel_log": "FLEETCTL_CHECKS_KERNEL_LOG", "simulated_gpus": "FLEETCTL_CHECKS_SIMULATED_GPUS",
+             "simulated_nic_stats": "FLEETCTL_CHECKS_SIMULATED_NIC_STATS",
              "state_file": "FLEETCTL_CHECKS_STATE_FILE"}
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::([A-Za-z0-9_.\-]+))?:(\d{1,6})\b")
 

@@ -21,12 +21,13 @@ import time
 from dataclasses import dataclass
 
 from fleetctl.errors import LabError, UsageError
-from fleetctl.lab import fabric, gpusim, paths, services, state, system
+from fleetctl.lab import fabric, gpusim, nicstats, paths, services, state, system
 from fleetctl.lab.topology import FABRIC_SUPERNET, LabLayout, LabParams, build_layout
 
 NFT_TABLE = "fleetctl_lab"
 SINK_PORT = 9  # the discard port: background load is sent there and dropped by the receiver
 NET_KINDS = ("loss", "rate", "down", "flap")
+NIC_KINDS = ("symbol_errors",)  # a host NIC's emulated physical-port counters (lab/nicstats.py)
 GPU_KINDS = ("xid", "ecc_dbe", "remap_pending", "temp", "pcie_width")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 _PERIOD = re.compile(r"^(\d+(?:\.\d+)?)(ms|s)?$")
@@ -101,6 +102,11 @@ def add(target_text: str, kind: str, value=None, *, load_pct: float = 90.0) -> d
         if kind in GPU_KINDS:
             if target.gpu < 0:
                 raise UsageError(f"--{kind.replace('_', '-')} needs a GPU target like node2:gpu3")
+        elif kind in NIC_KINDS:
+            if target.gpu >= 0 or not re.match(r"^node\d+:eth\d+$", target.id):
+                raise UsageError(f"--{kind.replace('_', '-')} needs a host NIC target like node2:eth1")
+            if not 0 < float(value) <= 1e9:
+                raise UsageError(f"--{kind.replace('_', '-')} {value}: errors per second above 0, at most 1e9")
         elif kind in NET_KINDS:
             if target.gpu >= 0:
                 raise UsageError(f"--{kind} needs a link or NIC target, not a GPU")
@@ -168,6 +174,11 @@ def _apply(st: dict, layout: LabLayout, fault: dict, load_pct: float) -> None:
     lab = paths.lab_dir()
     if kind in GPU_KINDS:
         gpusim.apply_fault(lab, fault["node"], fault["gpu"], kind, fault["value"])
+    elif kind in NIC_KINDS:
+        node, netdev = fault["id"].split(":", 1)
+        # uncorrected symbol errors, and the bits FEC corrected around them (a raw BER far above them)
+        nicstats.set_rate(lab, node, netdev, {"rx_pcs_symbol_err_phy": float(fault["value"]),
+                                              "rx_corrected_bits_phy": float(fault["value"]) * 1000})
     elif kind == "loss":
         _sync_nft(st, layout, {_end(layout, link_id, dst).netns for _, dst in fault["directions"]})
     elif kind == "rate":
@@ -208,6 +219,9 @@ def _undo(st: dict, layout: LabLayout, fault: dict) -> None:
         node_index = int(fault["node"][4:])
         gpusim.clear_gpu(paths.lab_dir(), fault["node"], node_index, fault["gpu"],
                          repaired_by_reboot=kind == "xid")
+    elif kind in NIC_KINDS:
+        node, netdev = fault["id"].split(":", 1)
+        nicstats.set_rate(paths.lab_dir(), node, netdev, {})
     elif kind == "loss":
         _sync_nft(st, layout, {_end(layout, link_id, dst).netns for _, dst in fault["directions"]})
     elif kind == "rate":

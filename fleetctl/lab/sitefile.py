@@ -28,7 +28,9 @@ def site_document(layout: LabLayout, lab: Path, *, slurm_conf: str, ssh: dict, c
                               "pcie_gen": 5, "pcie_width": 16, "nvlinks": gpusim.NVLINKS}
     checks = {"kernel_log": str(lab / "hosts" / "{node}" / "kern.log"),
               # Every emulated node shares this file system: one state file per node.
-              "state_file": str(lab / "hosts" / "{node}" / "checks-state.json")}
+              "state_file": str(lab / "hosts" / "{node}" / "checks-state.json"),
+              # the NICs' emulated mlx5 physical-port counters (lab/nicstats.py), read for `ethtool -S`
+              "simulated_nic_stats": str(lab / "hosts" / "{node}" / "nicstats.json")}
     if p.gpus_per_host:
         checks["simulated_gpus"] = str(lab / "hosts" / "{node}" / "gpus.json")
     access = {"transport": "ssh" if p.ssh else "local",

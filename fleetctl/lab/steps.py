@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import LabError
-from fleetctl.lab import fabric, gpusim, paths, services, sitefile, slurmconf, slurmroot, spankbuild, state, system
+from fleetctl.lab import fabric, gpusim, nicstats, paths, services, sitefile, slurmconf, slurmroot, spankbuild, state, system
 from fleetctl.lab.topology import BRIDGE, LabParams, build_layout
 
 STEPS = ("preflight", "slurmroot", "namespaces", "links", "addresses", "hostnames", "munge", "slurm",
@@ -151,6 +151,7 @@ class BuildSteps:
                 gpusim.write_host(self.lab, host.name, i, self.params.gpus_per_host)
             else:
                 (gpusim.host_dir(self.lab, host.name) / "kern.log").touch()
+            nicstats.write_host(self.lab, host.name, [f"eth{k}" for k in range(self.params.nics_per_host)])
         if self.params.clock_skew:
             self.st["clock"] = clock_truth(self.layout, seed=int(os.environ.get("FLEETCTL_LAB_SEED", "1")))
             # plain data beside the site file, which names it (lab.clock_file): the probe engine reads

@@ -152,6 +152,33 @@ def test_nic_down_is_a_failed_check(lab, capsys, clean):
     assert links["eth0"]["status"] == "ok", links
 
 
+def test_nic_symbol_errors_raise_a_ber_warning_and_clean_nics_none(lab, capsys, clean):
+    """The lab's emulated mlx5 counters (checks.simulated_nic_stats) go through the same parser as
+    `ethtool -S`: clean NICs are steady (no false finding), a NIC with 50 symbol errors/s warns with
+    its effective BER over the standard level's 1 s window, and stops once the fault is cleared."""
+    def counters(report):
+        return {(n["node"], r["subject"]): r for n in report["nodes"] for r in n["results"]
+                if r["code"] == "nic.counters"}
+
+    _, report = fleetctl_json(capsys, "audit", "--level", "standard", "--since", "1s")
+    clean_run = counters(report)
+    assert len(clean_run) == 2 * len(lab.nodes)
+    assert {k: r["status"] for k, r in clean_run.items() if r["status"] != "ok"} == {}
+    assert all(r["simulated"] and "symbol_error" in r["evidence"]["values"] for r in clean_run.values())
+    assert cli_run(["lab", "fault", "add", "node3:eth1", "--symbol-errors", "50"]) == 0
+    _, report = fleetctl_json(capsys, "audit", "node3", "--level", "standard", "--since", "1s")
+    got = counters(report)
+    bad = got[("node3", "eth1")]
+    assert bad["status"] == "warn" and bad["action"] == "inspect-hardware", bad
+    assert "symbol_error at" in bad["message"] and "effective BER" in bad["message"]
+    assert 1e-9 < bad["evidence"]["effective_ber_short"] < 1e-8  # 50/s over 10 Gb/s: 5e-9
+    assert got[("node3", "eth0")]["status"] == "ok"
+    assert cli_run(["lab", "fault", "clear", "node3:eth1"]) == 0
+    fleetctl_json(capsys, "audit", "node3", "--level", "quick", "--since", "1s")  # the snapshot after
+    _, report = fleetctl_json(capsys, "audit", "node3", "--level", "standard", "--since", "1s")
+    assert counters(report)[("node3", "eth1")]["status"] == "ok"
+
+
 def test_the_same_fault_on_two_nodes_is_one_block_of_the_report(lab, capsys, clean):
     for node in ("node3", "node4"):
         assert cli_run(["lab", "fault", "add", f"{node}:eth1", "--down"]) == 0

@@ -373,10 +373,18 @@ def test_all_links_down_where_the_class_expects_nvlink_is_a_failure():
     assert r["status"] == "fail" and "0 of 4 NVLinks active" in r["message"]
 
 
+# NIC error counters: their expectations are in test_checks_real_nic.py.
+NIC = ("perfquery-x-switch-linkdowned-xmitdiscards.txt", "perfquery-x-switch-2ports-clean.txt",
+       "perfquery-x-hca-clean.txt", "perfquery-x-rhel75-all-zero.txt", "perfquery-basic-cx4-edr-homelab-clean.txt",
+       "ib-sysfs-counters-mlx5-cx7-saturated-linkdowned-xmitdiscards.txt",
+       "ethtool-S-mlx5-cx6dx-crc-symbol-lane-errors-filtered.txt",
+       "ethtool-S-mlx5-xdp-rx-discards-phy-nonzero-only.txt")
+
+
 def test_every_sample_has_an_expectation_and_a_provenance():
     samples = {p.name for p in REAL.iterdir() if p.name != "PROVENANCE.md"}
     expected = (set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML) | set(DISCOVER)
-                | set(OPENSSH) | set(NVLINK) | {"clush-groups-cluster.yaml"})  # test_nodegroups.py
+                | set(OPENSSH) | set(NVLINK) | set(NIC) | {"clush-groups-cluster.yaml"})  # test_nodegroups.py
     assert samples == expected
     assert len(samples) >= 40
     provenance = (REAL / "PROVENANCE.md").read_text()

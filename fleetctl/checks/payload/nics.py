@@ -11,14 +11,19 @@ import os
 import re
 import time
 
-from fleetctl.checks.payload.common import number_or_none, read_or_none, result, run_cmd  # payload-local
+from fleetctl.checks.payload.common import (marked_simulated, number_or_none, read_or_none, result,  # payload-local
+                                            run_cmd)  # payload-local
 from fleetctl.checks.payload.netdev import (ETH_RATE_LIMITS, NetdevView, NicItemError, counter_dir,  # payload-local
                                             listdir_or_empty, read_item)  # payload-local
+from fleetctl.checks.payload.nic_counters import (bit_error_rate, mlx5_phy_counters,  # payload-local
+                                                  parse_ethtool_stats, saturated, simulated_stats_text)  # payload-local
 
 # DOMAIN.md section 3. Any increase of these is fatal.
 IB_FATAL_COUNTERS = ("link_downed", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
-IB_RATE_LIMITS = {"symbol_error": 10.0, "port_rcv_errors": 10.0, "port_xmit_discards": 100.0}  # per s
-IB_SYMBOL_ERRORS_PER_HOUR_FAIL = 120.0
+IB_RATE_LIMITS = {"symbol_error": 10.0, "port_rcv_errors": 10.0, "port_xmit_discards": 100.0,
+                  "rx_symbol_err_packets": 10.0}  # per s
+IB_SYMBOL_ERRORS_PER_HOUR_FAIL = 120.0  # also NVSentinel's rule
+EFFECTIVE_BER_WARN = 1e-12  # the IBTA link target; effective = after FEC (symbol errors)
 FLAPS_PER_DAY_WARN = 2
 LONG_WINDOW_MAX_S = 86400.0
 
@@ -47,8 +52,9 @@ def nic_targets(args, view):
     return found
 
 
-def sample_counters(targets, view):
-    """{key: {counter: value}} for every counter of every target (IB ports and netdevs)."""
+def sample_counters(targets, view, phy_stats=None):
+    """{key: {counter: value}} for every counter of every target (IB ports and netdevs); a netdev's
+    include its physical-port counters where `phy_stats(netdev)` gives them (mlx5 `ethtool -S`)."""
     sysfs = view.sysfs
     out = {}
     for nic in targets:
@@ -60,7 +66,44 @@ def sample_counters(targets, view):
         netdev = nic["name"] if nic.get("kind", "ethernet") == "ethernet" else nic.get("netdev")
         if netdev and view.exists(netdev):
             out[netdev] = view.counters(netdev)
+            out[netdev].update(phy_stats(netdev) if phy_stats else {})
     return out
+
+
+class PhyStats:
+    """The physical-port counters of a netdev: `ethtool -S` of an mlx5 NIC (other drivers' names
+    differ and are not read), or the lab's emulated counters (checks.simulated_nic_stats)."""
+
+    def __init__(self, args, view, deadline):
+        self.view, self.deadline, self.doc = view, deadline, None
+        path = args.get("simulated_nic_stats") or ""
+        if path:
+            import json
+
+            try:
+                with open(path) as f:
+                    self.doc = json.loads(f.read(1 << 20))
+            except (OSError, ValueError):
+                self.doc = {}
+
+    @property
+    def simulated(self):
+        return bool(self.doc)
+
+    def __call__(self, netdev):
+        if self.doc is not None:
+            return mlx5_phy_counters(parse_ethtool_stats(simulated_stats_text(self.doc, netdev)))
+        if self.view.links is not None or _driver(self.view.sysfs, netdev) != "mlx5_core":
+            return {}
+        rc, out, _ = run_cmd(["ethtool", "-S", netdev], self.deadline, timeout=2)
+        return mlx5_phy_counters(parse_ethtool_stats(out)) if rc == 0 else {}
+
+
+def _driver(sysfs, netdev):
+    try:
+        return os.path.basename(os.readlink(os.path.join(sysfs, "class/net", netdev, "device/driver")))
+    except OSError:
+        return ""
 
 
 def counter_rates(before, after, seconds):
@@ -75,12 +118,26 @@ def counter_rates(before, after, seconds):
     return out
 
 
-def judge_counter_rates(key, rates, window_s, long_window):
-    """-> [(status, text)] for one port or netdev's counter deltas over window_s."""
+def judge_counter_rates(key, rates, window_s, long_window, link_gbps=None, evidence=None):
+    """-> [(status, text)] for one port or netdev's counter deltas over window_s; the effective bit
+    error rate (symbol errors over the bits the link carried) goes into `evidence` when it can be
+    estimated, and is judged then."""
     bad = []
     for name in IB_FATAL_COUNTERS:
         if rates.get(name, (0, 0))[0] > 0:
             bad.append(("fail", "%s rose by %d" % (name, rates[name][0])))
+    recoveries = rates.get("link_error_recovery", (0, 0))[0]
+    if recoveries > 0:
+        bad.append(("warn", "link_error_recovery rose by %d (the link retrained)" % recoveries))
+    if "symbol_error" in rates:
+        ber, why = bit_error_rate(rates["symbol_error"][0], link_gbps, window_s)
+        if evidence is not None:
+            evidence["effective_ber" if long_window else "effective_ber_short"] = ber if ber is not None else why
+        if ber is not None and ber > EFFECTIVE_BER_WARN:
+            bad.append(("warn", "effective BER %.1e over %.0f s (limit %g)" % (ber, window_s, EFFECTIVE_BER_WARN)))
+    if "corrected_bits" in rates and evidence is not None and link_gbps:
+        evidence["raw_ber" if long_window else "raw_ber_short"] = \
+            rates["corrected_bits"][0] / (link_gbps * 1e9 * window_s)
     for name, limit in list(IB_RATE_LIMITS.items()) + list(ETH_RATE_LIMITS.items()):
         if name in rates and rates[name][1] > limit:
             bad.append(("warn", "%s at %.1f/s (limit %g/s)" % (name, rates[name][1], limit)))
@@ -113,7 +170,7 @@ def check_nics(args, deadline, state):
             out.extend(_check_ib(nic, sysfs, facts[nic["name"]], deadline))
         if nic.get("kind", "ethernet") == "ethernet" or nic.get("netdev"):
             out.extend(_check_netdev(nic, view, facts[nic["name"]], deadline))
-    out.extend(_check_counters(args, targets, view, deadline, state))
+    out.extend(_check_counters(args, targets, view, deadline, state, facts))
     return out, facts
 
 
@@ -260,39 +317,68 @@ def _ethtool_firmware(netdev, deadline):
     return None
 
 
-def _check_counters(args, targets, view, deadline, state):
+def _link_rates(targets, facts):
+    """{counter key: link rate in Gb/s} from what the link checks read, else the site file's rate."""
+    rates = {}
+    for nic in targets:
+        f = facts.get(nic["name"]) or {}
+        for port, info in (f.get("ports") or {}).items():
+            rates["%s/%s" % (nic["name"], port)] = info.get("rate_gbps") or nic.get("rate_gbps")
+        netdev = nic["name"] if nic.get("kind", "ethernet") == "ethernet" else nic.get("netdev")
+        if netdev:
+            rates[netdev] = f.get("rate_gbps") or nic.get("rate_gbps")
+    return rates
+
+
+def _check_counters(args, targets, view, deadline, state, facts):
     interval = float(args.get("counter_interval_s") or 0)
-    first = sample_counters(targets, view)
+    phy = PhyStats(args, view, deadline)
+    first = sample_counters(targets, view, phy)
     now = time.time()
     snap = state.get("counters") or {}
     short = None
     if interval > 0 and deadline.left() > interval + 0.5:
         time.sleep(interval)
-        second = sample_counters(targets, view)
+        second = sample_counters(targets, view, phy)
         short = (first, second, interval)
         first, now = second, time.time()
     same_boot = snap.get("boot_id") == args.get("boot_id")
     age = now - snap.get("time", 0)
     state["counters"] = {"boot_id": args.get("boot_id"), "time": now, "values": first}
+    link_gbps = _link_rates(targets, facts)
     out = []
     for key in sorted(first):
-        bad, ev = [], {"values": first[key]}
-        if short:
-            rates = counter_rates(short[0][key], short[1][key], short[2])
-            ev["short_window_s"] = short[2]
-            bad += judge_counter_rates(key, rates, short[2], False)
-        if same_boot and 0 < age <= LONG_WINDOW_MAX_S and key in snap.get("values", {}):
-            rates = counter_rates(snap["values"][key], first[key], age)
-            ev["long_window_s"] = round(age, 1)
-            bad += judge_counter_rates(key, rates, age, True)
-        if not short and "long_window_s" not in ev:
-            out.append(result("nic.counters", "skipped", "%s: one sample, no earlier snapshot: rates judged "
-                              "at the standard level or the next run" % key, evidence=ev, subject=key))
-        elif bad:
-            status = "fail" if any(s == "fail" for s, _ in bad) else "warn"
-            out.append(result("nic.counters", status, "%s: %s" % (key, "; ".join(t for _, t in bad)),
-                              "inspect-hardware", ev, key))
-        else:
-            out.append(result("nic.counters", "ok", "%s: error counters steady" % key, evidence=ev,
-                              subject=key))
-    return out
+        earlier = snap.get("values", {}).get(key) if same_boot and 0 < age <= LONG_WINDOW_MAX_S else None
+        out.append(_judge_key(key, first[key], short, earlier, age, link_gbps.get(key)))
+    return marked_simulated(out, phy.simulated)
+
+
+def _judge_key(key, values, short, earlier, age, link_gbps):
+    """One port's or netdev's counters: the short window (two reads of this run), the long one (the
+    previous run's snapshot); a counter saturated in any read is left out of the rates and named."""
+    stuck = saturated(values)
+    ev, bad = {"values": values}, []
+    windows = []
+    if short:
+        windows.append((short[0][key], short[1][key], short[2], False))
+        ev["short_window_s"] = short[2]
+    if earlier is not None:
+        windows.append((earlier, values, age, True))
+        ev["long_window_s"] = round(age, 1)
+    for before, after, seconds, long_window in windows:
+        stuck = sorted(set(stuck) | set(saturated(before)))
+        rates = {n: r for n, r in counter_rates(before, after, seconds).items() if n not in stuck}
+        bad += judge_counter_rates(key, rates, seconds, long_window, link_gbps, ev)
+    note = ""
+    if stuck:
+        ev["saturated"] = stuck
+        note = "; %s saturated (stopped counting): not measured until the port's counters are reset" \
+            % ", ".join(stuck)
+    if not windows:
+        return result("nic.counters", "skipped", "%s: one sample, no earlier snapshot: rates judged at the "
+                      "standard level or the next run%s" % (key, note), evidence=ev, subject=key)
+    if bad:
+        status = "fail" if any(s == "fail" for s, _ in bad) else "warn"
+        return result("nic.counters", status, "%s: %s%s" % (key, "; ".join(t for _, t in bad), note),
+                      "inspect-hardware", ev, key)
+    return result("nic.counters", "ok", "%s: error counters steady%s" % (key, note), evidence=ev, subject=key)

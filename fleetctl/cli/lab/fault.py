@@ -31,6 +31,8 @@ def fault() -> None:
 @click.option("--remap-pending", is_flag=True, help="GPU: a row remap pending (needs a reset).")
 @click.option("--temp", type=click.IntRange(-40, 200), metavar="C", help="GPU: temperature in C.")
 @click.option("--pcie-width", type=click.IntRange(1, 32), metavar="W", help="GPU: degraded PCIe link width.")
+@click.option("--symbol-errors", type=FiniteFloatRange(0.001, 1e9), metavar="PER_S",
+              help="Host NIC: uncorrected symbol errors per second in its emulated mlx5 counters.")
 @pass_app
 def fault_add(app: Application, target, load, **kinds) -> int:
     """Add a fault on TARGET: leaf1--spine2, leaf1->spine2 (one direction), node3:eth1, node2:gpu3.
@@ -40,6 +42,7 @@ def fault_add(app: Application, target, load, **kinds) -> int:
       fleetctl lab fault add leaf1--spine2 --loss 2
       fleetctl lab fault add node3:eth1 --down
       fleetctl lab fault add node2:gpu3 --xid 79
+      fleetctl lab fault add node2:eth0 --symbol-errors 20
     """
     from fleetctl.errors import UsageError
     from fleetctl.lab import faults
@@ -48,7 +51,7 @@ def fault_add(app: Application, target, load, **kinds) -> int:
     chosen = [(k, v) for k, v in kinds.items() if (v if k in FLAG_KINDS else v is not None)]
     if len(chosen) != 1:
         raise UsageError("give exactly one of --loss, --down, --rate, --flap, --xid, --ecc-dbe, "
-                         "--remap-pending, --temp, --pcie-width")
+                         "--remap-pending, --temp, --pcie-width, --symbol-errors")
     kind, value = chosen[0]
     added = faults.add(target, kind, None if kind in FLAG_KINDS else value, load_pct=load)
     app.emit(added, lambda c: c.print(f"fault added: {_fault_text(added)}"))
