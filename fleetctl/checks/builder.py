@@ -20,7 +20,7 @@ from fleetctl.model.cluster import Cluster, NodeClass
 from fleetctl.nodeset import check_node_name, empty
 
 # Concatenation order: a module only uses names of the modules before it (runner last: it calls main()).
-PAYLOAD_MODULES = ("common", "gpu_collect", "gpu_judge", "xid", "netdev", "nic_counters", "nics", "host", "deep", "runner")
+PAYLOAD_MODULES = ("common", "fabric", "gpu_collect", "gpu_judge", "xid", "netdev", "nic_counters", "nics", "host", "deep", "runner")
 LEVELS = ("quick", "standard", "deep")
 POLICY_STATUSES = ("ok", "warn", "fail")  # what checks.xid_policy may set an Xid to
 DEEP_BUDGET_S = 3600.0

@@ -103,6 +103,19 @@ KERN = {
     "kern-rfc5424-btrfs.log": {"findings": {}, "time": ("2022-12-26T07:44:45.000000+01:00 server02 kernel - - - ",
                                                         utc("2022-12-26T06:44:45"))},
     "kern-kmsg-nvswitch-open.log": {"findings": {}, "time": ("6,3964,206764307,-;", BOOT + 206.764307)},
+    # driver 295 (2012): `Xid (0000:01:00): N, ...` with no `PCI:`, no pid, no name: compiz crashing in
+    # libnvidia-glcore, application-level Xids (31 MMU fault, 13 graphics exception, 32 pushbuffer)
+    "kern-xid-295-precise-13-31-32-no-name.log": {
+        "findings": {"xid.31@0000:01:00": ("warn", "restart-app", 2), "xid.13@0000:01:00": ("warn", "restart-app", 2),
+                     "xid.32@0000:01:00": ("warn", "restart-app", 4)},
+        "first": {"xid.31@0000:01:00": BOOT + 1032.911832, "xid.32@0000:01:00": BOOT + 1037.046654}},
+    # driver 304 (2013), bare lines (no time at all): display engine hung (16) eight times, then 8
+    "kern-xid-304-optimus-16-8-no-name.log": {
+        "findings": {"xid.16@0000:01:00": ("warn", "inspect-hardware", 8), "xid.8@0000:01:00": ("warn", "restart-app", 1)},
+        "stats": {"untimed": 9}},
+    # journal in a locale with lowercase month names ("sep"), driver 610 loading, an IRQ storm: no Xid
+    "kern-locale-lowercase-sep-cachyos-nvrm-610.log": {"findings": {}, "time": ("sep 03 13:25:15 cachyos kernel: ",
+                                                                                  "sep 3 13:25:15")},
 }
 
 
@@ -129,6 +142,8 @@ def test_kernel_log_samples(name):
         t = line_time(prefix, BOOT)
         if expected == "month 7":
             assert time.localtime(t)[1:6] == (7, 27, 14, 8, 3)
+        elif expected == "sep 3 13:25:15":
+            assert time.localtime(t)[1:6] == (9, 3, 13, 25, 15)
         else:
             assert t == pytest.approx(expected)
     assert scan.stats["unparsed"] == 0
@@ -381,11 +396,21 @@ NIC = ("perfquery-x-switch-linkdowned-xmitdiscards.txt", "perfquery-x-switch-2po
        "ethtool-S-mlx5-xdp-rx-discards-phy-nonzero-only.txt")
 
 
+# NVLink fabric, IMEX, NVLink errors, fabric manager: their expectations are in test_checks_real_fabric.py.
+FABRIC = ("smi-q-fabric-azure-insufficient-resources.txt", "smi-q-fabric-gb200-completed-unhealthy.txt",
+          "smi-q-fabric-hgx-550-completed-short.txt", "smi-q-fabric-inprogress-580.txt",
+          "imex-ctl-gb200-aws-18node-up.txt", "imex-ctl-gh200-1node-up.txt", "imex-ctl-gh200-2node-up.txt",
+          "smi-nvlink-e-a100-sxm4-535-clean.txt", "fabricmanager-a40-nv-warn-nothing-to-do-zh-locale.txt",
+          "fabricmanager-aws-nvl5-systemctl-active-probe.txt", "fabricmanager-h20-journal-pre-nvl5-configured.txt",
+          "fabricmanager-rtx4090-pre-nvl5-nothing-to-do.txt")
+
+
 def test_every_sample_has_an_expectation_and_a_provenance():
     samples = {p.name for p in REAL.iterdir() if p.name != "PROVENANCE.md"}
     expected = (set(KERN) | set(DCGM) | set(NCCL) | set(PERFTEST) | set(CLOCK) | set(SMI_XML) | set(DISCOVER)
-                | set(OPENSSH) | set(NVLINK) | set(NIC) | {"clush-groups-cluster.yaml"})  # test_nodegroups.py
+                | set(OPENSSH) | set(NVLINK) | set(NIC) | set(FABRIC)
+                | {"clush-groups-cluster.yaml"})  # test_nodegroups.py
     assert samples == expected
-    assert len(samples) >= 40
+    assert len(samples) >= 90
     provenance = (REAL / "PROVENANCE.md").read_text()
     assert [s for s in sorted(samples) if "`%s`" % s not in provenance] == []

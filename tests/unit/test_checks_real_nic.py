@@ -5,7 +5,6 @@ the sample, read by sample_counters and judged by the nic.counters judge."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 

@@ -10,6 +10,8 @@ import json
 import re
 
 from fleetctl.checks.payload.common import run_cmd, to_int  # payload-local
+from fleetctl.checks.payload.fabric import (fabric_from_xml, merge_nvlink_errors, nvml_fabric,  # payload-local
+                                            parse_smi_fabric_text)  # payload-local
 
 # nvmlClocksEventReasons bits (nvml.h), names as in docs/simulated-gpus.md.
 THROTTLE_BITS = (
@@ -144,6 +146,7 @@ def _nvml_gpu(nvml, index):
                  "width": v(nvml.nvmlDeviceGetCurrPcieLinkWidth),
                  "max_width": v(nvml.nvmlDeviceGetMaxPcieLinkWidth)},
         "nvlink": _nvml_nvlinks(nvml, h),
+        "fabric": nvml_fabric(nvml, h),
     }
     return gpu
 
@@ -226,6 +229,13 @@ def collect_nvidia_smi(deadline, exe="nvidia-smi"):
     rc, out, _ = run_cmd([exe, "nvlink", "--status"], deadline, timeout=10)
     if rc == 0 or NVLINK_ALL_INACTIVE_RE.search(out or ""):  # GPUs without NVLink print nothing:
         merge_smi_nvlink(record, out)                         # nvlink stays None (not judged)
+        rc, out, _ = run_cmd([exe, "nvlink", "-e"], deadline, timeout=10)
+        if rc == 0:
+            merge_nvlink_errors(record, out)
+    rc, out, _ = run_cmd([exe, "-q"], deadline, timeout=15)  # the Fabric sections (R550+)
+    if rc == 0:
+        for gpu, fabric in zip(record["gpus"], parse_smi_fabric_text(out)):
+            gpu["fabric"] = fabric
     return record
 
 
@@ -453,4 +463,5 @@ def _xml_gpu(g, index):
                  "max_width": _xml_num(link, "link_widths/max_link_width")},
         "nvlink": None,  # -q -x has no per-link state; `nvidia-smi nvlink --status` and NVML have it
         "recovery_action": _xml_text(g, "gpu_recovery_action"),
+        "fabric": fabric_from_xml(g.find("fabric")),
     }

@@ -7,6 +7,7 @@ evidence holds the values read per GPU.
 from __future__ import annotations
 
 from fleetctl.checks.payload.common import result, worst_status, strongest_action  # payload-local
+from fleetctl.checks.payload.fabric import judge_fabric, nvlink_error_verdict  # payload-local
 
 HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 SW_THERMAL = ("sw_thermal_slowdown",)
@@ -47,6 +48,9 @@ def judge_gpus(record, expect, thresholds):
     out.append(_persistence(gpus))
     out.append(_pcie(gpus, expect))
     out.append(_nvlink(gpus, expect))
+    fabric = judge_fabric(gpus, _gid)
+    if fabric is not None:
+        out.append(fabric)
     out.append(_versions(record, gpus, expect))
     if any(g.get("recovery_action") for g in gpus):
         out.append(_recovery(gpus))
@@ -236,20 +240,18 @@ def _nvlink(gpus, expect):
         errors = {k: sum(l.get(k) or 0 for l in links)
                   for k in ("crc_errors", "replay_errors", "recovery_errors")}
         ev[_gid(g)] = dict(errors, active=active, present=len(links))
+        # error counters are totals since the driver loaded: only their rise since the previous run counts
+        rises = nvlink_error_verdict(links)
         if want and active < want:
             bad.append((_gid(g), "fail", "reset-gpu", "%d of %d NVLinks active" % (active, want)))
-        elif errors["recovery_errors"]:
-            bad.append((_gid(g), "warn", "inspect-hardware", "%d NVLink recovery errors"
-                        % errors["recovery_errors"]))
-        elif errors["crc_errors"] or errors["replay_errors"]:
-            bad.append((_gid(g), "warn", "none", "NVLink CRC %d, replay %d errors"
-                        % (errors["crc_errors"], errors["replay_errors"])))
+        elif rises:
+            bad.append((_gid(g),) + rises)
     if not known:
         return result("gpu.nvlink", "skipped", "NVLink state not reported by this source")
     if not want and not any(e["active"] for e in ev.values()) and not bad:
         # PCIe cards, a lone GH200: no link up and none expected by the node class is not a fault
         return result("gpu.nvlink", "ok", "no NVLink active, none expected", evidence=ev)
-    return _aggregate("gpu.nvlink", bad, "NVLinks active, no errors", ev)
+    return _aggregate("gpu.nvlink", bad, "NVLinks active, no new errors", ev)
 
 
 def _versions(record, gpus, expect):

@@ -21,6 +21,8 @@ from fleetctl.checks.payload.common import (SCHEMA, Deadline, boot_id, json_argu
                                             strongest_action, worst_status)  # payload-local
 from fleetctl.checks.payload.gpu_collect import GpuSourceError, collect_gpus  # payload-local
 from fleetctl.checks.payload.gpu_judge import judge_gpus  # payload-local
+from fleetctl.checks.payload.fabric import (check_imex, domain_of, fabric_manager_journal,  # payload-local
+                                            fabric_manager_state, nvlink_rises)  # payload-local
 from fleetctl.checks.payload.xid import check_xids  # payload-local
 from fleetctl.checks.payload.nics import check_nics  # payload-local
 from fleetctl.checks.payload.host import (check_clock, check_cpus_memory, check_mounts,  # payload-local
@@ -42,13 +44,21 @@ def _gpu_group(ctx):
                                     bool(args.get("simulated_gpus")))
         return [result("gpu.source", "skipped", "no GPUs expected and none readable (%s)" % exc)]
     gpus = record.get("gpus") or []
+    nvlink_rises(gpus, ctx.setdefault("state", {}), args.get("boot_id"), time.time())
     facts["gpu"] = {"source": record.get("source"), "count": len(gpus),
                     "models": sorted({g.get("name") for g in gpus if g.get("name")}),
                     "driver_version": record.get("driver_version"), "cuda_version": record.get("cuda_version"),
-                    "vbios_versions": sorted({g.get("vbios_version") for g in gpus if g.get("vbios_version")})}
+                    "vbios_versions": sorted({g.get("vbios_version") for g in gpus if g.get("vbios_version")}),
+                    "nvlink_domain": domain_of(gpus)}
     ctx["gpu_count"] = len(gpus)
     ctx["gpu_by_bus"] = {short_bus_id(g.get("pci_bus_id")): g.get("index") for g in gpus if g.get("pci_bus_id")}
-    return marked_simulated(judge_gpus(record, expect, args.get("thresholds") or {}), record.get("simulated"))
+    results = judge_gpus(record, expect, args.get("thresholds") or {})
+    for r in results:  # a fabric not ready: what the fabric manager's journal says of itself
+        if r["code"] == "gpu.fabric" and r["status"] in ("warn", "fail") and not record.get("simulated"):
+            journal = fabric_manager_journal(ctx["deadline"])
+            if journal is not None:
+                r["evidence"]["fabric_manager"] = fabric_manager_state(journal)
+    return marked_simulated(results, record.get("simulated"))
 
 
 def _nic_group(ctx):
@@ -84,6 +94,7 @@ GROUPS = (
     ("xid", "quick", lambda ctx: marked_simulated(check_xids(ctx["args"], ctx["deadline"], ctx["state"]),
                                                   bool(ctx["args"].get("simulated_gpus")))),
     ("host", "quick", _host_group),
+    ("imex", "quick", lambda ctx: check_imex(ctx["args"], ctx["deadline"])),
     ("nic", "quick", _nic_group),
     ("clock", "standard", lambda ctx: check_clock(ctx["args"].get("thresholds") or {}, ctx["deadline"])),
     ("deep.dcgm", "deep", lambda ctx: check_dcgm(ctx["args"], ctx["deadline"])),

@@ -103,7 +103,7 @@ RFC5424_PRI_RE = re.compile(r"<\d{1,3}>(?:1 )?")
 ISO_RE = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
 DMESG_T_RE = re.compile(r"\[\w{3} (\S{3}) +(\d{1,2}) (\d\d:\d\d:\d\d) (\d{4})\]")  # dmesg -T, C locale
 UPTIME_RE = re.compile(r"\[\s*(\d+\.\d+)\]")
-SYSLOG_RE = re.compile(r"(\S{3,5}?)\.? +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? ")
+SYSLOG_RE = re.compile(r"(\S{2,5}?)\.? +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? ")
 # Month abbreviations of journalctl/syslog in the locales seen on clusters (lower case, without the dot).
 MONTHS = {}
 for _names in ("jan feb mar apr may jun jul aug sep oct nov dec",
@@ -116,6 +116,7 @@ for _names in ("jan feb mar apr may jun jul aug sep oct nov dec",
     for _i, _m in enumerate(_names.split(), 1):
         MONTHS.setdefault(_m, _i)
 MONTHS.update({"mrz": 3, "май": 5, "fév": 2, "déc": 12, "sept": 9})
+MONTHS.update({"%d%s" % (_i, _s): _i for _i in range(1, 13) for _s in ("月", "월")})  # zh, ja; ko
 del _names, _i, _m
 
 
