@@ -9,7 +9,7 @@ from fleetctl.fanout.payload import FUTURE, bundle
 
 # The check payload modules whose readers collect.py uses, in their own order (runner left out: it
 # would run the checks).
-CHECK_MODULES = ("common", "gpu_collect", "netdev", "nics", "host")
+CHECK_MODULES = ("common", "fabric", "gpu_collect", "netdev", "nic_counters", "nics", "host")
 
 
 @lru_cache(maxsize=1)

@@ -62,7 +62,8 @@ def discover_site(base, opts: DiscoverOptions) -> SiteDiscovery:
 
 def _slurm_topology(result: Discovery, nodes: list[str], opts: DiscoverOptions, base) -> SiteDiscovery:
     """Slurm's topology.conf of the discovered fabric (printed, written, or compared with --diff)."""
-    topo = slurm_topology.from_fabric(result.fabric, [n for n in nodes if n in result.facts])
+    topo = slurm_topology.from_fabric(result.fabric, [n for n in nodes if n in result.facts],
+                                      {n: f.nvlink_domain for n, f in result.facts.items()})
     if opts.against:
         text = read_bounded(Path(opts.against), "topology.conf")
         changes = slurm_topology.diff(text, opts.against, topo, opts.slurm_topology)
@@ -70,6 +71,8 @@ def _slurm_topology(result: Discovery, nodes: list[str], opts: DiscoverOptions, 
     text = slurm_topology.render(topo, opts.slurm_topology, sources=result.sources,
                                  cluster=opts.cluster_name or (base.name if base is not None else ""))
     data = {"schema": "fleetctl.slurm_topology/1", "plugin": opts.slurm_topology, "leaves": topo.leaves,
+            "blocks": slurm_topology.blocks(topo)[0] if opts.slurm_topology == "block" else {},
+            "nvlink_domains": topo.domains,
             "switches": topo.children, "unplaced": topo.unplaced, "multi_leaf": topo.multi_leaf,
             "notes": result.notes + result.fabric.notes, "text": text}
     if opts.out:

@@ -57,6 +57,7 @@ class NodeFacts:
     lldp: list[Neighbour] = field(default_factory=list)
     loopback: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    nvlink_domain: str = ""  # `cluster UUID/clique id` of a multi-node NVLink domain (GB200 NVL72)
 
     def nic(self, name: str) -> NicFact | None:
         return next((n for n in self.nics if n.name == name), None)
@@ -137,6 +138,7 @@ def parse_facts(doc: object, node: str) -> NodeFacts:
                       memory_gb=_num(doc.get("memory_gb"), f"{where}: memory_gb", float, 1e6),
                       kernel=_str(doc.get("kernel"), f"{where}: kernel"))
     facts.gpus = _gpus(doc.get("gpus") or {}, where)
+    facts.nvlink_domain = _nvlink_domain((doc.get("gpus") or {}).get("nvlink_domain"), where)
     _add_nics(facts, doc.get("rdma") or [], doc.get("netdevs") or [], where)
     facts.loopback = _cidrs(doc.get("loopback"), f"{where}: loopback")
     lldp = doc.get("lldp") or {}
@@ -157,6 +159,17 @@ def _gpus(gpus, where: str) -> dict:
             "pcie_gen": _num(gpus.get("pcie_gen"), f"{where}: gpus.pcie_gen", int, 16),
             "pcie_width": _num(gpus.get("pcie_width"), f"{where}: gpus.pcie_width", int, 32),
             "nvlinks": _num(gpus.get("nvlinks"), f"{where}: gpus.nvlinks", int, 64)}
+
+
+_DOMAIN = re.compile(r"^[0-9a-fA-F-]{36}/\d{1,10}$")
+
+
+def _nvlink_domain(value, where: str) -> str:
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or not _DOMAIN.match(value):
+        raise DataError(f"{where}: gpus.nvlink_domain is not `cluster UUID/clique id`: {str(value)[:80]!r}")
+    return value.lower()
 
 
 def _add_nics(facts: NodeFacts, rdma, nets, where: str) -> None:

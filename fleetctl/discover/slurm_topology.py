@@ -6,9 +6,10 @@ a switch of a higher tier lists the switches of the tier below that it is cabled
 (`SwitchName=spine1 Switches=leaf[1-4]`). A leaf-spine fabric's leaves thus have one parent per
 spine, as slurmibtopology writes them; Slurm accepts that and schedules on the leaves.
 
-block: one block per leaf: the nodes that share a leaf (or, on a rail-optimized fabric, the nodes
-whose first rail shares a leaf) are the block. A multi-node NVLink domain (GB200 NVL72) would be the
-better block; it is not discovered yet and the file says so.
+block: one block per multi-node NVLink domain (GB200 NVL72: the nodes whose GPUs share a cluster UUID
+and clique id, read by the discovery from NVML or nvidia-smi), as Topograph writes them; nodes in no
+such domain get one block per leaf (the nodes that share a leaf, or on a rail-optimized fabric whose
+first rail shares one).
 
 A node cabled to several leaves (one per rail) is placed under the leaf of its first fabric NIC in
 name order, with a comment: Slurm's tree needs each node under one leaf to count switches right.
@@ -34,13 +35,15 @@ class SlurmTopology:
     children: dict[str, list[str]] = field(default_factory=dict)  # tier >= 2 switch -> lower switches
     unplaced: list[str] = field(default_factory=list)  # nodes with no cable to a switch
     multi_leaf: dict[str, list[str]] = field(default_factory=dict)  # node -> its leaves, when several
+    domains: dict[str, str] = field(default_factory=dict)  # node -> NVLink domain (uuid/clique), when in one
 
     def switch_of(self) -> dict[str, str]:
         return {n: leaf for leaf, nodes in self.leaves.items() for n in nodes}
 
 
-def from_fabric(fabric: FabricSpec, nodes: list[str]) -> SlurmTopology:
-    """The Slurm hierarchy of `fabric` for `nodes` (the nodes that answered the discovery)."""
+def from_fabric(fabric: FabricSpec, nodes: list[str], domains: dict[str, str] | None = None) -> SlurmTopology:
+    """The Slurm hierarchy of `fabric` for `nodes` (the nodes that answered the discovery);
+    `domains`: node -> its multi-node NVLink domain, for the block plugin."""
     tiers = {s: int(info.get("tier") or 0) for s, info in fabric.switches.items()}
     host_leaves: dict[str, dict[str, str]] = defaultdict(dict)  # node -> {nic: leaf}
     below: dict[str, set[str]] = defaultdict(set)
@@ -54,7 +57,7 @@ def from_fabric(fabric: FabricSpec, nodes: list[str]) -> SlurmTopology:
         if a in tiers and b in tiers and tiers[a] != tiers[b]:
             low, high = sorted((a, b), key=lambda s: tiers[s])
             below[high].add(low)
-    topo = SlurmTopology()
+    topo = SlurmTopology(domains={n: d for n, d in (domains or {}).items() if d and n in wanted})
     leaves: dict[str, list[str]] = defaultdict(list)
     for node in natural_order(wanted):
         by_nic = host_leaves.get(node)
@@ -75,11 +78,27 @@ def from_fabric(fabric: FabricSpec, nodes: list[str]) -> SlurmTopology:
     return topo
 
 
+def blocks(topo: SlurmTopology) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """(block name -> nodes, block name -> what it is): NVLink domains first (`nvl1`, ... in the order
+    of their first node), then one block per leaf for the nodes in no domain."""
+    by_domain: dict[str, list[str]] = defaultdict(list)
+    for node in natural_order(topo.domains):
+        by_domain[topo.domains[node]].append(node)
+    out, what = {}, {}
+    for i, (domain, nodes) in enumerate(by_domain.items(), 1):
+        out[f"nvl{i}"], what[f"nvl{i}"] = nodes, f"NVLink domain {domain}"
+    for leaf, nodes in topo.leaves.items():
+        rest = [n for n in nodes if n not in topo.domains]
+        if rest:
+            out[leaf], what[leaf] = rest, f"the nodes under leaf {leaf}"
+    return out, what
+
+
 def render(topo: SlurmTopology, plugin: str, *, cluster: str = "", sources: list[str] = ()) -> str:
     """topology.conf text for `plugin` (tree or block)."""
     if plugin not in PLUGINS:
         raise ValueError(f"unknown topology plugin {plugin!r}")
-    if not topo.leaves:
+    if not topo.leaves and not topo.domains:
         raise ConfigError("the discovered fabric cables no node to a switch: there is no topology to write "
                           "(give --ibnetdiscover FILE, run lldpd on the hosts, or --source trace)")
     lines = [f"# topology.conf for TopologyPlugin=topology/{plugin}, written by `fleetctl site discover`"
@@ -96,8 +115,9 @@ def render(topo: SlurmTopology, plugin: str, *, cluster: str = "", sources: list
         lines += [f"SwitchName={leaf} Nodes={fold(nodes)}" for leaf, nodes in topo.leaves.items()]
         lines += [f"SwitchName={s} Switches={fold(kids)}" for s, kids in topo.children.items()]
     else:
-        lines.append("# one block per leaf switch: the nodes that share it")
-        lines += [f"BlockName={leaf} Nodes={fold(nodes)}" for leaf, nodes in topo.leaves.items()]
+        found, what = blocks(topo)
+        for name, nodes in found.items():
+            lines += [f"# {what[name]}", f"BlockName={name} Nodes={fold(nodes)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -120,9 +140,10 @@ def diff(text: str, source: str, topo: SlurmTopology, plugin: str) -> dict:
         raise ConfigError(f"{source} is a topology/{have_plugin} file; compare it with "
                           f"--slurm-topology {have_plugin}")
     was = {n: leaf for leaf, nodes in leaves.items() for n in nodes}
-    now = topo.switch_of()
+    now = topo.switch_of() if plugin == "tree" else {n: b for b, ns in blocks(topo)[0].items() for n in ns}
     above = topo.children if plugin == "tree" else {}  # a block file has no switches above the blocks
-    before, after = set(leaves) | set(children), set(topo.leaves) | set(above)
+    before = set(leaves) | set(children)
+    after = set(topo.leaves) | set(above) if plugin == "tree" else set(blocks(topo)[0])
     out = {"against": source, "plugin": plugin,
            "moved": [{"node": n, "from": was[n], "to": now[n]} for n in natural_order(set(was) & set(now))
                      if was[n] != now[n]],

@@ -86,3 +86,19 @@ def test_a_bad_block_file_is_refused_with_its_line(text, message):
 def test_no_cabled_node_is_an_error_not_an_empty_file():
     with pytest.raises(ConfigError, match="cables no node to a switch"):
         st.render(st.from_fabric(FabricSpec(), ["gpu1"]), "tree")
+
+
+def test_block_uses_nvlink_domains_and_leaves_for_the_rest():
+    # gpu1-4 report GPUs of one NVL72 clique, gpu5-6 none (a plain leaf block each)
+    uuid = "dc6e40c4-d722-4357-9ba6-5291dd461278"
+    domains = {f"gpu{i}": f"{uuid}/2" for i in range(1, 5)}
+    topo = st.from_fabric(_fabric(), [f"gpu{i}" for i in range(1, 7)], domains)
+    found, what = st.blocks(topo)
+    assert found == {"nvl1": ["gpu1", "gpu2", "gpu3", "gpu4"], "leaf3": ["gpu5", "gpu6"]}
+    assert what["nvl1"] == f"NVLink domain {uuid}/2"
+    text = st.render(topo, "block")
+    assert f"# NVLink domain {uuid}/2\nBlockName=nvl1 Nodes=gpu[1-4]\n" in text
+    assert st.diff(text, "b.conf", topo, "block")["changes"] == 0
+    old = "BlockName=leaf1 Nodes=gpu[1-2]\nBlockName=leaf2 Nodes=gpu[3-4]\nBlockName=leaf3 Nodes=gpu[5-6]\n"
+    d = st.diff(old, "old.conf", topo, "block")
+    assert [m["to"] for m in d["moved"]] == ["nvl1"] * 4 and d["new_switches"] == ["nvl1"]

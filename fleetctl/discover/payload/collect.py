@@ -18,6 +18,7 @@ import sys
 from fleetctl.checks.payload.common import (Deadline, json_argument, number_or_none, read_or_none,  # payload-local
                                             run_cmd, to_int)  # payload-local
 from fleetctl.checks.payload.gpu_collect import GpuSourceError, collect_gpus  # payload-local
+from fleetctl.checks.payload.fabric import domain_of  # payload-local
 from fleetctl.checks.payload.host import meminfo_gib  # payload-local
 from fleetctl.checks.payload.netdev import NetdevView, NicItemError, listdir_or_empty  # payload-local
 from fleetctl.checks.payload.nics import ib_rate_gbps  # payload-local
@@ -48,6 +49,7 @@ def gpu_facts(args, deadline):
         "pcie_gen": max([p.get("max_gen") or 0 for p in pcie] or [0]),
         "pcie_width": max([p.get("max_width") or 0 for p in pcie] or [0]),
         "nvlinks": min([sum(1 for l in ls if l.get("active")) for ls in links] or [0]),
+        "nvlink_domain": domain_of(gpus),  # a multi-node NVLink domain (NVL72): Slurm's block
     }
 
 
