@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fault to job running again, restored, on the lab: the Detect -> Act loop timed step by step. Prints JSON.
 
-    sudo python benchmarks/act_fault_to_running.py [--trials 10] [--out FILE]
+    sudo python benchmarks/act_fault_to_running.py [--trials 10] [--slurm sid --requeue expedite] [--out FILE]
 
 Each trial: a spare pool of 2 (node3, node4, audited as they join), a 2-node training job on node1+node2
 (tests/snapshot_train.py: torch, gloo, fleetctl.snapshot), an Xid 79 injected on node2, then one
@@ -12,6 +12,8 @@ action log and the job's own log:
   drain     the drain action
   requeue   the swap action (spare released, job requeued excluding node2) -> the job RUNNING again
   restore   RUNNING again -> the job printed `restored=N` (its Snapshotter loaded snapshot N)
+--requeue expedite submits the job with `--requeue=expedite` (Slurm 25.11+, `--slurm sid`; the lab
+enables SlurmctldParameters=enable_expedited_requeue there): no credential-lifetime wait after the swap.
 Goal: p50 of the total <= 60 s. Needs torch (scripts/install). Takes the lab's session lock.
 """
 
@@ -74,7 +76,7 @@ def wait(pred, timeout, step=0.05):
     raise TimeoutError("condition not reached")
 
 
-def trial(lab, work: Path, env: dict) -> dict:
+def trial(lab, work: Path, env: dict, requeue: str = "--requeue") -> dict:
     fleetctl = [sys.executable, "-m", "fleetctl", "--format", "json"]
     sh(lab, *fleetctl, "spares", "add", "node[3-4]", env=env, check=False)
     snap, log = work / "snap", work / "job.log"
@@ -85,7 +87,7 @@ def trial(lab, work: Path, env: dict) -> dict:
     jenv = {**env, "PY": sys.executable, "TRAIN": str(TRAIN), "SNAP": str(snap), "OUT": str(work / "out.pt"),
             "STEPS": "3000", "LAB_ADDRS": json.dumps(lab.state["addresses"]["mgmt"]),
             "GLOO_SOCKET_IFNAME": MGMT_DEV, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    job = sh(lab, "sbatch", "--parsable", "-N2", "-w", "node[1-2]", "--ntasks-per-node=1", "--requeue",
+    job = sh(lab, "sbatch", "--parsable", "-N2", "-w", "node[1-2]", "--ntasks-per-node=1", requeue,
              "--open-mode=append", f"--output={log}", "--export=ALL", str(script), env=jenv).stdout.strip()
     try:
         wait(lambda: (snap / "progress").exists() and int((snap / "progress").read_text() or -1) >= 10, 180, 0.2)
@@ -124,17 +126,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--out", default="")
+    ap.add_argument("--slurm", default="system", help="the lab's Slurm: system, trixie (24.11), sid (26.05)")
+    ap.add_argument("--requeue", choices=["plain", "expedite"], default="plain",
+                    help="expedite: submit with --requeue=expedite (Slurm 25.11+)")
     args = ap.parse_args()
-    params = LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=4)
-    out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "goal_p50_s": 60.0, "trials": []}
+    params = LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=4, slurm_from=args.slurm)
+    out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "goal_p50_s": 60.0,
+                 "slurm": args.slurm, "requeue": args.requeue, "trials": []}
     with LabSession(params) as lab, tempfile.TemporaryDirectory() as tmp:
+        out["slurm_version"] = lab.state["slurm"]["version"]
         for i in range(args.trials):
             work = Path(tmp) / f"t{i}"
             work.mkdir()
             (work / "site.toml").write_text(site_text(lab, work))
             env = {**lab.command_env(), "FLEETCTL_SITE": str(work / "site.toml"), "PYTHONPATH": str(REPO),
                    "FLEETCTL_SNAPSHOT_REGISTRY": str(work / "registry")}
-            out["trials"].append(trial(lab, work, env))
+            out["trials"].append(trial(lab, work, env, "--requeue=expedite" if args.requeue == "expedite"
+                                       else "--requeue"))
             print(json.dumps(out["trials"][-1]), file=sys.stderr)
     ok = [t for t in out["trials"] if "total_s" in t]
     out["ok_trials"] = len(ok)

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from fleetctl.errors import DataError
-from fleetctl.filekit import append_line, loads_json, read_lines
+from fleetctl.filekit import append_line, loads_json, read_lines_from
 
 MAX_LINE_BYTES = 64 << 10
 MAX_RECORDS = 200_000
@@ -33,8 +33,18 @@ def new_action_id(now: float | None = None) -> str:
 
 
 class ActionLog:
+    """Reads are incremental: the records and the current view are kept with the file's identity and
+    the offset read so far, and only lines appended since (by this process or another) are parsed; a
+    decision of a storm no longer re-reads the whole log (it did twice per detection)."""
+
     def __init__(self, state_dir: str | Path):
         self.path = Path(state_dir) / "actions.jsonl"
+        self._identity: tuple[int, int] = (0, 0)
+        self._offset = 0
+        self._records: list[dict] = []
+        self._view: dict[str, dict] = {}
+        self._by_detection: dict[str, list[str]] = {}  # detection id -> action ids, first seen first
+        self._done: dict[str, list[str]] = {}  # action -> ids of those that reached `done`
 
     def append(self, record: dict) -> dict:
         """Write one record as one whole line: fields are bounded to fit MAX_LINE_BYTES (a record is
@@ -48,10 +58,18 @@ class ActionLog:
         append_line(self.path, line.encode(), what="action log")
         return json.loads(line)
 
-    def records(self) -> list[dict]:
-        """Every well-formed record, in order (bad, partial or oversized lines skipped)."""
-        out = []
-        for line in read_lines(self.path, max_line=MAX_LINE_BYTES, what="action log"):
+    def _refresh(self) -> None:
+        lines, end, identity = read_lines_from(self.path, self._offset, max_line=MAX_LINE_BYTES,
+                                               what="action log")
+        if identity != self._identity or end < self._offset:  # new file, or replaced: start over
+            if self._offset:
+                self._offset = 0
+                self._identity = (0, 0)
+                self._records, self._view, self._by_detection, self._done = [], {}, {}, {}
+                return self._refresh()
+            self._identity = identity
+        self._offset = end
+        for line in lines:
             if not line:
                 continue
             try:
@@ -59,17 +77,52 @@ class ActionLog:
             except DataError:
                 continue
             if well_formed(rec):
-                out.append(rec)
-        return out[-MAX_RECORDS:]
+                self._records.append(rec)
+                prev = self._view.get(rec["id"])
+                self._view[rec["id"]] = {**prev, **rec, "history": prev["history"] + [rec["phase"]]} if prev \
+                    else {**rec, "history": [rec["phase"]]}
+                self._index(rec, first=prev is None)
+        if len(self._records) > MAX_RECORDS:
+            self._records = self._records[-MAX_RECORDS:]
+
+    def _index(self, rec: dict, first: bool) -> None:
+        det = rec.get("detection", {}).get("id")
+        if first and isinstance(det, str):
+            self._by_detection.setdefault(det, []).append(rec["id"])
+        if rec["phase"] == "done":
+            self._done.setdefault(rec["action"], []).append(rec["id"])
+
+    def for_detection(self, detection_id: str) -> list[dict]:
+        """The current view of every action taken or refused for one detection."""
+        self._refresh()
+        return [self._view[a] for a in self._by_detection.get(detection_id, ()) if a in self._view]
+
+    def done_since(self, since: float, actions: tuple[str, ...]) -> list[dict]:
+        """Actions of these kinds that reached `done` at or after `since` (current view; an action
+        undone since is still counted, as the budget always did)."""
+        self._refresh()
+        out = []
+        for action in actions:
+            for aid in reversed(self._done.get(action, ())):
+                rec = self._view.get(aid)
+                if rec is None:
+                    continue
+                done_at = rec["time"]
+                if done_at < since and rec["phase"] == "done":
+                    break  # in time order: older ones follow
+                if rec["phase"] == "done" and done_at >= since:
+                    out.append(rec)
+        return out
+
+    def records(self) -> list[dict]:
+        """Every well-formed record, in order (bad, partial or oversized lines skipped)."""
+        self._refresh()
+        return list(self._records)
 
     def current(self) -> dict[str, dict]:
         """The last record of every action id (its current phase), with the first one's details."""
-        view: dict[str, dict] = {}
-        for rec in self.records():
-            prev = view.get(rec["id"])
-            view[rec["id"]] = {**prev, **rec, "history": prev["history"] + [rec["phase"]]} if prev else \
-                {**rec, "history": [rec["phase"]]}
-        return view
+        self._refresh()
+        return dict(self._view)
 
     def taken_since(self, since: float, action: str | None = None) -> list[dict]:
         """Actions done (not dry-run, not refused) at or after `since`."""

@@ -14,6 +14,8 @@ process there (tests/support/crash.py), to prove the order above.
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from collections.abc import Callable
 
@@ -51,6 +53,9 @@ class Engine(Ladder):
         self._planned_drains: list[str] = []  # dry-run: drains decided but not visible in Slurm
         self._dry = dry_run  # this policy's: the engine's dry run, or the policy in shadow mode
         self._breaker = ""  # this detection's breaker line ('' closed)
+        self._node_cache = None  # Slurm's node states, read once per pass (one_pass) and after our changes
+        self._in_pass = False
+        self.node_reads = 0
         self.remediator = None  # act.remedy.Remediator (GPU reset, re-audit): set by act.run.start
         self._ladder_state: dict[str, str] = {}  # this detection's nodes: healed | failed | rebooting
         self._remembered: set[str] = set()  # nodes with an incident recorded for this detection
@@ -86,6 +91,8 @@ class Engine(Ladder):
     def handle(self, det: Detection) -> list[dict]:
         """Every decision for one detection (records as appended to the log)."""
         out: list[dict] = []
+        if not self._in_pass:
+            self._node_cache = None
         matching = [p for p in self.policies if p.matches(det)]
         if any(set(p.actions) & set(REMEDIATION) for p in matching):
             self._breaker = self._breaker_line()
@@ -135,10 +142,9 @@ class Engine(Ladder):
             return (f"confidence {det.confidence:.2f} is below the policy's floor of "
                     f"{policy.min_confidence:.2f}")
         since = self.clock() - policy.cooldown_s
-        for rec in self.log.current().values():
+        for rec in self.log.for_detection(det.id):
             # An action undone since still started the cool-down (an operator undid it: don't redo it).
-            if rec.get("policy") == policy.name and "done" in rec["history"] and rec["time"] >= since \
-                    and rec.get("detection", {}).get("id") == det.id:
+            if rec.get("policy") == policy.name and "done" in rec["history"] and rec["time"] >= since:
                 return (f"cool-down: policy {policy.name} acted on this at {_clock(rec['time'])} "
                         f"({rec['id']}); cool-down {policy.cooldown_s:g} s")
         return ""
@@ -302,6 +308,8 @@ class Engine(Ladder):
         self.log.append({**base, "phase": "pending", "why": what})
         self.on_point(action, "after-pending")
         started = time.monotonic()
+        if action in ("drain", "swap", "resume", "reboot"):
+            self._node_cache = None  # it changes node states: the next decision reads them anew
         try:
             result = do(aid) if pass_id else do()
         except FleetctlError as exc:
@@ -345,9 +353,30 @@ class Engine(Ladder):
                                 "detection": det.summary(), "targets": targets, "phase": "refused",
                                 "why": why})
 
+    @contextlib.contextmanager
+    def one_pass(self):
+        """The detections handled inside share one read of Slurm's node states (read again only after
+        an action of this engine changed them): a storm of N detections on a 10,000-node cluster costs
+        one `scontrol show node` per drain, swap, resume or reboot, not two per detection. Outside a
+        pass, every detection reads them anew."""
+        self._in_pass, self._node_cache = True, None
+        try:
+            yield self
+        finally:
+            self._in_pass, self._node_cache = False, None
+
+    def node_states(self) -> list:
+        """Slurm's node states (SlurmError when it cannot be read), as this pass knows them."""
+        if self._node_cache is None:
+            self._node_cache = self.backend.nodes()
+            self.node_reads += 1  # also the generation the breaker's line is kept for
+        return self._node_cache
+
+    _node_states = node_states
+
     def _drain_refusal(self, node: str, *, allow_ours: bool = False, allow_operators: bool = False) -> str:
         try:
-            everyone = self.backend.nodes()
+            everyone = self._node_states()
         except SlurmError as exc:
             return f"cannot read node states from Slurm: {exc.message}"
         state = next((n for n in everyone if n.name == node), None)
@@ -359,8 +388,7 @@ class Engine(Ladder):
             return "" if allow_ours else f"{node} is already drained by fleetctl ({state.reason!r})"
         if node in self._planned_drains:
             return "" if allow_ours else f"{node} is already to be drained (dry run)"
-        hour = [r for r in self.log.current().values() if r["phase"] == "done" and r["time"] >= since_hour(
-            self.clock()) and r["action"] in ("drain", "swap")]
+        hour = self.log.done_since(since_hour(self.clock()), ("drain", "swap"))
         drained_by_act = {n for r in hour for n in r.get("targets", {}).get("nodes", [])}
         return self.budget.check(node, everyone, len(drained_by_act), self._planned_drains)
 

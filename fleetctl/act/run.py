@@ -58,6 +58,12 @@ class Runner:
             return {}
 
     def once(self) -> list[dict]:
+        """One pass over every source; Slurm's node states are read once for the pass (and again
+        after each action of act's that changes them), however many detections it brings."""
+        with self.engine.one_pass():
+            return self._once()
+
+    def _once(self) -> list[dict]:
         decisions: list[dict] = []
         for path in self.sources.reports:
             decisions += self._report(read_report(path), path)
@@ -81,7 +87,7 @@ class Runner:
                                                            "ident": got.ident}) + "\n")
         if self.sources.hooks:
             try:
-                nodes = self.engine.backend.nodes()
+                nodes = self.engine.node_states()
             except SlurmError:
                 nodes = []  # Slurm unreachable: nothing decided on missing information
             for det in detections.from_hook_drains(nodes, self.engine.backend.drain_prefix):

@@ -8,9 +8,9 @@ link, never a FIFO, JSON nesting bounded) and how it appends JSON lines. Ground 
     obj = loads_json(line, "event record")                             # nesting <= MAX_JSON_DEPTH
 """
 
-from fleetctl.filekit.jsonl import append_line, read_lines, write_whole
+from fleetctl.filekit.jsonl import append_line, read_lines, read_lines_from, write_whole
 from fleetctl.filekit.read import (MAX_JSON_DEPTH, clean_text, json_too_deep, loads_json, open_regular,
                                    read_bytes, read_json, read_text)
 
-__all__ = ["MAX_JSON_DEPTH", "append_line", "read_lines", "write_whole", "clean_text", "json_too_deep", "loads_json", "open_regular", "read_bytes",
+__all__ = ["MAX_JSON_DEPTH", "append_line", "read_lines", "read_lines_from", "write_whole", "clean_text", "json_too_deep", "loads_json", "open_regular", "read_bytes",
            "read_json", "read_text"]

@@ -72,3 +72,34 @@ def read_lines(path: str | os.PathLike, *, max_line: int, what: str = "log",
                 yield None
                 continue
             yield line.rstrip(b"\n")
+
+
+def read_lines_from(path: str | os.PathLike, start: int, *, max_line: int, what: str = "log",
+                    error: type = DataError) -> tuple[list[bytes | None], int, tuple[int, int]]:
+    """The lines of `path` from byte `start` on, as read_lines gives them, with the offset reached and
+    the file's (device, inode): a reader that keeps these reads only what was appended since.
+    ([], 0, (0, 0)) when the file does not exist."""
+    try:
+        fd = open_regular(path, os.O_RDONLY, what=what, error=error)
+    except FileNotFoundError:
+        return [], 0, (0, 0)
+    except OSError as exc:
+        raise error(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+    lines: list[bytes | None] = []
+    with os.fdopen(fd, "rb") as fh:
+        lock_fd(fh.fileno(), shared=True, wait_s=None)
+        st = os.fstat(fh.fileno())
+        if start > st.st_size:
+            start = 0  # the file was replaced by a shorter one: read it whole
+        fh.seek(start)
+        while True:
+            line = fh.readline(max_line + 1)
+            if not line:
+                break
+            if len(line) > max_line and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(1 << 20)
+                lines.append(None)
+                continue
+            lines.append(line.rstrip(b"\n"))
+        return lines, fh.tell(), (st.st_dev, st.st_ino)

@@ -39,6 +39,7 @@ class SwapPlan:
     running_on: list[str] = field(default_factory=list)
     code: str = "spares.swap"  # of the drain reason
     text: str = ""
+    expedited: bool = False  # the job was submitted with --requeue=expedite (Slurm 25.11+)
 
     @property
     def ok(self) -> bool:
@@ -68,7 +69,12 @@ def plan_swap(backend, pool, job_id: str, bad_node: str, *, code: str = "spares.
         raise UsageError(f"job {job_id} is not a batch job: Slurm cannot requeue it")
     if rec.get("Requeue", "1") == "0":
         raise UsageError(f"job {job_id} was submitted with --no-requeue: Slurm will not requeue it")
-    plan.steps.append(SwapStep("check", f"job {job_id} RUNNING on {','.join(nodes)}, requeueable",
+    plan.expedited = rec.get("ExpeditedRequeue", "").lower() == "yes"
+    how = ("expedited requeue: it starts again at once, at the highest priority" if plan.expedited else
+           "requeued jobs wait for Slurm's credential lifetime (cred_expire) before they start again; "
+           "`sbatch --requeue=expedite` with SlurmctldParameters=enable_expedited_requeue (Slurm 25.11+) "
+           "restarts at once")
+    plan.steps.append(SwapStep("check", f"job {job_id} RUNNING on {','.join(nodes)}, requeueable; {how}",
                                "done"))
     node = backend.lookup([bad_node]).found.get(bad_node)
     if node is not None and node.drained and not is_ours(node.reason, backend.drain_prefix):

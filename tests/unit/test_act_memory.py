@@ -367,3 +367,20 @@ def test_the_history_is_read_again_only_when_the_file_changed(tmp_path, monkeypa
     other = IncidentLog(tmp_path)  # another writer (act run) appends
     other.record(time=2.0, node="n2", code="xid.48", action="drain", action_id="a2")
     assert [r["action_id"] for r in log.records()] == ["a1", "a2"] and len(reads) == 2
+
+
+def test_one_pass_reads_node_states_once_plus_once_per_change(tmp_path):
+    slurm, engine = make(tmp_path, {**XID, "actions": ["drain", "notify"], "webhook": "http://127.0.0.1:9/x"},
+                         nodes=40, breaker_pct=10.0)
+    reads = []
+    real = slurm.nodes
+    slurm.nodes = lambda nodes=None: (reads.append(nodes), real(nodes))[1]
+    with engine.one_pass():
+        out = fail(engine, *[f"node{i}" for i in range(1, 21)])  # a storm: 20 of 40 nodes
+    drains = [d for d in out if d["action"] == "drain"]
+    assert [d["phase"] for d in drains].count("done") == 5  # the breaker opens past 10 % (5 of 40)
+    whole = [r for r in reads if r is None]
+    assert len(whole) == 5 + 1, len(whole)  # one read, then one after each drain (it changed them)
+    reads.clear()
+    fail(engine, "node30")  # outside a pass: read anew
+    assert [r for r in reads if r is None]
