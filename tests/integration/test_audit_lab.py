@@ -63,6 +63,8 @@ def test_clean_lab_has_no_failures(lab, capsys, clean):
         codes = {r["code"]: r for r in node["results"]}
         assert codes["gpu.count"]["status"] == "ok" and codes["gpu.count"]["simulated"]
         assert codes["nic.link"]["status"] == "ok", codes["nic.link"]
+        # judged only where they apply: no NVLink fabric on the simulated GPUs, no IMEX domain here
+        assert "gpu.fabric" not in codes and codes["nvlink.imex"]["status"] == "skipped", codes.get("nvlink.imex")
 
 
 @pytest.mark.slurm
