@@ -36,6 +36,8 @@ COMMANDS = {  # name: (the click command as "module:attribute", its one-line hel
         "Slurm Prolog/Epilog/HealthCheckProgram hooks and their installer."),
     "inventory": ("fleetctl.cli.inventory:inventory",
         "Nodes, NICs, GPUs, switches and links, with Slurm state."),
+    "job": ("fleetctl.cli.job:job",
+        "Training jobs from the inside: hang and straggler signals."),
     "lab": ("fleetctl.cli.lab:lab",
         "An emulated GPU cluster on this machine, with fault injection."),
     "lens": ("fleetctl.cli.lens:lens",

@@ -33,6 +33,8 @@ RANKS = {
     "meshrun": 7, "discover": 7,
     # act; the lab sits beside the act layer
     "audit": 8, "snapshot": 8, "lab": 8, "failover": 8, "lens": 8,
+    # signals from inside training jobs: their events go into lens's event log
+    "recovery": 9,
     # the loop: spares build on audit; act (policies, explain) on lens, snapshot and spares
     "spares": 9, "act": 10,
     # every domain's reader of the site file, for `config check`

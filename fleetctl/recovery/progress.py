@@ -1,0 +1,121 @@
+"""Each rank's progress, from inside the training loop: the iteration it reached, when, and how long
+its own compute took, written where `fleetctl job watch` reads it (docs/recovery.md).
+
+    progress = Progress.from_env()          # FLEETCTL_PROGRESS_DIR, SLURM_JOB_ID, RANK, the node
+    for it in range(start, steps):
+        loss = model(batch).backward()      # this rank's own work
+        progress.compute_done()             # optional: before the collective, names a straggler
+        opt.step()                          # the all-reduce: every rank waits for the slowest
+        progress.step(it)
+
+In synchronous data-parallel training every rank's iteration takes as long as the slowest rank's:
+iteration times cannot name a straggler, the time before the collective can. A rank that never
+calls `compute_done` still reports its iterations (hang detection), not its compute.
+
+Standard library only (no torch): it runs in the job's interpreter. One small file per rank,
+replaced atomically every `interval_s` (default 1 s) by a daemon thread: <dir>/<job>/rank-<N>.json.
+The thread writes while the loop is stuck too, so the watcher tells a rank that is alive and waiting
+in the collective from one that stopped (killed, frozen: its file stops changing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import threading
+import time
+from collections import deque
+
+ENV_DIR = "FLEETCTL_PROGRESS_DIR"
+RECENT = 32  # iterations kept for the median iteration time (hang threshold)
+RECENT_COMPUTE = 128  # iterations kept for the mean compute time (straggler): a slowdown that hits
+# some iterations hard (a throttled or preempted CPU) moves the mean, not the median; one long pause
+# among 128 iterations moves it little
+
+
+class Progress:
+    def __init__(self, directory: str, job: str, rank: int, node: str = "", interval_s: float = 1.0):
+        if not job or not str(job).replace("_", "").replace(".", "").isalnum() or len(str(job)) > 64:
+            raise ValueError(f"job id {job!r}: letters, digits, '_' and '.', at most 64")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1_000_000:
+            raise ValueError(f"rank {rank!r}: an integer from 0")
+        self.dir = os.path.join(directory, str(job))
+        os.makedirs(self.dir, exist_ok=True)
+        self.path = os.path.join(self.dir, f"rank-{rank}.json")
+        self.job, self.rank = str(job), rank
+        self.node = node or socket.gethostname().split(".")[0]
+        self.interval_s = interval_s
+        self.started = time.time()
+        self._mark = time.monotonic()  # start of the current iteration
+        self._compute: deque[float] = deque(maxlen=RECENT_COMPUTE)
+        self._iteration: deque[float] = deque(maxlen=RECENT)
+        self.iteration = -1
+        self.phase, self.phase_since = "compute", time.time()  # compute | collective
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="fleetctl-progress", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_env(cls, interval_s: float = 1.0) -> "Progress | None":
+        """From FLEETCTL_PROGRESS_DIR, SLURM_JOB_ID and RANK (or SLURM_PROCID); None when the job
+        runs without a progress directory (nothing is written)."""
+        directory = os.environ.get(ENV_DIR, "")
+        if not directory:
+            return None
+        rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+        job = os.environ.get("SLURM_JOB_ID", "local")
+        return cls(directory, job, rank, os.environ.get("SLURMD_NODENAME", ""), interval_s)
+
+    def compute_done(self) -> None:
+        """This rank's own work of the iteration is done (before the collective)."""
+        with self._lock:
+            self._compute.append(time.monotonic() - self._mark)
+            self.phase, self.phase_since = "collective", time.time()
+
+    def step(self, iteration: int) -> None:
+        """Iteration `iteration` is complete."""
+        now = time.monotonic()
+        with self._lock:
+            self._iteration.append(now - self._mark)
+            self._mark = now
+            self.iteration = iteration
+            self.progress_time = time.time()
+            self.phase, self.phase_since = "compute", self.progress_time
+
+    def close(self) -> None:
+        """Stop the writer (the file stays: the watcher sees the rank stopped)."""
+        self._stop.set()
+        self._thread.join(timeout=2 * self.interval_s)
+        self.write()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.write()
+            except OSError:
+                pass  # a full or unreachable directory must never stop training
+
+    progress_time = 0.0  # when the last iteration completed (wall clock)
+
+    def write(self) -> None:
+        with self._lock:
+            doc = {"v": 1, "job": self.job, "rank": self.rank, "node": self.node, "pid": os.getpid(),
+                   "iteration": self.iteration, "time": time.time(), "started": self.started,
+                   "progress_time": self.progress_time or self.started, "phase": self.phase,
+                   "phase_since": self.phase_since, "iteration_s": _median(self._iteration),
+                   "compute_s": _mean(self._compute), "samples": len(self._iteration)}
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(doc))
+        os.replace(tmp, self.path)
+
+
+def _median(values) -> float | None:
+    return round(statistics.median(values), 6) if values else None
+
+
+def _mean(values) -> float | None:
+    return round(sum(values) / len(values), 6) if values else None

@@ -1,0 +1,92 @@
+"""Hang and straggler signals of a real 2-node torch/gloo job under the lab's Slurm: its ranks report
+their progress (fleetctl.recovery.Progress), the watcher (the code of `fleetctl job watch`) reads them.
+A clean stretch raises nothing; one rank slowed from outside (SIGSTOP/SIGCONT duty cycle: 40 % of its
+time stopped) is named a straggler; the same rank frozen (SIGSTOP) is named the hang while the
+other waits for it in the all-reduce; once it runs again both events close."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetctl.lab.topology import MGMT_DEV
+from fleetctl.lens.eventlog import EventLog, problem
+from fleetctl.recovery.signals import read_ranks
+from fleetctl.recovery.watch import JobWatcher
+
+from labutil import wait_for
+
+pytestmark = pytest.mark.lab
+REPO = Path(__file__).resolve().parents[2]
+JOB = """#!/bin/bash
+first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ["LAB_ADDRS"])[sys.argv[1]])' "$first")
+export MASTER_PORT=$((21000 + SLURM_JOB_ID % 10000))
+srun --kill-on-bad-exit=1 "$PY" "$TRAIN" --steps 1000000
+"""
+
+
+def test_a_slowed_rank_is_a_straggler_and_a_frozen_one_the_hang(lab, tmp_path):
+    pytest.importorskip("torch") if not os.environ.get("CI") else None
+    progress = tmp_path / "progress"
+    script = tmp_path / "job.sh"
+    script.write_text(JOB)
+    env = {**lab.command_env(), "PY": sys.executable, "TRAIN": str(REPO / "tests" / "progress_train.py"),
+           "LAB_ADDRS": json.dumps(lab.state["addresses"]["mgmt"]), "GLOO_SOCKET_IFNAME": MGMT_DEV,
+           "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FLEETCTL_PROGRESS_DIR": str(progress)}
+    job = subprocess.run(["sbatch", "--parsable", "-N2", "-w", "node[1-2]", "--ntasks-per-node=1",
+                          "--output=/dev/null", "--export=ALL", str(script)],
+                         env=env, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    log = EventLog(tmp_path / "events.jsonl")
+    watcher = JobWatcher(str(progress), job, log)
+    stop = threading.Event()
+    try:
+        def ready():
+            ranks = read_ranks(str(progress), job)[0]
+            return len(ranks) == 2 and all(r.samples >= 32 for r in ranks) and ranks
+        ranks = wait_for(ready, timeout=120, step=0.5)
+        victim = next(r for r in ranks if r.rank == 1)
+        for _ in range(8):  # a clean stretch: nothing
+            assert watcher.poll() == []
+            time.sleep(0.5)
+
+        def duty_cycle():  # stopped 8 ms of every 20 ms, from outside, as a throttled CPU would be
+            while not stop.is_set():
+                os.kill(victim.pid, signal.SIGSTOP)
+                time.sleep(0.008)
+                os.kill(victim.pid, signal.SIGCONT)
+                time.sleep(0.012)
+        slowing = threading.Thread(target=duty_cycle, daemon=True)
+        started = time.monotonic()
+        slowing.start()
+        opened = wait_for(lambda: [r for r in watcher.poll() if r["metric"] == "straggler"], timeout=60, step=1)
+        straggler_s = time.monotonic() - started
+        stop.set()
+        slowing.join()
+        os.kill(victim.pid, signal.SIGCONT)
+        [rec] = opened
+        assert problem(rec) is None and rec["element"] == {"type": "host", "id": victim.node}
+        assert rec["evidence"]["rank"] == 1 and rec["evidence"]["slower_pct"] >= 20, rec["evidence"]
+
+        os.kill(victim.pid, signal.SIGSTOP)  # frozen: its progress writer stops too
+        frozen = time.monotonic()
+        hang = wait_for(lambda: [r for r in watcher.poll() if r["metric"] == "hang"], timeout=60, step=0.5)
+        hang_s = time.monotonic() - frozen
+        os.kill(victim.pid, signal.SIGCONT)
+        assert [(r["element"]["id"], r["evidence"]["rank"]) for r in hang] == [(victim.node, 1)]
+        threshold = hang[0]["evidence"]["threshold_s"]
+        assert hang_s <= threshold + 5 + 2, (hang_s, threshold)  # the threshold, the liveness timeout, polls
+        closed = wait_for(lambda: [r for r in watcher.poll() if r["kind"] == "close"], timeout=60, step=1)
+        assert {r["metric"] for r in closed} >= {"hang"}
+        print(f"straggler named after {straggler_s:.1f} s; hang after {hang_s:.1f} s (threshold {threshold} s)")
+    finally:
+        stop.set()
+        subprocess.run(["scancel", job], env=lab.command_env(), capture_output=True, timeout=30)
