@@ -160,3 +160,10 @@ def test_the_labs_emulated_counters_grow_at_their_rate_through_the_same_parser()
                                   "rx_pcs_symbol_err_phy 12\n", "\x00: 1\n" * 5])
 def test_hostile_ethtool_lines_are_ignored(text):
     assert mlx5_phy_counters(parse_ethtool_stats(text)) == {}
+
+
+def test_a_nic_that_appears_between_the_two_reads_is_judged_without_a_window():
+    values = {"symbol_error": 5, "link_downed": 0}
+    r = nics._judge_key("eth9", values, ({}, {"eth9": values}, 1.0), None, 0, 100.0)
+    # nothing to compare with in the first read: no rate, no BER claimed (it used to crash the group)
+    assert r["status"] == "ok" and "effective_ber_short" not in r["evidence"]

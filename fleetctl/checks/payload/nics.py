@@ -360,7 +360,7 @@ def _judge_key(key, values, short, earlier, age, link_gbps):
     ev, bad = {"values": values}, []
     windows = []
     if short:
-        windows.append((short[0][key], short[1][key], short[2], False))
+        windows.append((short[0].get(key, {}), short[1].get(key, {}), short[2], False))
         ev["short_window_s"] = short[2]
     if earlier is not None:
         windows.append((earlier, values, age, True))
