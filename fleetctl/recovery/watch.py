@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fleetctl.lens.eventlog import EventLog, new_event_id, utc_iso
+from fleetctl.lens.eventlog import EventLog, new_event_id, read_events, utc_iso
 from fleetctl.recovery.signals import Signal, Thresholds, judge, read_ranks
 
 
@@ -19,6 +19,17 @@ class JobWatcher:
     clock: object = time.time
     open: dict = field(default_factory=dict)  # signal key -> its open event record
     skipped: int = 0  # progress files that could not be read (counted, never fatal)
+
+    def __post_init__(self) -> None:
+        """A watcher started again (a restart, `--once` from cron) takes over the job's events that
+        are still open in the log instead of opening them twice."""
+        if self.events is None or not self.events.path.exists():
+            return
+        for rec in read_events(self.events.path, open_only=True):
+            ev = rec.get("evidence") or {}
+            if rec["metric"] in ("hang", "straggler") and ev.get("job") == self.job:
+                rank = ev.get("rank") if isinstance(ev.get("rank"), int) else None
+                self.open[(rec["metric"], rank, rec["element"]["id"])] = rec
 
     def poll(self) -> list[dict]:
         """One look at the job: the event records written (opened and closed)."""

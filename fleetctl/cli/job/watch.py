@@ -30,8 +30,7 @@ from fleetctl.cli.params import FiniteFloatRange, seconds
 @click.option("--straggler-pct", type=FiniteFloatRange(1, 1000), default=20.0, show_default=True,
               help="A straggler: a rank's compute this much slower than the job's median.")
 @pass_app
-def watch(app: Application, job_id, directory, events, once, duration, interval, hang_factor, hang_floor,
-          straggler_pct) -> int:
+def watch(app: Application, job_id: str, **options) -> int:
     """Follow JOB_ID's ranks (fleetctl.recovery.Progress in the training loop) and raise a `hang`
     (no progress past the threshold, naming the rank that stands out) or a `straggler` (a rank's own
     compute slower than the job's median) as lens events on the rank's node, closed when it clears.
@@ -47,11 +46,12 @@ def watch(app: Application, job_id, directory, events, once, duration, interval,
     from fleetctl.recovery.signals import Thresholds
     from fleetctl.recovery.watch import JobWatcher
 
+    directory, duration, interval = options["directory"], options["duration"], options["interval"]
     if not directory:
         raise UsageError("no progress directory: give --dir or set FLEETCTL_PROGRESS_DIR (as the job does)")
-    path = events or _site_events(app)
+    path = options["events"] or _site_events(app)
     watcher = JobWatcher(directory, job_id, EventLog(path) if path else None,
-                         Thresholds(hang_factor, hang_floor, straggler_pct))
+                         Thresholds(options["hang_factor"], options["hang_floor"], options["straggler_pct"]))
     written, end = [], (time.monotonic() + duration) if duration else None
     while True:
         new = watcher.poll()
@@ -60,7 +60,7 @@ def watch(app: Application, job_id, directory, events, once, duration, interval,
             for rec in new:
                 app.console.print(f"{esc(rec['kind']):5} {esc(rec['metric']):9} {esc(rec['element']['id'])} "
                                   f"job {esc(job_id)}: {esc(rec['evidence'].get('message', ''), 400)}")
-        if once or (end is not None and time.monotonic() >= end):
+        if options["once"] or (end is not None and time.monotonic() >= end):
             break
         time.sleep(interval)
     doc = {"schema": "fleetctl.job_watch/1", "job": job_id, "events_file": path, "records": written,
