@@ -10,7 +10,8 @@ host, with the job (docs/recovery.md).
   checkpoint), nothing is raised until 3 T, and then one event that says the culprit is unknown
   (`measurement_trouble`: act logs it and does nothing).
 - **Straggler**: a rank whose own compute time (the mean over its last 128 iterations, at least
-  `min_samples` of them) is `straggler_pct` % (20) above the median of the job's ranks.
+  `min_samples` of them) is `straggler_pct` % (20) above the median of the job's ranks, and at
+  least 0.2 ms above it (below that, the difference is the timer's and the scheduler's noise).
 
 Nothing is judged from a rank before its first iterations, so a job's start raises nothing.
 """
@@ -50,6 +51,7 @@ class Thresholds:
     hang_floor_s: float = 10.0
     straggler_pct: float = 20.0
     min_samples: int = 16
+    min_delta_s: float = 0.0002  # and at least this much slower: below it, timer and scheduler noise
 
 
 @dataclass
@@ -168,7 +170,8 @@ def _stragglers(ranks: list[Rank], th: Thresholds) -> list[Signal]:
     median = statistics.median(r.compute_s for r in measured)
     out = []
     for r in measured:
-        if median > 0 and r.compute_s >= median * (1 + th.straggler_pct / 100.0):
+        if median > 0 and r.compute_s >= median * (1 + th.straggler_pct / 100.0) and \
+                r.compute_s - median >= th.min_delta_s:
             slower = 100.0 * (r.compute_s / median - 1)
             out.append(_rank_signal("straggler", r, "warning", f"rank {r.rank} computes {slower:.0f} % slower "
                                     f"than the job's median ({r.compute_s * 1000:.1f} ms against "
