@@ -263,7 +263,7 @@ def parse_imex_ctl(text):
         if s.startswith("Nodes From\\To"):
             header = [int(x) for x in s.split()[2:] if x.isdigit()]
             continue
-        m = re.match(r"^(\d{1,5})\s+((?:\S+\s*)+)$", s)
+        m = re.match(r"^(\d{1,5})\s+(\S.*)$", s)
         if header is not None and m and len(m.group(2).split()) == len(header):
             out["matrix"][int(m.group(1))] = dict(zip(header, m.group(2).split()))
             continue
