@@ -3,9 +3,12 @@
 slowed rank, time to name a frozen one, and events in a clean stretch. Prints JSON.
 
     sudo python benchmarks/recovery_signals.py [--trials 5] [--clean-s 300] [--slow-pct 30]
+                                               [--inject compute|sigstop]
 
-Each trial: one rank slowed from outside by `slow-pct` % (SIGSTOP for 1 - 1/(1 + pct/100) of every
-20 ms: its work takes 1.3x as long at 30 %) until the watcher names it a straggler; then the same
+Each trial: one rank slowed by `slow-pct` % until the watcher names it a straggler; `--inject compute`
+(default): the job's rank 1 makes its own compute that much longer (tests/progress_train.py
+--slow-file); `--inject sigstop`: the process is stopped from outside for 1 - 1/(1 + pct/100) of
+every 20 ms (part of which lands in the collective, adding no compute); then the same
 rank frozen (SIGSTOP) until the watcher names the hang; then it runs again and the events close.
 Before the trials, `clean-s` seconds of the job running untouched, every event counted (goal 0).
 Goals (issue 25): a 30 % slowdown named within 60 s; a hang within its threshold (3x the median
@@ -40,7 +43,7 @@ JOB = """#!/bin/bash
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ["LAB_ADDRS"])[sys.argv[1]])' "$first")
 export MASTER_PORT=$((21000 + SLURM_JOB_ID % 10000))
-srun --kill-on-bad-exit=1 "$PY" "$TRAIN" --steps 100000000
+srun --kill-on-bad-exit=1 "$PY" "$TRAIN" --steps 100000000 --slow-file "$SLOW_FILE" --slow-pct "$SLOW_PCT"
 """
 
 
@@ -59,17 +62,19 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--clean-s", type=float, default=300.0)
     ap.add_argument("--slow-pct", type=float, default=30.0)
+    ap.add_argument("--inject", choices=["compute", "sigstop"], default="compute")
     args = ap.parse_args()
     stopped_fraction = 1 - 1 / (1 + args.slow_pct / 100)
     out = {"python": platform.python_version(), "cpus": os.cpu_count(), "slow_pct": args.slow_pct,
-           "clean_s": args.clean_s, "trials": []}
+           "inject": args.inject, "clean_s": args.clean_s, "trials": []}
     params = LabParams(hosts=2, nics_per_host=1, leaves=1, spines=1, gpus_per_host=0)
     with LabSession(params) as lab, tempfile.TemporaryDirectory() as tmp:
         progress = Path(tmp) / "progress"
         (Path(tmp) / "job.sh").write_text(JOB)
         env = {**lab.command_env(), "PY": sys.executable, "TRAIN": str(REPO / "tests" / "progress_train.py"),
                "LAB_ADDRS": json.dumps(lab.state["addresses"]["mgmt"]), "GLOO_SOCKET_IFNAME": MGMT_DEV,
-               "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FLEETCTL_PROGRESS_DIR": str(progress)}
+               "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FLEETCTL_PROGRESS_DIR": str(progress),
+               "SLOW_FILE": str(Path(tmp) / "slow"), "SLOW_PCT": str(args.slow_pct)}
         job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--output=/dev/null",
                               "--export=ALL", str(Path(tmp) / "job.sh")], env=env, capture_output=True,
                              text=True, timeout=30, check=True).stdout.strip()
@@ -87,7 +92,8 @@ def main() -> None:
             out["iteration_s"] = statistics.median(r.iteration_s for r in read_ranks(str(progress), job)[0])
             victim = next(r for r in ranks if r.rank == 1)
             for _ in range(args.trials):
-                out["trials"].append(trial(watcher, victim.pid, stopped_fraction))
+                slow_file = Path(tmp) / "slow" if args.inject == "compute" else None
+                out["trials"].append(trial(watcher, victim.pid, stopped_fraction, slow_file))
                 print(json.dumps(out["trials"][-1]), file=sys.stderr)
         finally:
             subprocess.run(["scancel", job], env=lab.command_env(), capture_output=True, timeout=30)
@@ -98,10 +104,15 @@ def main() -> None:
     print(json.dumps(out, indent=2))
 
 
-def trial(watcher, pid, stopped_fraction) -> dict:
+def trial(watcher, pid, stopped_fraction, slow_file=None) -> dict:
     stop = threading.Event()
 
     def duty():
+        if slow_file is not None:  # the job slows its own compute while the file exists
+            slow_file.touch()
+            stop.wait()
+            slow_file.unlink()
+            return
         while not stop.is_set():
             os.kill(pid, signal.SIGSTOP)
             time.sleep(0.02 * stopped_fraction)
