@@ -10,7 +10,7 @@ host, with the job (docs/recovery.md).
   checkpoint), nothing is raised until 3 T, and then one event that says the culprit is unknown
   (`measurement_trouble`: act logs it and does nothing).
 - **Straggler**: a rank whose own compute time (the mean over its last 128 iterations, at least
-  `min_samples` of them) is `straggler_pct` % (20) above the median of the job's ranks, and at
+  `min_samples` of them) is `straggler_pct` % (20) above the median of the job's other ranks, and at
   least 0.2 ms above it (below that, the difference is the timer's and the scheduler's noise).
 
 Nothing is judged from a rank before its first iterations, so a job's start raises nothing.
@@ -167,9 +167,12 @@ def _stragglers(ranks: list[Rank], th: Thresholds) -> list[Signal]:
     measured = [r for r in ranks if r.compute_s is not None and r.samples >= th.min_samples]
     if len(measured) < 2:
         return []
-    median = statistics.median(r.compute_s for r in measured)
+    overall = statistics.median(r.compute_s for r in measured)
     out = []
     for r in measured:
+        # compared with the others: in a small job the rank itself moves the median (with 2 ranks it
+        # is their mean, and a rank 30 % slower than the other is only 14 % above it)
+        median = overall if len(measured) > 4 else statistics.median(x.compute_s for x in measured if x is not r)
         if median > 0 and r.compute_s >= median * (1 + th.straggler_pct / 100.0) and \
                 r.compute_s - median >= th.min_delta_s:
             slower = 100.0 * (r.compute_s / median - 1)

@@ -132,3 +132,12 @@ def test_an_unknown_culprit_is_an_event_act_does_not_act_on(tmp_path):
         write(tmp_path, r, time_=T0 + 39, phase="collective")
     [rec] = watcher.poll()
     assert from_lens_event(rec).trouble
+
+
+def test_in_a_two_rank_job_a_rank_is_compared_with_the_other():
+    # the median of two is their mean: 1.3x the other would be only 13 % above it
+    from fleetctl.recovery.signals import Rank, _stragglers
+    ranks = [Rank(0, "node1", 1, 100, T0, T0, "compute", 0.2, 0.100, 32),
+             Rank(1, "node2", 2, 100, T0, T0, "compute", 0.2, 0.130, 32)]
+    [sig] = _stragglers(ranks, Thresholds())
+    assert sig.rank == 1 and sig.evidence["slower_pct"] == 30.0
