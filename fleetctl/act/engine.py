@@ -56,6 +56,7 @@ class Engine(Ladder):
         self._node_cache = None  # Slurm's node states, read once per pass (one_pass) and after our changes
         self._in_pass = False
         self.node_reads = 0
+        self._breaker_memo: tuple = (None, "")  # (node read, planned drains) -> the breaker's line
         self.remediator = None  # act.remedy.Remediator (GPU reset, re-audit): set by act.run.start
         self._ladder_state: dict[str, str] = {}  # this detection's nodes: healed | failed | rebooting
         self._remembered: set[str] = set()  # nodes with an incident recorded for this detection
@@ -372,11 +373,10 @@ class Engine(Ladder):
             self.node_reads += 1  # also the generation the breaker's line is kept for
         return self._node_cache
 
-    _node_states = node_states
 
     def _drain_refusal(self, node: str, *, allow_ours: bool = False, allow_operators: bool = False) -> str:
         try:
-            everyone = self._node_states()
+            everyone = self.node_states()
         except SlurmError as exc:
             return f"cannot read node states from Slurm: {exc.message}"
         state = next((n for n in everyone if n.name == node), None)

@@ -21,11 +21,11 @@ STOPPED = ("the ladder stopped: fleetctl could not run or judge the last step on
 class Ladder:
     def _breaker_line(self) -> str:
         try:
-            everyone = self._node_states()
+            everyone = self.node_states()
         except SlurmError as exc:
             return f"cannot read node states from Slurm: {exc.message}"
         key = (self.node_reads, len(self._planned_drains))  # the same read and no new planned drain: same line
-        if getattr(self, "_breaker_memo", (None, ""))[0] == key:
+        if self._breaker_memo[0] == key:
             return self._breaker_memo[1]
         self._breaker_memo = (key, self._breaker_of(everyone))
         return self._breaker_memo[1]

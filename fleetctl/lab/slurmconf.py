@@ -107,6 +107,10 @@ def write_conf(lab: Path, layout: LabLayout, controller_host: str, munge_socket:
     if plugin_dir:
         lines.append(f"PluginDir={plugin_dir}")  # the root's own plugins
     lines.append(f"PlugStackConfig={write_plugstack(lab, spank_plugin)}")
+    if version >= (25, 11):
+        # Expedited requeue (25.11): a job submitted with --requeue=expedite starts again at once after
+        # a requeue (no credential-lifetime wait), at the highest priority: spares swap uses it.
+        lines.append("SlurmctldParameters=enable_expedited_requeue")
     for host in layout.hosts:
         lines.append(f"NodeName={host.name} NodeAddr={host.mgmt_address} NodeHostname={host.name} "
                      f"{hardware} Features=lab,{host.leaf} State=UNKNOWN")
@@ -114,11 +118,6 @@ def write_conf(lab: Path, layout: LabLayout, controller_host: str, munge_socket:
     lines.append(f"PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP")
     conf = lab / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
-    if version >= (25, 11):
-        # Expedited requeue (25.11): a job submitted with --requeue=expedite starts again at once after
-        # a requeue (no credential-lifetime wait), at the highest priority: spares swap uses it.
-        lines.insert(-len(layout.hosts) - 1, "SlurmctldParameters=enable_expedited_requeue")
-        conf.write_text("\n".join(lines) + "\n")
     if version >= (24, 5):
         # From 24.05 slurmd initialises a cgroup plugin unless told not to; the lab has no cgroups
         # of its own (all nodes share this machine's hierarchy).

@@ -53,8 +53,8 @@ def nvml_fabric(nvml, handle):
     except nvml.NVMLError:
         return None
     raw = bytes(bytearray(getattr(info, "clusterUuid", b"") or b""))[:16]
-    uuid = "-".join((raw.hex()[:8], raw.hex()[8:12], raw.hex()[12:16], raw.hex()[16:20], raw.hex()[20:])) \
-        if len(raw) == 16 else None
+    h = raw.hex()
+    uuid = "-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:])) if len(raw) == 16 else None
     status = getattr(info, "status", None)
     status_text = "Success" if status == 0 else (str(nvml.NVMLError(status)) if status is not None else None)
     return fabric_record(NVML_FABRIC_STATES.get(getattr(info, "state", None)), status_text,

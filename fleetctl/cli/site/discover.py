@@ -131,13 +131,20 @@ def _render_topology(console, data: dict) -> None:
         click.echo(data["text"], nl=False)
 
 
-def _render_topology_diff(console, d: dict) -> None:
+def _diff_header(console, d: dict) -> bool:
+    """The first line of a --diff report; False when there is nothing more to say."""
     from rich.markup import escape
 
     if not d["changes"]:
         console.print(f"[green]no changes[/green] against {escape(d['against'])}")
-        return
+        return False
     console.print(f"[yellow]{d['changes']} changes[/yellow] against {escape(d['against'])}")
+    return True
+
+
+def _render_topology_diff(console, d: dict) -> None:
+    if not _diff_header(console, d):
+        return
     for m in d["moved"]:
         console.print(f"  ~ node {m['node']} moved: {m['from']} -> {m['to']}")
     for n in d["new_nodes"]:
@@ -155,10 +162,8 @@ def _render_topology_diff(console, d: dict) -> None:
 def _render_diff(console, d: dict) -> None:
     from rich.markup import escape
 
-    if not d["changes"]:
-        console.print(f"[green]no changes[/green] against {d['against']}")
+    if not _diff_header(console, d):
         return
-    console.print(f"[yellow]{d['changes']} changes[/yellow] against {escape(d['against'])}")
     for n in d["new_nodes"]:
         console.print(f"  + node {n} (in no node class)")
     for m in d["missing_nodes"]:
