@@ -234,6 +234,8 @@ def _slurm_topology_round_trip(lab, capsys, tmp_path, plugin):
     from fleetctl.nodeset import fold
 
     tmp_path.mkdir()
+    # lldpd sends every second: right after `lab up` a switch-to-switch neighbour may still be missing
+    wait_for(lambda: discover(capsys)[1]["summary"]["links"] == len(lab.cluster.links), timeout=20, step=1)
     out = tmp_path / "topology.conf"
     rc, data = discover(capsys, "--slurm-topology", plugin, "--out", str(out))
     assert rc == 0 and data["file"] == str(out)
