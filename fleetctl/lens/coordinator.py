@@ -61,12 +61,39 @@ class LensPlan:
                               summary_bins=max(1, min(100, round(opts.window_s / FLAP_BIN_S))))
         self.t0 = time.time()
         self.fingerprint = f"{len(self.paths)}:{len(self.flows)}:{len(self.plan.pairs)}"
+        self._by_node: dict[str, tuple[list, list]] | None = None
 
-    def script(self, node: str, start_at: float) -> str:
+    def config_for(self, node: str, start_at: float) -> dict:
+        """One node's agent configuration: the plan's settings with only the pairs and loops it
+        sends or answers (what mesh.agent reads of the whole), so what each agent is sent grows
+        with its own NICs, not with the fleet."""
+        if self._by_node is None:
+            by_node: dict[str, tuple[list, list]] = {}
+            host_of = {int(i): n for n, e in self.agent_cfg["nodes"].items() for i, *_ in e["nics"]}
+            for p in self.agent_cfg["pairs"]:
+                for nic in {p[1], p[2]}:
+                    if nic in host_of:
+                        by_node.setdefault(host_of[nic], ([], []))[0].append(p)
+            for lp in self.agent_cfg["loops"]:
+                if lp[1] in host_of:
+                    by_node.setdefault(host_of[lp[1]], ([], []))[1].append(lp)
+            self._by_node = by_node
+        pairs, loops = self._by_node.get(node, ([], []))
         # flows of a restarted sender continue above every sequence number its peers saw
         seq_base = int(max(0.0, start_at - self.t0) * self.rate) + 16
-        cfg = dict(self.agent_cfg, start_at=start_at, seq_base=seq_base)
-        return payload(agent_module, cfg)
+        mine = self.agent_cfg["nodes"].get(node)
+        return dict(self.agent_cfg, nodes={node: mine} if mine else {}, pairs=pairs, loops=loops,
+                    start_at=start_at, seq_base=seq_base)
+
+    def script(self, node: str, start_at: float) -> str:
+        return payload(agent_module, self.config_for(node, start_at))
+
+    def registered_config(self, node: str, start_at: float) -> dict:
+        """What a registered agent is sent: its configuration without the probe key (both ends
+        derive it from the site key, lens/register.py)."""
+        cfg = self.config_for(node, start_at)
+        cfg.pop("key", None)
+        return cfg
 
     def summary(self) -> dict:
         return {"pairs": len(self.plan.pairs), "design": self.plan.design,
@@ -126,9 +153,18 @@ class Coordinator:
             self.counters["queue_full"] += 1
 
     def _start_agents(self) -> None:
-        self.supervisor = AgentSupervisor(self.transport, self.plan.hosts, self.plan.script,
-                                          self._on_batch, self.log,
-                                          silent_s=max(5.0, 4 * self.opts.health_window_s))
+        silent_s = max(5.0, 4 * self.opts.health_window_s)
+        if self.opts.agents == "registered":
+            from fleetctl.lens.listener import AgentListener, parse_listen
+            from fleetctl.lens.register import read_key
+
+            key = read_key(self.opts.key_file)
+            self.supervisor = AgentListener(parse_listen(self.opts.listen), key, self.plan.hosts,
+                                            self.plan.registered_config, self._on_batch, self.log,
+                                            silent_s=silent_s)
+        else:
+            self.supervisor = AgentSupervisor(self.transport, self.plan.hosts, self.plan.script,
+                                              self._on_batch, self.log, silent_s=silent_s)
         self.supervisor.start()
 
     # ------------------------------------------------------------------ state

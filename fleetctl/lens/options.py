@@ -45,6 +45,12 @@ class LensOptions:
     # what agents send: per-window, per-flow summaries (O(flows) a window for the coordinator),
     # or every probe record ("records": needed by segments, which keep every record)
     agent_output: str = "summary"
+    # how agents run: started by the coordinator over the site's transport, or node-resident
+    # services that register with it (lens/register.py) on `listen` with the key in `key_file`
+    agents: str = "started"
+    listen: str = "0.0.0.0:61250"
+    key_file: str = "/etc/fleetctl/lens.key"
+    coordinator: str = ""  # where a node's `lens agent` registers (HOST:PORT)
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -58,7 +64,7 @@ class LensOptions:
                     "metrics_max_connections", "webhook_url",
                     "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
                     "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments",
-                    "agent_output"):
+                    "agent_output", "agents", "listen", "key_file", "coordinator"):
             if key in lens and lens[key] is not None:
                 setattr(o, key, lens[key])
         if o.rate is not None and float(o.rate) <= 0:
@@ -75,6 +81,8 @@ class LensOptions:
             raise UsageError(f"--rate {self.rate:g}: between 0.1 and 1000 probes/s per pair")
         if self.agent_output not in ("summary", "records"):
             raise UsageError(f"lens.agent_output {self.agent_output!r}: summary or records")
+        if self.agents not in ("started", "registered"):
+            raise UsageError(f"lens.agents {self.agents!r}: started or registered")
         for name in ("k_open", "k_open_down", "k_open_gray", "m_close", "flap_count"):
             if not 1 <= int(getattr(self, name)) <= 1000:
                 raise UsageError(f"lens.{name} {getattr(self, name)}: between 1 and 1000")

@@ -24,6 +24,9 @@ class RunRequest:
     window_s: float | None = None
     transport: str | None = None
     state_dir: str | None = None
+    agents: str | None = None
+    listen: str | None = None
+    key_file: str | None = None
 
 
 def options(cluster, req: RunRequest) -> LensOptions:
@@ -34,7 +37,19 @@ def options(cluster, req: RunRequest) -> LensOptions:
         opts.rate = req.rate
     if req.window_s is not None:
         opts.window_s = req.window_s
+    if req.agents is not None:
+        opts.agents = req.agents
+    if req.listen is not None:
+        opts.listen = req.listen
+    if req.key_file is not None:
+        opts.key_file = req.key_file
     opts.validate()
+    if opts.agents == "registered":  # refuse now, not in the daemon: the key and the address
+        from fleetctl.lens.listener import parse_listen
+        from fleetctl.lens.register import read_key
+
+        parse_listen(opts.listen)
+        read_key(opts.key_file)
     return opts
 
 

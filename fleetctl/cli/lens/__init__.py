@@ -4,6 +4,8 @@
     lens status                         health per element now, agents, clocks, open events
     lens events [--since] [--follow] [--open]
     lens stop
+    lens agent [--coordinator HOST:PORT]   a node's registered probe agent (a service)
+    lens keygen PATH                     the key registered agents share with the coordinator
 
 The work is in fleetctl.lens (service.py runs the coordinator, status.py reads its state); this
 package parses and renders. Exit codes (docs/exit-codes.md): status 0 healthy, 1 warnings (an agent
@@ -16,7 +18,7 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import common_options
-from fleetctl.cli.lens import events, run, status, stop
+from fleetctl.cli.lens import agent, events, run, status, stop
 
 
 @click.group()
@@ -26,5 +28,6 @@ def lens() -> None:
     touch (docs/lens.md)."""
 
 
-for _command in (run.run_cmd, status.status_cmd, events.events_cmd, stop.stop_cmd):
+for _command in (run.run_cmd, status.status_cmd, events.events_cmd, stop.stop_cmd,
+                 agent.agent_cmd, agent.keygen_cmd):
     lens.add_command(_command)

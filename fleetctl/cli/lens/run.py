@@ -21,6 +21,13 @@ from fleetctl.errors import EXIT_OK
               help="Analysis window in seconds (default: lens.window_s, 1).")
 @click.option("--transport", type=click.Choice(["ssh", "srun", "local"]), default=None,
               help="How agents are started (default: the site's access.transport).")
+@click.option("--agents", type=click.Choice(["started", "registered"]), default=None,
+              help="started: the coordinator starts its agents over the transport; registered: "
+                   "node-resident agents (`fleetctl lens agent`) connect to it (default: lens.agents).")
+@click.option("--listen", metavar="ADDRESS:PORT", default=None,
+              help="Where registered agents connect (default: lens.listen, 0.0.0.0:61250).")
+@click.option("--key-file", metavar="PATH", default=None,
+              help="The key registered agents share (default: lens.key_file).")
 @state_dir_option
 @pass_app
 def run_cmd(app: Application, **options) -> int:
@@ -30,6 +37,7 @@ def run_cmd(app: Application, **options) -> int:
     Examples:
       fleetctl lens run                      # daemonised, every node, the site's settings
       fleetctl lens run 'node[1-64]' --foreground --window 2
+      fleetctl lens run --agents registered --listen 10.0.0.5:61250
     """
     from fleetctl.extras import require
     from fleetctl.lens.service import RunRequest, start
