@@ -37,8 +37,12 @@ class PathBaselines:
         self.count[use] += 1
 
     def to_state(self) -> dict:
-        return {"value": [None if not np.isfinite(v) else round(float(v), 3) for v in self.value],
-                "count": [int(c) for c in self.count]}
+        value = np.round(self.value, 3)
+        finite = np.isfinite(value)
+        out = value.tolist()
+        if not finite.all():
+            out = [v if f else None for v, f in zip(out, finite.tolist())]
+        return {"value": out, "count": self.count.tolist()}
 
     def load_state(self, state: dict) -> list[str]:
         """A saved state (to_state()) of the same path table; returns one line per part dropped

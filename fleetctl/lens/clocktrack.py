@@ -10,9 +10,12 @@ host's clock (element type `clock`), which the event machine turns into events.
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -30,7 +33,9 @@ HISTORY = 120  # fits remembered per host (status, drift over time)
 class ClockTracker:
     def __init__(self, hosts: list[str], nic_host: np.ndarray, refit_s: float = 5.0,
                  horizon_s: float = 20.0, jump_us: float = 500.0, max_drift_ppm: float = 200.0,
-                 hold_s: float = 5.0):
+                 hold_s: float = 5.0, worker_process: bool = False):
+        # worker_process: fit in a worker process (fit_elsewhere), not under the coordinator's GIL
+        self.worker_process = worker_process
         self.hosts, self.nic_host = hosts, nic_host
         self.refit_s, self.horizon_s = refit_s, horizon_s
         self.jump_us, self.max_drift_ppm, self.hold_s = jump_us, max_drift_ppm, hold_s
@@ -106,13 +111,13 @@ class ClockTracker:
         if probes.size > MAX_PROBES:
             probes = probes[:: int(np.ceil(probes.size / MAX_PROBES))]
         epoch = int(probes["t_send"].min())
-        began = time.thread_time()  # CPU, not wall: a starved machine must not stretch the period
         try:
-            model = host_clock(probes, self.nic_host, self.hosts, epoch)
+            if self.worker_process:
+                model, self.fit_cost_s = fit_elsewhere(probes, self.nic_host, self.hosts, epoch)
+            else:
+                model, self.fit_cost_s = _fit(probes, self.nic_host, self.hosts, epoch)
         except (DataError, ValueError, np.linalg.LinAlgError):
             return False
-        finally:
-            self.fit_cost_s = time.thread_time() - began
         self._compare(model, epoch, t_end)
         self.fit = (model, epoch)  # one assignment: readers never see a mixed pair
         self.last_fit = t_end
@@ -218,3 +223,45 @@ def _references(model) -> dict[int, int]:
             out[c] = h
     return out
 
+
+def _fit(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str], epoch: int):
+    """(model, CPU seconds it took): CPU, not wall, so a starved machine does not stretch the
+    refit period."""
+    began = time.process_time()
+    model = host_clock(probes, nic_host, hosts, epoch)
+    return model, time.process_time() - began
+
+
+_POOL: ProcessPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def fit_elsewhere(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str], epoch: int):
+    """_fit in one worker process shared by every tracker of this process. At 1,280 hosts a fit
+    is ~2 s of CPU every ~8 s: in a thread it held the coordinator's interpreter lock for a
+    quarter of the time, and the windows' analysis waited on it (the scale harness,
+    benchmarks/lens_harness.py, skipped windows). A worker that died is replaced once; a
+    second failure in a row fits here."""
+    global _POOL
+    for _attempt in range(2):
+        with _POOL_LOCK:
+            if _POOL is None:
+                # forkserver: a clean process, not a fork of this one and its threads
+                _POOL = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver"))
+            pool = _POOL
+        try:
+            return pool.submit(_fit, probes, nic_host, hosts, epoch).result()
+        except (BrokenProcessPool, OSError, EOFError):
+            with _POOL_LOCK:
+                if _POOL is pool:
+                    _POOL = None
+            pool.shutdown(wait=False, cancel_futures=True)
+    return _fit(probes, nic_host, hosts, epoch)
+
+
+def stop_workers() -> None:
+    global _POOL
+    with _POOL_LOCK:
+        pool, _POOL = _POOL, None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)

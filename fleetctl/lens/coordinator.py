@@ -28,7 +28,7 @@ from fleetctl.atomic import write_atomic
 from fleetctl.errors import DataError
 from fleetctl.lens.agents import AgentSupervisor
 from fleetctl.lens.baseline import PathBaselines
-from fleetctl.lens.clocktrack import ClockTracker
+from fleetctl.lens.clocktrack import ClockTracker, stop_workers
 from fleetctl.lens.events import EventRules, EventTracker, iso
 from fleetctl.lens.ingest import Ingest
 from fleetctl.lens.jobs import JobMap
@@ -38,6 +38,7 @@ from fleetctl.lens.window import FLAP_BIN_S, WindowAnalyzer
 from fleetctl.mesh import agent as agent_module
 from fleetctl.meshrun.setup import SetupOptions, payload, prepare
 
+BASELINES_SAVE_S = 60.0
 MAX_BEHIND_WINDOWS = 10  # further behind than this: skip ahead (counted) rather than pile up
 STATUS_ELEMENTS = 200
 
@@ -132,8 +133,11 @@ class Coordinator:
         self.analyzer = WindowAnalyzer(self.plan.topo, self.plan.paths, self.plan.flows, o.solver,
                                        echo_timeout_s=o.echo_timeout_s)
         self.baselines = PathBaselines(len(self.plan.paths))
+        self._baselines_json: str | None = None  # serialized baselines, refreshed by _save
+        self._baselines_at = 0.0
         self.clock = ClockTracker(self.analyzer.hosts, self.analyzer.nic_host,
-                                  jump_us=o.clock_jump_us, max_drift_ppm=o.clock_max_drift_ppm)
+                                  jump_us=o.clock_jump_us, max_drift_ppm=o.clock_max_drift_ppm,
+                                  worker_process=True)
         self.ingest = Ingest(self.plan.flows)
         self.ingest.set_fields(list(agent_module.HEALTH_FIELDS))
         self.jobs = JobMap(self.plan.topo, self.plan.paths)
@@ -184,11 +188,19 @@ class Coordinator:
         return last
 
     def _save(self, t_end: float) -> None:
+        # the baselines (a number per path: 317,000 at 1,280 hosts) learn slowly (2 % a window):
+        # they are serialized once a BASELINES_SAVE_S, not every window (at 128 hosts that was
+        # half of a window's time); a restart loses at most that much learning
+        now = time.monotonic()
+        if self._baselines_json is None or now - self._baselines_at >= BASELINES_SAVE_S:
+            self._baselines_json = json.dumps(self.baselines.to_state(), separators=(",", ":"))
+            self._baselines_at = now
         state = {"version": STATE_VERSION, "last_window_end": t_end,
                  "windows": self.counters["windows"], "fingerprint": self.plan.fingerprint,
-                 "tracker": self.tracker.to_state(), "baselines": self.baselines.to_state(),
-                 "saved": time.time()}
-        write_atomic(self.opts.path("state.json"), json.dumps(state, separators=(",", ":")))
+                 "tracker": self.tracker.to_state(), "saved": time.time()}
+        text = json.dumps(state, separators=(",", ":"))
+        write_atomic(self.opts.path("state.json"),
+                     f'{text[:-1]},"baselines":{self._baselines_json}}}')
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -217,6 +229,7 @@ class Coordinator:
             if self.supervisor:
                 self.supervisor.stop()
             self._write_status(time.time(), stopping=True)
+            stop_workers()
 
     def _drain(self, wait: float) -> None:
         try:

@@ -144,13 +144,13 @@ def hops_to_path(topo: Topology, hops_by_addr: dict, src: str, dst: str,
                 return None
         else:
             sw = kind[1]
-            between = [l for l, ends in topo.links.items() if prev in ends and sw in ends]
+            between = topo.links_between(prev, sw)
             if len(between) != 1:
                 return None
             lid = between[0]
         path += [topo.link_dir(lid, prev, sw), topo.index("switch", sw)]
         prev = sw
-    last = [l for l, ends in topo.links.items() if prev in ends and dst in ends]
+    last = topo.links_between(prev, dst)
     if len(last) != 1:
         return None
     return path + [topo.link_dir(last[0], prev, dst), topo.index("nic", dst)]

@@ -46,7 +46,7 @@ def plan_loops(topo: Topology, cluster: Cluster, disc: Discovery, usable: dict[s
         own = list(topo.switch_tier)[sw_pos]
         a, b = topo.links[lid]
         other = b if a == own else a
-        cable = next(l for l, ends in topo.links.items() if nic in ends and own in ends)
+        cable = topo.links_between(nic, own)[0]
         elems = [topo.index("nic", nic), topo.link_dir(cable, nic, own), topo.index("switch", own),
                  topo.link_dir(lid, own, other), topo.index("switch", other),
                  topo.link_dir(lid, other, own), topo.link_dir(cable, own, nic)]

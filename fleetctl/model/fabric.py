@@ -321,6 +321,18 @@ class Topology:
     def element_types(self) -> np.ndarray:
         return np.array([ELEMENT_TYPES.index(e.type) for e in self.elements], dtype=np.int8)
 
+    def links_between(self, x: str, y: str) -> list[str]:
+        """Ids of the links joining ends x and y (switch or NIC ids), from a map built once:
+        scanning every link per traced hop made resolving 317,000 paths of a 1,280-host fabric
+        take hours."""
+        pairs = getattr(self, "_between", None)
+        if pairs is None or len(pairs.get("", ())) != len(self.links):
+            pairs = {"": tuple(self.links)}
+            for lid, (a, b) in self.links.items():
+                pairs.setdefault(frozenset((a, b)), []).append(lid)
+            self._between = pairs
+        return pairs.get(frozenset((x, y)), [])
+
     def links_of_switch(self, switch: str) -> list[int]:
         """Element indices of every link direction entering or leaving a switch."""
         out = []

@@ -207,6 +207,25 @@ def test_clock_tracking_follows_offsets_and_reports_a_jump(fabric):
     assert all(f["element"]["id"] != "node3" for f in tr.findings(b, quiet={"node3"}))
 
 
+def test_a_fit_in_the_worker_process_is_the_fit_here(fabric):
+    """lens fits clocks in a worker process (its interpreter lock is the windows'): the same
+    model, bit for bit, and the worker's CPU time as the fit's cost."""
+    from fleetctl.lens.clocktrack import _fit, fit_elsewhere, stop_workers
+
+    syn = run(fabric, seed=7, duration=4.0)
+    hosts, nic_host = _hosts(fabric)
+    probes = syn.probes[syn.probes["lost"] == 0]
+    epoch = int(probes["t_send"].min())
+    try:
+        there, cost = fit_elsewhere(probes, nic_host, hosts, epoch)
+    finally:
+        stop_workers()
+    here, _ = _fit(probes, nic_host, hosts, epoch)
+    assert np.array_equal(there.offset, here.offset, equal_nan=True)
+    assert np.array_equal(there.drift, here.drift, equal_nan=True)
+    assert cost > 0
+
+
 def test_a_reference_host_gone_quiet_is_no_clock_jump(fabric):
     """Offsets are relative to the component's first host. When node1 (the reference) sends and
     answers nothing for a fit, node2 becomes the reference and every offset moves by the two

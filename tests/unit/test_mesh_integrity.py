@@ -228,3 +228,36 @@ def test_a_host_slow_on_all_its_nics_is_a_probe_warning(topo):
     run, a = audit([Fault("node2:eth0->leaf1", "delay", 60.0)])
     assert [f["element"].get("direction") for f in a.findings] == ["node2:eth0->leaf1"]
     assert exit_code(to_dict(run, a)) == 2
+
+
+def test_marks_judged_together_equal_marks_judged_one_by_one():
+    """overload_marks judges hosts sharing their fields in one array (lens at 1,280 hosts);
+    host_marks judges one host: the same marks, host by host."""
+    from dataclasses import asdict
+
+    from fleetctl.analysis.integrity import IntegrityThresholds, host_marks, overload_marks
+    from fleetctl.mesh.health import HEALTH_FIELDS
+
+    rng = np.random.default_rng(5)
+    fields = list(HEALTH_FIELDS)
+    health, hosts = {}, [f"n{i}" for i in range(40)]
+    for i, h in enumerate(hosts):
+        rows = []
+        for k in range(int(rng.integers(1, 12))):
+            row = dict.fromkeys(fields, 0)
+            row.update(t_start_ns=1_800_000_000_000_000_000 + k * 250_000_000 + i, duration_s=0.25,
+                       late_p99_us=float(rng.choice([50.0, 200_000.0], p=[0.9, 0.1])),
+                       rxq_ovfl=int(rng.choice([0, 3, -1], p=[0.8, 0.1, 0.1])),
+                       cpu_s=float(rng.uniform(0, 0.25)))
+            rows.append([row[f] for f in fields])
+        if i % 13 != 7:  # some hosts without a table
+            health[h] = {"fields": fields, "windows": rows}
+    health["odd"] = {"fields": ["t_start_ns", "duration_s", "skipped"],
+                     "windows": [[1.8e18, 0.25, 2]]}
+    th = IntegrityThresholds(echo_timeout_s=0.2)
+    marks = overload_marks(health, hosts + ["odd"], th)
+    assert list(marks) == [h for h in hosts + ["odd"] if h in health]
+    assert any(m.overloaded for m in marks.values()) and any(not m.overloaded for m in marks.values())
+    for h, m in marks.items():
+        one = host_marks(h, health[h]["fields"], health[h]["windows"], th)
+        assert asdict(m) == asdict(one), h
