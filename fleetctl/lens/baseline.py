@@ -36,6 +36,13 @@ class PathBaselines:
         self.value[old] = self.value[old] + a[old] * (delay[old] - self.value[old])
         self.count[use] += 1
 
+    def forget(self, paths: np.ndarray) -> int:
+        """Learn these paths (a bool mask) again from scratch; how many had a baseline."""
+        had = int((paths & (self.count > 0)).sum())
+        self.value[paths] = np.nan
+        self.count[paths] = 0
+        return had
+
     def to_state(self) -> dict:
         value = np.round(self.value, 3)
         finite = np.isfinite(value)

@@ -28,6 +28,9 @@ MAX_PROBES = 400_000  # per fit, after the reduction to one record per host pair
 # stretches from 5 s to ~8 s (the model's drift carries the offsets between fits)
 FIT_SHARE_INVERSE = 4.0
 HISTORY = 120  # fits remembered per host (status, drift over time)
+# an estimate that moves by more than this between fits makes the delay baselines of the host's
+# paths be learnt again (lens.coordinator): they hold the old estimate's error
+MOVED_US = 5.0
 
 
 class ClockTracker:
@@ -48,6 +51,8 @@ class ClockTracker:
         self.history: dict[str, deque] = {h: deque(maxlen=HISTORY) for h in hosts}
         self.jumps: dict[str, tuple[float, float]] = {}  # host -> (until t, jump us)
         self._busy = False
+        self.fit_seq = 0  # fits made
+        self.moved: dict[str, float] = {}  # hosts whose estimate the last fit moved (us)
         self.window_share = 1.0 / max(1.0, horizon_s)  # of MAX_PROBES per second of probes
         # no fit over less time than this: one window of bounds pins the offsets but not the
         # drift (a fit over lens's first 1 s window of summaries read 828 ppm for a 20 ppm host:
@@ -121,7 +126,31 @@ class ClockTracker:
         self._compare(model, epoch, t_end)
         self.fit = (model, epoch)  # one assignment: readers never see a mixed pair
         self.last_fit = t_end
+        self.fit_seq += 1  # after `moved`: a reader that sees the new number sees its hosts
         return True
+
+    def _moved(self, prev, prev_epoch: int, model, epoch: int, t: float) -> dict[str, float]:
+        """Hosts whose estimate moved by more than MOVED_US against the previous fit's
+        prediction (us), each against the median move of its component: offsets are relative
+        to a reference host, delays only to each other. A move is a better estimate (early fits
+        over a few seconds of bounds misjudge the drift; at 1,280 hosts a host was 30 us off)
+        or a clock that changed; either way delays learnt with the old estimate are off by it."""
+        if prev is None:
+            return {}
+        h = np.arange(len(self.hosts))
+        ok = np.isfinite(model.offset) & np.isfinite(prev.offset) & \
+            (np.asarray(model.component) == np.asarray(prev.component))
+        now = model.offset + model.drift * (t - epoch * 1e-9)
+        predicted = prev.offset + prev.drift * (t - prev_epoch * 1e-9)
+        delta = np.where(ok, now - predicted, np.nan)
+        comp = np.asarray(model.component)
+        out: dict[str, float] = {}
+        for c in np.unique(comp[ok]).tolist():
+            members = h[ok & (comp == c)]
+            centred = (delta[members] - np.median(delta[members])) * 1e6
+            for i in np.flatnonzero(np.abs(centred) > MOVED_US).tolist():
+                out[self.hosts[int(members[i])]] = round(float(centred[i]), 1)
+        return out
 
     @property
     def model(self):
@@ -139,6 +168,7 @@ class ClockTracker:
         prev, prev_epoch = self.fit
         ref_now = _references(model)
         ref_prev = _references(prev) if prev is not None else {}
+        self.moved = self._moved(prev, prev_epoch, model, epoch, t)
         for h, host in enumerate(self.hosts):
             if not np.isfinite(model.offset[h]):
                 continue

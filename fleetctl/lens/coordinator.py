@@ -28,7 +28,7 @@ from fleetctl.atomic import write_atomic
 from fleetctl.errors import DataError
 from fleetctl.lens.agents import AgentSupervisor
 from fleetctl.lens.baseline import PathBaselines
-from fleetctl.lens.clocktrack import ClockTracker, stop_workers
+from fleetctl.lens.clocktrack import MOVED_US, ClockTracker, stop_workers
 from fleetctl.lens.events import EventRules, EventTracker, iso
 from fleetctl.lens.ingest import Ingest
 from fleetctl.lens.jobs import JobMap
@@ -134,6 +134,7 @@ class Coordinator:
                                        echo_timeout_s=o.echo_timeout_s)
         self.baselines = PathBaselines(len(self.plan.paths))
         self._baselines_json: str | None = None  # serialized baselines, refreshed by _save
+        self._clock_seq = 0  # the clock fit whose moved hosts were re-based
         self._baselines_at = 0.0
         self.clock = ClockTracker(self.analyzer.hosts, self.analyzer.nic_host,
                                   jump_us=o.clock_jump_us, max_drift_ppm=o.clock_max_drift_ppm,
@@ -163,9 +164,13 @@ class Coordinator:
             from fleetctl.lens.register import read_key
 
             key = read_key(self.opts.key_file)
+            # a connection silent this long is closed (the agent registers again); coverage
+            # ends at an agent's last batch either way. Longer than for started agents: a
+            # coordinator starved of CPU reads late, and 1,280 agents registering again at
+            # once is churn (the scale harness saw 900 such closes in a minute)
             self.supervisor = AgentListener(parse_listen(self.opts.listen), key, self.plan.hosts,
                                             self.plan.registered_config, self._on_batch, self.log,
-                                            silent_s=silent_s)
+                                            silent_s=max(30.0, silent_s))
         else:
             self.supervisor = AgentSupervisor(self.transport, self.plan.hosts, self.plan.script,
                                               self._on_batch, self.log, silent_s=silent_s)
@@ -249,11 +254,11 @@ class Coordinator:
     def _note_health(self, node: str, batch: dict) -> None:
         st = self.supervisor.state.get(node) if self.supervisor else None
         rows = batch.get("health") or []
-        if st is None or not rows:
+        if st is None or not rows or not isinstance(rows, list):
             return
         f = list(agent_module.HEALTH_FIELDS)
         row = rows[-1]
-        if len(row) != len(f):
+        if not isinstance(row, list) or len(row) != len(f):
             return
         d = dict(zip(f, row))
         dur = max(1e-3, float(d.get("duration_s") or 0))
@@ -277,6 +282,7 @@ class Coordinator:
         self.clock.add(probes if data is probes else clock_records(summary, self.plan.flows),
                        quiet=set(res.overloaded) | set(res.blind))
         self.clock.maybe_refit(b, background=True)
+        self._rebase_moved_clocks(b)
         if res.path_delay is not None and res.path_healthy is not None:
             self.baselines.update(res.path_delay, res.path_healthy)
         for st in self.supervisor.state.values():
@@ -316,6 +322,29 @@ class Coordinator:
         if spent > 0.5 * o.window_s:
             self.log(f"window {iso(b)}: analysis took {spent:.2f} s ({res.probes} probes)")
         self._write_status(time.time())
+
+    def _rebase_moved_clocks(self, b: float) -> None:
+        """After a clock fit that moved some hosts' estimates: their paths' delay baselines
+        hold the old estimate's error, and a baseline learns only from healthy windows, so one
+        learnt 30 us off stayed off (a clean 512-host harness run: a host's every path +30 us,
+        then a `flapping` delay event on one of its cables). They are learnt again."""
+        seq = self.clock.fit_seq
+        if seq == self._clock_seq:
+            return
+        self._clock_seq = seq
+        moved = self.clock.moved
+        if not moved:
+            return
+        idx = [i for i, h in enumerate(self.analyzer.hosts) if h in moved]
+        nic_host = self.analyzer.nic_host
+        paths = self.plan.paths
+        mask = np.isin(nic_host[paths.src_nic], idx) | np.isin(nic_host[paths.dst_nic], idx)
+        had = self.baselines.forget(mask)
+        self.counters["baselines_relearnt"] = self.counters.get("baselines_relearnt", 0) + had
+        worst = max(moved.items(), key=lambda kv: abs(kv[1]))
+        self.log(f"window {iso(b)}: the clock fit moved {len(moved)} hosts' estimates by more "
+                 f"than {MOVED_US:g} us (most: {worst[0]}, {worst[1]:+g} us); the delay baselines of their "
+                 f"{had} learnt paths are learnt again")
 
     def _note_host_side(self, res, b: float) -> dict:
         """The window's host-side delay notes by host, logged once per episode, not per window."""

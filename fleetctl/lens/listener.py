@@ -244,8 +244,12 @@ class AgentListener:
                 if obj.get("kind") == "end":
                     st.last_error = "agent finished its run"
                     continue
+                health = obj.get("health") or []
+                if not isinstance(health, list) or not all(isinstance(r, list) for r in health):
+                    self._end(conn, sel, "a batch whose health rows are not lists")
+                    return
                 with self.lock:
-                    st.batch(time.time(), obj.get("health") or [])
+                    st.batch(time.time(), health)
                 self.on_batch(conn.node, obj)
 
     def _check_silent(self, sel) -> None:

@@ -202,7 +202,11 @@ def check_config(key: bytes, head: dict, body: bytes, c_nonce: str, a_nonce: str
                                 f"(rate {rate:g}/s, duration {duration:g} s, {len(pairs)} pairs)")
     if cfg.get("output") not in ("summary", "stream"):
         raise RegistrationError(f"output {str(cfg.get('output'))[:20]!r}: a registered agent streams")
-    mine = {int(i) for i, *_ in cfg["nodes"][node].get("nics", []) if isinstance(i, int)}
+    entry = cfg["nodes"][node]
+    nics = entry.get("nics") if isinstance(entry, dict) else None
+    if not isinstance(nics, list) or not all(isinstance(n, list) and n for n in nics):
+        raise RegistrationError(f"the coordinator's configuration: {node}'s NICs are malformed")
+    mine = {n[0] for n in nics if isinstance(n[0], int)}
     sends = sum(1 for p in pairs if isinstance(p, list) and len(p) == 4 and p[1] in mine) + \
         sum(1 for p in loops if isinstance(p, list) and len(p) == 3 and p[1] in mine)
     if rate * sends > MAX_SEND_PPS:  # the agent's own figure (mesh.agent.Agent._sizes)

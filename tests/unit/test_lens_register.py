@@ -164,6 +164,7 @@ def test_a_forged_configuration_is_refused_by_the_node(key):
     ({"rate": 1e6}, "out of bounds"), ({"duration": -1}, "out of bounds"),
     ({"output": "document"}, "streams"), ({"nodes": {"other": {}}}, "no entry"),
     ({"rate": "fast"}, "incomplete"), ({"pairs": {"a": 1}}, "must be lists"),
+    ({"nodes": {"node1": []}}, "malformed"), ({"nodes": {"node1": {"nics": [5]}}}, "malformed"),
     ({"rate": 5000.0, "pairs": [[i, 0, 1, "10.0.0.2"] for i in range(100)]}, "probes/s"),
 ])
 def test_even_an_authenticated_coordinator_is_bounded(key, change, why):
@@ -203,6 +204,15 @@ def test_a_garbled_stream_or_a_silent_agent_is_disconnected(listener, key):
     wait_for(lambda: not listener.state["node2"].alive, 5)  # silent_s 1.5
     assert "no batch" in listener.state["node2"].last_error
     s2.close()
+
+
+def test_a_batch_with_malformed_health_ends_the_connection(listener, key):
+    s = connect(listener)
+    register(s, key, "node1")
+    s.sendall(fls1(0, {"kind": "batch", "health": {"0": 1}}))
+    wait_for(lambda: not listener.state["node1"].alive and listener.state["node1"].starts == 1)
+    assert "not lists" in listener.state["node1"].last_error and listener.got == []
+    s.close()
 
 
 def test_a_second_registration_replaces_the_first(listener, key):

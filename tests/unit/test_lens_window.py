@@ -470,3 +470,29 @@ def test_a_responders_late_answer_log_blames_no_other_direction(fabric, mode):
     # with two leaves, leaf1->spine1 and spine1->leaf2 carry the same paths: twins, either named
     assert len(named) >= len(pending) - 1 and all("spine1->leaf2" in n for n in named), named
     assert sum(p == (late, True) for p in pending) >= len(pending) - 1, pending
+
+
+def test_a_fit_that_moves_a_hosts_estimate_relearns_its_paths_baselines():
+    """An early fit misjudged a host's clock by 30 us (the 512-host harness): the paths' delay
+    baselines learnt then hold that error, and a baseline learns only from healthy windows.
+    The next fit's move is reported per host, against its component's median move (a new
+    reference host moves every offset alike), and those paths are learnt again."""
+    from fleetctl.analysis.clock import ClockModel
+    from fleetctl.lens.baseline import PathBaselines
+
+    hosts = ["a", "b", "c", "d"]
+    tr = ClockTracker(hosts, np.array([0, 1, 2, 3]))
+
+    def model(offsets):
+        return ClockModel(hosts, np.array(offsets), np.zeros(4), np.zeros(4, dtype=int), [],
+                          np.zeros(0))
+    tr._compare(model([0.0, 1e-3, 2e-3, 3e-3]), 0, 10.0)
+    assert tr.moved == {}
+    tr.fit = (model([0.0, 1e-3, 2e-3, 3e-3]), 0)
+    # every offset 100 us later (a reference change would do that) and c 30 us on top of it
+    tr._compare(model([100e-6, 1.1e-3, 2.13e-3, 3.1e-3]), 0, 10.0)
+    assert tr.moved == {"c": 30.0}
+    b = PathBaselines(3, warmup=1)
+    b.update(np.array([10.0, 20.0, 30.0]), np.array([True, True, True]))
+    assert b.forget(np.array([False, True, False])) == 1
+    assert np.isnan(b.current()[1]) and b.current()[0] == 10.0 and b.count[1] == 0
