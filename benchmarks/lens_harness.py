@@ -196,6 +196,23 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
 
     stop = threading.Event()
     t_start = time.time()
+    if os.environ.get("HARNESS_TRACEMALLOC"):  # what the coordinator's heap gains over the run
+        import tracemalloc
+
+        tracemalloc.start(8)
+        snaps = []
+
+        def snap():
+            stop.wait(180.0)
+            snaps.append(tracemalloc.take_snapshot())
+            stop.wait()
+            diff = tracemalloc.take_snapshot().compare_to(snaps[0], "traceback")
+            with open(os.environ["HARNESS_TRACEMALLOC"], "w") as f:
+                for stat in diff[:15]:
+                    f.write(f"{stat.size_diff / 1024:.1f} KiB in {stat.count_diff} blocks\n")
+                    f.write("\n".join(stat.traceback.format()[-6:]) + "\n\n")
+        snapper = threading.Thread(target=snap, daemon=True)
+        snapper.start()
 
     def sample():
         while not stop.wait(10.0):
@@ -205,6 +222,8 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
     c = Timed(cluster, cluster.select(None), TraceTransport(Fabric(cluster)), opts,
               Outputs(opts, log, cluster=cluster), log, None)
     c.run(stop)
+    if os.environ.get("HARNESS_TRACEMALLOC"):
+        snapper.join(120)
     if profile is not None:
         profile.dump_stats(os.environ["HARNESS_PROFILE"])
     Path(out_path).write_text(json.dumps({"closes": closes, "drains": drains, "rss": rss,

@@ -11,6 +11,11 @@ events); prints JSON.
    (overloaded or not running), the longest window analysis, and the coordinator's own CPU.
 
     python benchmarks/lens_lab64.py [--clean-s 60] [--kills 4] [--timeout 30] [--transport ssh]
+                                    [--agents registered]
+
+With `--agents registered` every node runs `fleetctl lens agent` (as fleetctl-lens-agent.service
+would) and registers with the coordinator over the management network; a killed agent is started
+again 2 s later, as systemd's Restart= does. Flows are still traced over ssh.
 
 Where this machine cannot carry the default rate for 64 hosts, lens is expected to say so (agents
 overloaded, probes set aside) and still raise no network event.
@@ -22,6 +27,8 @@ import argparse
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,7 +36,7 @@ from lens_common import cpu_s, fleetctl, records, status
 
 from fleetctl.lab import faults
 from fleetctl.lab.session import LabSession
-from fleetctl.lab.topology import LabParams
+from fleetctl.lab.topology import MGMT_GATEWAY, LabParams
 
 
 def agent_pids() -> dict[str, int]:
@@ -52,22 +59,44 @@ def agent_pids() -> dict[str, int]:
     return out
 
 
+def start_service(lab, node: str, address: str, key: Path) -> subprocess.Popen:
+    """`fleetctl lens agent` in the node's namespace, as its systemd unit would run it."""
+    env = lab.command_env()
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    return subprocess.Popen(["nsenter", f"--net=/run/netns/{lab.netns(node)}", sys.executable, "-m",
+                             "fleetctl", "lens", "agent", "--coordinator", address, "--key-file",
+                             str(key), "--node", node], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clean-s", type=float, default=60.0)
     ap.add_argument("--kills", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--transport", default="ssh", choices=("local", "ssh"))
+    ap.add_argument("--agents", default="started", choices=("started", "registered"))
     args = ap.parse_args()
     params = LabParams(hosts=64, nics_per_host=2, leaves=8, spines=4, gpus_per_host=0,
                        clock_skew=True, slurm=False, ssh=args.transport == "ssh")
     out: dict = {"hosts": 64, "leaves": 8, "spines": 4, "nics_per_host": 2,
-                 "transport": args.transport}
+                 "transport": args.transport, "agents": args.agents}
+    services: dict[str, subprocess.Popen] = {}
     t_up = time.monotonic()
     with LabSession(params) as lab:
         out["lab_up_s"] = round(time.monotonic() - t_up, 1)
         state = Path(lab.cluster.data["lens"]["state_dir"])
-        r = fleetctl(lab, "--format", "json", "lens", "run")
+        extra = []
+        if args.agents == "registered":
+            key = state.parent / "lens-bench.key"
+            key.unlink(missing_ok=True)
+            fleetctl(lab, "lens", "keygen", str(key))
+            address = f"{MGMT_GATEWAY}:61250"
+            extra = ["--agents", "registered", "--listen", address, "--key-file", str(key)]
+        r = fleetctl(lab, "--format", "json", "lens", "run", *extra)
+        if args.agents == "registered":
+            for node in lab.nodes:
+                services[node] = start_service(lab, node, address, key)
         if r.returncode != 0:
             raise SystemExit(f"lens run failed: {r.stderr}")
         t_start = time.monotonic()
@@ -84,11 +113,15 @@ def main() -> int:
         t0 = time.monotonic()
         for i in range(args.kills):
             time.sleep(max(0.0, t0 + (i + 1) * args.clean_s / (args.kills + 1) - time.monotonic()))
-            pids = agent_pids()
+            pids = {n: p.pid for n, p in services.items()} if services else agent_pids()
             if pids:
                 node = sorted(pids)[(7 * i + 3) % len(pids)]
                 os.kill(pids[node], signal.SIGKILL)
                 killed.append(node)
+                if services:  # systemd's Restart=, RestartSec=2
+                    services[node].wait()
+                    time.sleep(2)
+                    services[node] = start_service(lab, node, address, key)
         time.sleep(max(0.0, t0 + args.clean_s - time.monotonic()))
         false = [rec for rec in records(state) if rec["kind"] == "open" and rec["id"] not in seen]
         out["clean"] = {"seconds": args.clean_s, "agents_killed": killed,
@@ -139,6 +172,10 @@ def main() -> int:
         out["coordinator_cpu_pct"] = round(100 * (cpu_s(pid) - c0) / (time.time() - w0), 1)
         out["load_average"] = os.getloadavg()
         fleetctl(lab, "lens", "stop")
+        for p in services.values():
+            p.terminate()
+        for p in services.values():
+            p.wait(timeout=20)
     print(json.dumps(out, indent=1))
     return 0
 

@@ -496,3 +496,28 @@ def test_a_fit_that_moves_a_hosts_estimate_relearns_its_paths_baselines():
     b.update(np.array([10.0, 20.0, 30.0]), np.array([True, True, True]))
     assert b.forget(np.array([False, True, False])) == 1
     assert np.isnan(b.current()[1]) and b.current()[0] == 10.0 and b.count[1] == 0
+
+
+def test_a_large_plan_reports_element_delays_every_nth_window(fabric, monkeypatch):
+    """Element delay percentiles are reported, not judged: a plan with millions of incidence
+    entries computes them every n-th window and says which window the reported ones are from;
+    loss and probes are per window always."""
+    import fleetctl.lens.window as window_mod
+
+    syn = run(fabric, duration=4.0)
+    topo, _ = fabric
+    every = WindowAnalyzer(topo, syn.paths, syn.flows)
+    monkeypatch.setattr(window_mod, "DELAY_EVERY_ENTRIES", 1)  # this small plan counts as large
+    sparse = WindowAnalyzer(topo, syn.paths, syn.flows)
+    assert every.delay_every == 1 and sparse.delay_every > 1
+    sparse.delay_every = 2
+    for i, (a, b, probes) in enumerate(windows(syn)):
+        full = {r["id"] + r.get("direction", ""): r for r in every.analyze(probes, a, b, {}, set()).elements}
+        rows = sparse.analyze(probes, a, b, {}, set()).elements
+        for r in rows:
+            f = full[r["id"] + r.get("direction", "")]
+            assert (r["loss_pct"], r["probes"], r["lost"]) == (f["loss_pct"], f["probes"], f["lost"])
+            if i % 2 == 0:
+                assert "delay_window_end" not in r and r["delay_p50_us"] == f["delay_p50_us"]
+            else:
+                assert r["delay_window_end"] == b - 1.0

@@ -10,7 +10,8 @@
 The work is in fleetctl.lens (service.py runs the coordinator, status.py reads its state); this
 package parses and renders. Exit codes (docs/exit-codes.md): status 0 healthy, 1 warnings (an agent
 down or overloaded, a warning event open), 2 a critical event open, 3 no coordinator running;
-events 0; stop 0 stopped, 1 none was running.
+events 0; stop 0 stopped, 1 none was running; agent 0 when stopped by a signal, 3 when it cannot
+start (no coordinator, a bad key file); keygen 0.
 """
 
 from __future__ import annotations
