@@ -181,9 +181,13 @@ class ElementIndex:
         self.n_paths, self.n_elements = csr.shape
         self.paths = np.diff(csr.tocsc().indptr)
 
+    def loads(self, sent, lost) -> dict[str, np.ndarray]:
+        """Per element: probes through it and lost (weighted), paths crossing it."""
+        return {"sent": self.csc_t @ np.asarray(sent, float),
+                "lost": self.csc_t @ np.asarray(lost, float), "paths": self.paths}
+
     def stats(self, sent, lost, delay, percentiles=(50.0, 99.0)) -> dict[str, np.ndarray]:
-        out = {"sent": self.csc_t @ np.asarray(sent, float),
-               "lost": self.csc_t @ np.asarray(lost, float), "paths": self.paths}
+        out = self.loads(sent, lost)
         out["delay"] = self.percentiles(np.asarray(delay, float), percentiles)
         return out
 

@@ -89,20 +89,50 @@ class AgentState:
                 "cpu_pct": round(self.cpu_pct, 2), "gaps": list(self.gaps)[-5:]}
 
 
-class AgentSupervisor:
-    def __init__(self, transport, nodes: list[str], script_for, on_batch, log=lambda _m: None,
-                 silent_s: float = 5.0, start_delay: float = 0.5):
-        self.transport = transport
+class AgentSet:
+    """What the coordinator reads of its agents however they run (started over a transport here,
+    or registered: lens/listener.py): each node's state, its coverage, its gaps."""
+
+    def __init__(self, nodes: list[str], on_batch, log, silent_s: float, start_delay: float):
         self.nodes = list(nodes)
-        self.script_for = script_for  # (node, start_at) -> script text
         self.on_batch = on_batch
         self.log = log
         self.silent_s = silent_s
         self.start_delay = start_delay
         self.state = {n: AgentState(n) for n in self.nodes}
-        self.streams: dict[str, object] = {}
         self.stopping = threading.Event()
         self.lock = threading.Lock()
+
+    def covered(self, node: str, a: float, b: float) -> bool:
+        """Whether the node's agent ran (answering) through [a, b], wall seconds."""
+        st = self.state.get(node)
+        if st is None:
+            return False
+        with self.lock:
+            return st.covered(a, b)
+
+    def _went_down(self, st: AgentState, now: float) -> None:
+        if st.down_since is None:
+            st.down_since = now
+
+    def _came_back(self, st: AgentState, start_at: float, how: str) -> None:
+        """A new incarnation: the gap since the last one ended, recorded and logged."""
+        if st.down_since is None:
+            return
+        gap = {"from": round(st.down_since, 3), "to": round(start_at, 3),
+               "seconds": round(start_at - st.down_since, 2)}
+        st.gaps.append(gap)
+        self.log(f"agent on {st.node} {how} after a gap of {gap['seconds']:g} s")
+        st.down_since = None
+
+
+class AgentSupervisor(AgentSet):
+    def __init__(self, transport, nodes: list[str], script_for, on_batch, log=lambda _m: None,
+                 silent_s: float = 5.0, start_delay: float = 0.5):
+        super().__init__(nodes, on_batch, log, silent_s, start_delay)
+        self.transport = transport
+        self.script_for = script_for  # (node, start_at) -> script text
+        self.streams: dict[str, object] = {}
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -125,14 +155,6 @@ class AgentSupervisor:
         for t in self.threads:
             t.join(timeout=10)
 
-    def covered(self, node: str, a: float, b: float) -> bool:
-        """Whether the node's agent ran (answering) through [a, b], wall seconds."""
-        st = self.state.get(node)
-        if st is None:
-            return False
-        with self.lock:
-            return st.covered(a, b)
-
     # ------------------------------------------------------------------ per node
     def _keep(self, node: str, delay: float = 0.0) -> None:
         st = self.state[node]
@@ -145,8 +167,7 @@ class AgentSupervisor:
             if self.stopping.is_set():
                 break
             now = time.time()
-            if st.down_since is None:
-                st.down_since = now
+            self._went_down(st, now)
             backoff = 1.0 if now - began > 60 else min(30.0, backoff * 2 if st.starts > 1 else 1)
             wait = backoff * random.uniform(0.75, 1.25)  # jittered: restarts never in lock-step
             self.log(f"agent on {node} ended ({st.last_error or 'no reason given'}); "
@@ -164,12 +185,7 @@ class AgentSupervisor:
         with self.lock:
             self.streams[node] = stream
             st.began(start_at, time.time())
-        if st.down_since is not None:
-            gap = {"from": round(st.down_since, 3), "to": round(start_at, 3),
-                   "seconds": round(start_at - st.down_since, 2)}
-            st.gaps.append(gap)
-            self.log(f"agent on {node} restarted after a gap of {gap['seconds']:g} s")
-            st.down_since = None
+        self._came_back(st, start_at, "restarted")
         dec = StreamDecoder(node)
         try:
             for line in stream.lines():

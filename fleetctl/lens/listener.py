@@ -18,9 +18,9 @@ import socket
 import threading
 import time
 
-from fleetctl.errors import DataError, FleetctlError
+from fleetctl.errors import ConfigError, DataError, FleetctlError
 from fleetctl.lens import register as proto
-from fleetctl.lens.agents import AgentState
+from fleetctl.lens.agents import AgentSet
 from fleetctl.mesh.collect import StreamDecoder
 
 MAX_HANDSHAKES = 64
@@ -30,8 +30,6 @@ READ_CHUNK = 1 << 18
 
 def parse_listen(text: str, what: str = "lens.listen") -> tuple[str, int]:
     """`ADDRESS:PORT` (an IPv6 address in brackets) -> (address, port)."""
-    from fleetctl.errors import ConfigError
-
     host, sep, port = str(text).rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -46,20 +44,13 @@ class _Conn:
         self.decoder = StreamDecoder(node)
 
 
-class AgentListener:
+class AgentListener(AgentSet):
     def __init__(self, address: tuple[str, int], key: bytes, nodes: list[str], config_for,
                  on_batch, log=lambda _m: None, silent_s: float = 5.0, start_delay: float = 0.5):
+        super().__init__(nodes, on_batch, log, silent_s, start_delay)
         self.address = address
         self.key = key
-        self.nodes = list(nodes)
         self.config_for = config_for  # (node, start_at) -> the node's configuration
-        self.on_batch = on_batch
-        self.log = log
-        self.silent_s = silent_s
-        self.start_delay = start_delay
-        self.state = {n: AgentState(n) for n in self.nodes}
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
         self.counters = {"registered": 0, "refused": 0, "busy": 0, "replaced": 0}
         self._slots = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self._new: queue.Queue = queue.Queue()
@@ -79,8 +70,6 @@ class AgentListener:
             srv.bind((host, port))
         except OSError as exc:
             srv.close()
-            from fleetctl.errors import ConfigError
-
             raise ConfigError(f"cannot listen on {host}:{port} for agents: {exc.strerror}",
                               key="lens.listen") from None
         srv.listen(1024)
@@ -104,13 +93,6 @@ class AgentListener:
                 self._close(c, "coordinator stopping")
         for s in (self._wake_r, self._wake_w):
             s.close()
-
-    def covered(self, node: str, a: float, b: float) -> bool:
-        st = self.state.get(node)
-        if st is None:
-            return False
-        with self.lock:
-            return st.covered(a, b)
 
     # ------------------------------------------------------------------ accept + handshake
     def _accept_loop(self) -> None:
@@ -208,12 +190,7 @@ class AgentListener:
                 st.began(start_at, time.time())
                 self.counters["replaced"] += old is not None
                 self.counters["registered"] += 1
-            if st.down_since is not None:
-                gap = {"from": round(st.down_since, 3), "to": round(start_at, 3),
-                       "seconds": round(start_at - st.down_since, 2)}
-                st.gaps.append(gap)
-                self.log(f"agent on {node} registered again after a gap of {gap['seconds']:g} s")
-                st.down_since = None
+            self._came_back(st, start_at, "registered again")
             sel.register(sock, selectors.EVENT_READ, conn)
 
     def _read(self, conn: _Conn, sel) -> None:
@@ -268,8 +245,7 @@ class AgentListener:
                 del self._conns[conn.node]
             self._unregister(sel, conn)
             self._close(conn, why)
-        if st.down_since is None:
-            st.down_since = time.time()
+        self._went_down(st, time.time())
         self.log(f"agent on {conn.node} ({conn.peer}) ended: {why}")
 
     @staticmethod

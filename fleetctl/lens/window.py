@@ -314,8 +314,7 @@ class WindowAnalyzer:
             st = index.stats(sig.sent, sig.lost, m_delay)
             self._last_delay = (st["delay"], t_end)
         else:  # the loss figures every window; the delays of the last window that had them
-            st = {"sent": index.csc_t @ np.asarray(sig.sent, float),
-                  "lost": index.csc_t @ np.asarray(sig.lost, float), "delay": self._last_delay[0]}
+            st = {**index.loads(sig.sent, sig.lost), "delay": self._last_delay[0]}
         self._delay_seen += 1
         delay_from = self._last_delay[1]
         cols = self.report_cols[st["sent"][self.report_cols] > 0]
