@@ -10,7 +10,8 @@ Limits (docs/exec.md): srun allocates all nodes or none, so a down, drained or b
 whole run (every node gets srun's error); the nodes must be free for a new job (or the run happens
 inside a job that holds them); a last output line without a newline gets one; a node's stdout and
 stderr are kept apart but their relative order is not; the whole run gets timeout + connect_timeout,
-since allocation and launch happen inside it.
+since allocation and launch happen inside it; each node keeps the command's own deadline with
+timeout(1) (SIGKILL 1 s after its SIGTERM), so a hung node is told apart from srun trouble.
 """
 
 from __future__ import annotations
@@ -25,20 +26,30 @@ from fleetctl.fanout.base import OnResult, Transport
 from fleetctl.fanout.result import ERROR, FAILED, OK, TIMEOUT, Command, HostResult
 
 MARK = "\x1ffleetctl-"  # unit separator: never starts a line of ordinary output
+TIMED_OUT = "timeout"  # the rc marker's value when the node's own deadline stopped the command
+KILL_AFTER_S = 1  # SIGKILL this long after the deadline's SIGTERM when the command ignores it
 WRAPPER = (
+    't="$1"; tcs="$2"; shift 2; '  # the deadline in seconds (for timeout(1)) and in centiseconds
     'n="${SLURMD_NODENAME:-$(hostname -s)}"; '
     f"printf '{MARK}node:%s\\n' \"$n\"; "
     'FLEETCTL_NODE="$n"; export FLEETCTL_NODE; '
-    # The timeout's SIGTERM reaches every process of the step. A command that survives it (a shell
-    # whose `sleep` died goes on to its next line) must not end as a success: the trap marks the
-    # task as stopped by us, and the wrapper reports 143 once the command returns.
+    # The deadline is kept on the node by timeout(1): srun's forwarding of our SIGTERM reaches the
+    # step's processes one by one, and a shell whose `sleep` died first went on to `echo done` and
+    # reported success (seen in CI). A command stopped by the deadline reports "timeout"; one that
+    # exits 124 by itself earlier is told apart by the elapsed time (/proc/uptime, 10 ms).
     "stopped=0; trap 'stopped=1' TERM; "
-    '"$@"; rc=$?; [ "$stopped" = 0 ] || rc=143; '
+    'u=0.00; read -r u _ </proc/uptime; s="${u%.*}${u#*.}"; '
+    'if command -v timeout >/dev/null 2>&1; then '
+    f'timeout -k {KILL_AFTER_S} "$t" "$@"; else "$@"; fi; rc=$?; '
+    'u=0.00; read -r u _ </proc/uptime; e=$(( ${u%.*}${u#*.} - s )); '
+    f'if {{ [ "$rc" = 124 ] || [ "$rc" = 137 ]; }} && [ "$e" -ge "$tcs" ]; then rc={TIMED_OUT}; '
+    # A command that outlives srun's forwarded SIGTERM must not end as a success either.
+    'elif [ "$stopped" != 0 ]; then rc=143; fi; '
     f"printf '{MARK}rc:%s\\n' \"$rc\" >&2; "
     "exit 0"  # per-node status travels in the marker; srun's own status then means srun trouble
 )
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
-_RC = re.compile(re.escape(MARK) + r"rc:(\d+)$")
+_RC = re.compile(re.escape(MARK) + r"rc:(\d+|" + TIMED_OUT + r")$")
 _NODE = re.compile(re.escape(MARK) + r"node:(\S+)$")
 
 
@@ -57,7 +68,9 @@ class SrunTransport(Transport):
         if o.srun_partition:
             argv.append(f"--partition={o.srun_partition}")
         argv += list(o.srun_extra_args)
-        return argv + ["/bin/sh", "-c", WRAPPER, "fleetctl-srun", *command.as_argv()]
+        deadline = f"{timeout:.2f}"
+        return argv + ["/bin/sh", "-c", WRAPPER, "fleetctl-srun", deadline, str(round(timeout * 100)),
+                       *command.as_argv()]
 
     def _run(self, nodes: list[str], command: Command, timeout: float, stdin: bytes | None,
              on_result: OnResult) -> list[HostResult]:
@@ -73,7 +86,9 @@ class SrunTransport(Transport):
             return _all(nodes, ERROR, f"cannot run srun: {exc.strerror or exc}", 0.0, on_result)
         timed_out = False
         try:
-            out, err = proc.communicate(stdin, timeout=timeout + self.options.connect_timeout)
+            # The nodes keep the deadline themselves; srun is stopped only when that fails too.
+            out, err = proc.communicate(stdin, timeout=timeout + self.options.connect_timeout
+                                        + KILL_AFTER_S + 2)
         except subprocess.TimeoutExpired:
             timed_out = True
             out, err = _stop(proc)
@@ -88,7 +103,10 @@ class SrunTransport(Transport):
             # After the timeout srun forwards SIGTERM: a task that then reports 128+signal was
             # killed by us, not failed by itself.
             killed = timed_out and task is not None and task.rc is not None and task.rc >= 128
-            if task is not None and task.rc is not None and not killed:
+            if task is not None and task.timed_out:
+                r = HostResult(node, TIMEOUT, None, task.stdout(), task.stderr(), duration,
+                               f"command timed out after {timeout:g} s")
+            elif task is not None and task.rc is not None and not killed:
                 r = HostResult(node, OK if task.rc == 0 else FAILED, task.rc, task.stdout(), task.stderr(),
                                duration)
             elif timed_out:
@@ -110,6 +128,7 @@ class _Task:
     def __init__(self) -> None:
         self.node = ""
         self.rc: int | None = None
+        self.timed_out = False  # the node's deadline stopped the command
         self.out: list[str] = []
         self.err: list[str] = []
         self.partial = ""  # the command's last stderr line when it had no newline
@@ -138,7 +157,8 @@ def parse_labelled(stdout: str, stderr: str) -> dict[int, _Task]:
                     task.node = node.group(1)
                     continue
                 if (rc := _RC.match(marker)) and stream == "err":
-                    task.rc = int(rc.group(1))
+                    task.timed_out = rc.group(1) == TIMED_OUT
+                    task.rc = None if task.timed_out else int(rc.group(1))
                     task.partial = head
                     continue
             (task.out if stream == "out" else task.err).append(content)

@@ -45,10 +45,10 @@ def test_command_line_never_pastes_the_command():
     assert "--ntasks-per-node=1" in argv and "--label" in argv and "--input=all" in argv
     assert "--time=3" in argv and "--partition=gpu" in argv and "--reservation=maint" in argv
     i = argv.index("-c")
-    assert argv[i + 1] == WRAPPER and argv[i + 2:] == ["fleetctl-srun", "echo", "a b; rm x"]
+    assert argv[i + 1] == WRAPPER and argv[i + 2:] == ["fleetctl-srun", "100.00", "10000", "echo", "a b; rm x"]
 
 
-def _wrapper(command: list[str], terminate_after: float | None) -> tuple[str, str]:
+def _wrapper(command: list[str], terminate_after: float | None, deadline: float = 20) -> tuple[str, str]:
     """The task wrapper run by /bin/sh as slurmstepd runs it, SIGTERM sent to its process group."""
     import os
     import signal
@@ -57,7 +57,8 @@ def _wrapper(command: list[str], terminate_after: float | None) -> tuple[str, st
 
     from fleetctl.fanout.srun import WRAPPER
 
-    proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "fleetctl-srun", *command], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "fleetctl-srun", f"{deadline:.2f}", str(round(deadline * 100)),
+                             *command], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     if terminate_after is not None:
         time.sleep(terminate_after)
@@ -67,16 +68,37 @@ def _wrapper(command: list[str], terminate_after: float | None) -> tuple[str, st
 
 
 def test_a_command_stopped_by_the_timeout_never_reports_success():
-    # The shell's sleep dies of the SIGTERM; the shell itself ignores it and goes on to `echo done`.
-    # Without the wrapper's trap that ended as rc 0: a hung node reported `ok` (seen in CI).
+    # The shell's sleep dies of srun's forwarded SIGTERM; the shell itself ignores it and goes on to
+    # `echo done`. Without the wrapper's trap that ended as rc 0: a hung node reported `ok`.
     out, err = _wrapper(["/bin/sh", "-c", "trap '' TERM; sleep 5; echo done"], terminate_after=0.5)
-    tasks = parse_labelled("".join("0: " + line + "\n" for line in out.splitlines()),
-                           "".join("0: " + line + "\n" for line in err.splitlines()))
-    assert tasks[0].rc == 143 and "done" in tasks[0].stdout()
+    tasks = _tasks(out, err)
+    assert tasks[0].rc == 143 and not tasks[0].timed_out and "done" in tasks[0].stdout()
+
+
+def _tasks(out: str, err: str):
+    return parse_labelled("".join("0: " + line + "\n" for line in out.splitlines()),
+                          "".join("0: " + line + "\n" for line in err.splitlines()))
+
+
+def test_the_node_keeps_the_deadline_itself():
+    # No signal from srun at all (its forwarding raced in CI): the node's own deadline stops the
+    # command, even one that goes on after its sleep dies, and says so.
+    out, err = _wrapper(["/bin/sh", "-c", "sleep 5; echo done"], terminate_after=None, deadline=0.5)
+    tasks = _tasks(out, err)
+    assert tasks[0].timed_out and tasks[0].rc is None and "done" not in tasks[0].stdout()
+    out, err = _wrapper(["/bin/sh", "-c", "trap '' TERM; sleep 1; sleep 1; sleep 1; sleep 5; echo done"],
+                        terminate_after=None, deadline=0.5)
+    tasks = _tasks(out, err)
+    assert tasks[0].timed_out and "done" not in tasks[0].stdout()  # SIGKILL after the grace
+
+
+def test_a_command_that_exits_124_itself_is_not_a_timeout():
+    out, err = _wrapper(["/bin/sh", "-c", "exit 124"], terminate_after=None, deadline=5)
+    tasks = _tasks(out, err)
+    assert tasks[0].rc == 124 and not tasks[0].timed_out
 
 
 def test_a_command_that_ends_by_itself_reports_its_status():
     out, err = _wrapper(["/bin/sh", "-c", "echo fine; exit 3"], terminate_after=None)
-    tasks = parse_labelled("".join("0: " + line + "\n" for line in out.splitlines()),
-                           "".join("0: " + line + "\n" for line in err.splitlines()))
+    tasks = _tasks(out, err)
     assert tasks[0].rc == 3 and tasks[0].stdout() == "fine\n"
