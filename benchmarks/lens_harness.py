@@ -614,7 +614,10 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
         "ingest_cpu_s_per_s": round(drain_total / max(1.0, duration), 3),
         "rss_mb": {"first": rss[0][1] if rss else None, "last": rss[-1][1] if rss else None,
                    "max": max(r[1] for r in rss) if rss else None,
-                   "slope_mb_per_min_second_half": slope},
+                   "slope_mb_per_min_second_half": slope,
+                   "slope_mb_per_min_last_quarter": _slope([r for r in rss if r[0] >= rss[-1][0] * 0.75])
+                   if rss else None,
+                   "per_minute": [[round(t / 60, 1), m] for t, m in rss[::6]]},
         "counters": {k: v for k, v in coord["counters"].items()},
         "listener": coord["listener"],
         "fault": {"cable": lid, "at_s": fault_at, "for_s": fault_for} if fault else None,
@@ -623,6 +626,14 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
         "culprit_events": len(culprit),
         "other_events": others,
         "harness": harness, "state_dir": str(state)}
+
+
+def _slope(samples: list) -> float | None:
+    """RSS slope (MB a minute) of (seconds, MB) samples; None under 3 samples."""
+    if len(samples) < 3:
+        return None
+    x, y = np.array([r[0] for r in samples]) / 60, np.array([r[1] for r in samples])
+    return round(float(np.polyfit(x, y, 1)[0]), 3)
 
 
 def _epoch(event: dict) -> float:

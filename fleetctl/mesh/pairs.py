@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.sparse import coo_matrix, csr_matrix
 
 from fleetctl.errors import UsageError
 from fleetctl.model.fabric import Topology
@@ -72,10 +71,12 @@ def select_pairs(topo: Topology, k: int = 3, full_mesh_max: int = 64, seed: int 
                 if cov.host[b] != cov.host[nics[i]] and (nics[i], b) not in pairs:
                     pairs.add((nics[i], b))
                     break
+    checked = -1  # how many pairs the last count found complete (pairs only grow: the same set)
     for _ in range(max_repair_rounds):
         counts, need = cov.sources(sorted(pairs), k)
         short = np.flatnonzero(counts < need)
         if short.size == 0:
+            checked = len(pairs)
             break
         for e in short:
             for _ in range(int(need[e] - counts[e])):
@@ -84,7 +85,8 @@ def select_pairs(topo: Topology, k: int = 3, full_mesh_max: int = 64, seed: int 
                     pairs.add(p)
     _cover_nic_cables(cov, pairs, k, rng)
     pairs_l = sorted(pairs)
-    counts, need = cov.sources(pairs_l, k)
+    if len(pairs) != checked:
+        counts, need = cov.sources(pairs_l, k)
     return PairPlan("covering", pairs_l, k, full, _min(counts), cov.short(counts, need))
 
 
@@ -139,15 +141,25 @@ def _min(counts: np.ndarray) -> int:
     return int(counts.min()) if counts.size else 0
 
 
+UNREACHABLE = 10_000  # a hop count no fabric reaches; sums of two still fit in int16
+CROSSING_CACHE_ENTRIES = 32_000_000  # edge indices kept between sources() calls (128 MB)
+
+
 class _Coverage:
-    """Distinct-source coverage of switch-to-switch link directions by NIC pairs."""
+    """Distinct-source coverage of switch-to-switch link directions by NIC pairs.
+
+    Pairs are grouped by (source switch, destination switch): every pair of a group crosses the
+    same link directions. Distinct sources per link direction are counted per source switch
+    (sources under different switches are distinct), over the union of that switch's groups'
+    edges only: the cost is the pairs' crossings, never NICs x link directions."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
         self.nics = [i for i, n in enumerate(topo.nics) if topo.attached(n)]
         self.host = {i: topo.nic_host[i] for i in range(len(topo.nics))}
         self.sw_of = {i: topo.switch_of(topo.nics[i]) for i in self.nics}
-        self.dist = topo.switch_distances()
+        dist = topo.switch_distances()
+        self.dist = np.where(np.isfinite(dist), dist, UNREACHABLE).astype(np.int16)
         edges = topo.switch_edges()
         self.eu = np.array([u for u, _, _ in edges], dtype=np.int64)
         self.ev = np.array([v for _, v, _ in edges], dtype=np.int64)
@@ -158,38 +170,69 @@ class _Coverage:
         self.by_sw = {s: np.array(v) for s, v in by_sw.items()}
         self.nic_sws = np.array(sorted(by_sw), dtype=np.int64)
         self._possible: dict[int, int] = {}
-        self._last_sources: csr_matrix | None = None
+        self._crossing: dict[tuple[int, int], np.ndarray] = {}
+        self._cached = 0
+        self._have: dict[int, set[int]] = {}  # short edge -> its sources (every one of them)
 
-    def crossing(self, x: int, y: int) -> np.ndarray:
-        """Edge positions crossed by some shortest path from switch x to switch y."""
-        d = self.dist
-        return np.flatnonzero(d[x, self.eu] + 1 + d[self.ev, y] == d[x, y])
+    def crossing(self, x: int, y: int, from_x: np.ndarray | None = None) -> np.ndarray:
+        """Edge positions crossed by some shortest path from switch x to switch y (`from_x`:
+        dist(x, eu) per edge, when the caller has it)."""
+        hit = self._crossing.get((x, y))
+        if hit is not None:
+            return hit
+        d_xy = self.dist[x, y]
+        if d_xy >= UNREACHABLE:
+            return np.empty(0, dtype=np.int32)
+        if from_x is None:
+            from_x = self.dist[x, self.eu]
+        # Distances are symmetric (links are cables): dist(v, y) is row y, gathered contiguously.
+        edges = np.flatnonzero(from_x + self.dist[y, self.ev] == d_xy - 1).astype(np.int32)
+        if self._cached + edges.size <= CROSSING_CACHE_ENTRIES:
+            self._crossing[(x, y)] = edges
+            self._cached += edges.size
+        return edges
 
     def sources(self, pairs: list[tuple[int, int]], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Per edge: distinct source NICs crossing it, and the requirement min(k, possible)."""
-        groups: dict[tuple[int, int], set[int]] = {}
+        by_x: dict[int, dict[int, set[int]]] = {}
         for a, b in pairs:
-            groups.setdefault((self.sw_of[a], self.sw_of[b]), set()).add(a)
-        rows, cols = [], []
-        for (x, y), srcs in groups.items():
-            edges = self.crossing(x, y)
-            for s in srcs:
-                rows.append(np.full(edges.size, s))
-                cols.append(edges)
+            by_x.setdefault(self.sw_of[a], {}).setdefault(self.sw_of[b], set()).add(a)
         n_edges = self.eu.size
-        if rows:
-            r, c = np.concatenate(rows), np.concatenate(cols)
-            m = coo_matrix((np.ones(r.size), (r, c)), shape=(len(self.topo.nics), n_edges)).tocsr()
-            m.sum_duplicates()
-            m.data[:] = 1.0
-        else:
-            m = csr_matrix((len(self.topo.nics), n_edges))
-        self._last_sources = m.tocsc()
-        counts = np.asarray(m.sum(axis=0)).ravel()
-        need = np.full(n_edges, float(k))
-        for e in np.flatnonzero(counts < k):  # only short edges: the check is O(switches^2)
+        counts = np.zeros(n_edges, dtype=np.int64)
+        for x, groups in by_x.items():
+            from_x = self.dist[x, self.eu]
+            crossings = [self.crossing(x, y, from_x) for y in groups]
+            if not any(c.size for c in crossings):
+                continue
+            local = np.unique(np.concatenate(crossings))
+            srcs = sorted(set().union(*groups.values()))
+            row = {s: i for i, s in enumerate(srcs)}
+            covered = np.zeros((len(srcs), local.size), dtype=bool)
+            for group_srcs, c in zip(groups.values(), crossings):
+                rows = np.array([row[s] for s in group_srcs])
+                covered[np.ix_(rows, np.searchsorted(local, c))] = True
+            counts[local] += covered.sum(axis=0)
+        need = np.full(n_edges, k, dtype=np.int64)
+        short = np.flatnonzero(counts < k)
+        for e in short:  # only short edges: the check is O(switches^2)
             need[e] = min(k, self.possible(e))
+        self._have = self._sources_of(by_x, short) if short.size else {}
         return counts, need
+
+    def _sources_of(self, by_x: dict[int, dict[int, set[int]]], edges: np.ndarray) -> dict[int, set[int]]:
+        """Every source crossing each of `edges` (few: the short ones)."""
+        wanted = np.zeros(self.eu.size, dtype=bool)
+        wanted[edges] = True
+        have: dict[int, set[int]] = {int(e): set() for e in edges}
+        for x, groups in by_x.items():
+            from_x = None
+            for y, srcs in groups.items():
+                if (x, y) not in self._crossing and from_x is None:
+                    from_x = self.dist[x, self.eu]
+                c = self.crossing(x, y, from_x)
+                for e in c[wanted[c]]:
+                    have[int(e)] |= srcs
+        return have
 
     def _mask(self, e: int) -> np.ndarray:
         """(source switch, destination switch) combinations whose shortest paths cross e."""
@@ -208,8 +251,7 @@ class _Coverage:
         crossing it."""
         xs = self.nic_sws
         ok = self._mask(e)
-        have = set(self._last_sources.getcol(e).indices) if self._last_sources is not None \
-            else set()
+        have = self._have.get(int(e), set())
         for xi, yi in rng.permutation(np.argwhere(ok)):
             srcs = [s for s in self.by_sw[xs[xi]] if s not in have]
             if not srcs:

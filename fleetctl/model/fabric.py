@@ -363,6 +363,9 @@ class Topology:
                 if nic not in self._nic_attach and sw in self._sw_pos:
                     self._nic_attach[nic] = (self._sw_pos[sw], self.link_dir(lid, nic, sw),
                                              self.link_dir(lid, sw, nic))
+        # The same neighbours as arrays: next_hops picks the closer ones in one gather.
+        self._nbr_pos = [np.array([v for v, _ in nb], dtype=np.int64) for nb in self._nbrs]
+        self._nbr_elem = [np.array([e for _, e in nb], dtype=np.int64) for nb in self._nbrs]
         graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(sws), len(sws)))
         self._dist = shortest_path(graph, unweighted=True, directed=False)
         self._hops: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -419,7 +422,9 @@ class Topology:
         hops = self._hops.get(key)
         if hops is None:
             du = self._dist[u, dsw]
-            hops = [(v, e) for v, e in self._nbrs[u] if self._dist[v, dsw] == du - 1]
+            nb = self._nbr_pos[u]
+            closer = np.flatnonzero(self._dist[nb, dsw] == du - 1)
+            hops = list(zip(nb[closer].tolist(), self._nbr_elem[u][closer].tolist()))
             if len(self._hops) >= MAX_ROUTE_CACHE:
                 self._hops.clear()
             self._hops[key] = hops
