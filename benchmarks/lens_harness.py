@@ -166,6 +166,7 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
     cluster = load_site(site_path)
     opts = LensOptions.from_site(cluster)
     opts.agents, opts.listen, opts.key_file = "registered", f"127.0.0.1:{port}", key_path
+    opts.trace_via = "transport"  # the fabric is synthetic: TraceTransport answers the traces
     log_file = open(Path(opts.state_dir) / "lens.log", "a")
 
     def log(m):

@@ -49,7 +49,9 @@ class LensPlan:
     def __init__(self, cluster, nodes: list[str], transport, opts: LensOptions, log):
         setup = prepare(cluster, nodes, transport, SetupOptions(
             budget_pps=opts.budget_pps, coverage_k=opts.coverage_k, duration=opts.window_s, rate=opts.rate,
-            sports=opts.sports, port=opts.port, sport_base=opts.sport_base), log)
+            sports=opts.sports, port=opts.port, sport_base=opts.sport_base,
+            tracer=_agent_tracer(opts, log) if opts.agents == "registered" and opts.trace_via == "agents"
+            else None), log)
         for w in setup.warnings:
             log(w)
         self.setup, self.topo, self.plan, self.disc = setup, setup.topo, setup.plan, setup.disc
@@ -102,6 +104,19 @@ class LensPlan:
                 "flows": int(len(self.flows)), "paths": len(self.paths),
                 "paths_traced": int(self.paths.traced.sum()), "hosts": self.hosts,
                 "loops": int((self.flows["dst_nic"] < 0).sum())}
+
+
+def _agent_tracer(opts: LensOptions, log):
+    """Flows traced by the registered agents themselves while the plan is made (lens/tracer.py)."""
+    from fleetctl.lens.listener import parse_listen
+    from fleetctl.lens.register import read_key
+    from fleetctl.lens.tracer import trace_through_agents
+
+    address, key = parse_listen(opts.listen), read_key(opts.key_file)
+
+    def tracer(cfg: dict, hosts: list[str], warnings: list[str]) -> dict[str, dict]:
+        return trace_through_agents(address, key, cfg, hosts, opts.trace_timeout_s, log, warnings)
+    return tracer
 
 
 class Coordinator:

@@ -114,19 +114,14 @@ class AgentListener(AgentSet):
                              name="lens-handshake", daemon=True).start()
 
     def _handshake(self, sock: socket.socket, peer: str) -> None:
-        try:
-            sock.settimeout(proto.HANDSHAKE_S)
-            deadline = time.monotonic() + proto.HANDSHAKE_S
-            c_nonce = proto.nonce()
-            sock.sendall(proto.coordinator_hello(c_nonce))
-            hello = proto.decode_line(_read_line(sock, deadline), peer)
-            node, a_nonce = proto.check_agent_hello(self.key, c_nonce, hello, peer)
+        def admit(node: str) -> None:
             if node not in self.state:
                 raise proto.RegistrationError(f"{peer}: {node} is not one of this coordinator's "
                                               "nodes")
+
+        try:
             start_at = time.time() + self.start_delay
-            sock.sendall(proto.config_message(self.key, c_nonce, a_nonce, node,
-                                              self.config_for(node, start_at)))
+            node = handshake(sock, self.key, peer, admit, lambda n: self.config_for(n, start_at))
             sock.settimeout(None)
             sock.setblocking(False)
             self._new.put((node, sock, peer, start_at))
@@ -135,10 +130,6 @@ class AgentListener(AgentSet):
         except proto.RegistrationError as exc:
             self.counters["refused"] += 1
             self._log_refusal(peer, exc.message)
-            try:
-                sock.sendall(proto.refusal(exc.message))
-            except OSError:
-                pass
         except (OSError, FleetctlError) as exc:
             self.counters["refused"] += 1
             self._log_refusal(peer, f"{peer}: handshake failed: {exc}")
@@ -277,6 +268,29 @@ class AgentListener(AgentSet):
             self._wake_r.recv(4096)
         except OSError:
             pass
+
+
+def handshake(sock: socket.socket, key: bytes, peer: str, admit, config_for) -> str:
+    """The coordinator's side of a registration on an accepted socket: the authenticated node's
+    name, after its configuration was sent. `admit(node)` raises RegistrationError (with
+    `retry_s` when the agent should come back soon) to refuse; the refusal is sent to the agent
+    and raised here."""
+    sock.settimeout(proto.HANDSHAKE_S)
+    deadline = time.monotonic() + proto.HANDSHAKE_S
+    c_nonce = proto.nonce()
+    try:
+        sock.sendall(proto.coordinator_hello(c_nonce))
+        hello = proto.decode_line(_read_line(sock, deadline), peer)
+        node, a_nonce = proto.check_agent_hello(key, c_nonce, hello, peer)
+        admit(node)
+        sock.sendall(proto.config_message(key, c_nonce, a_nonce, node, config_for(node)))
+    except proto.RegistrationError as exc:
+        try:
+            sock.sendall(proto.refusal(exc.message, exc.retry_s))
+        except OSError:
+            pass
+        raise
+    return node
 
 
 def _read_line(sock: socket.socket, deadline: float) -> bytes:

@@ -11,6 +11,7 @@ coordinator sends settings only, authenticated, and bounded again here.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -61,8 +62,9 @@ def register(sock: socket.socket, key: bytes, node: str) -> dict:
     return proto.check_config(key, head, body, c_hello["nonce"], a_nonce, node)
 
 
-def run_once(opts: NodeAgentOptions, stop: threading.Event, log) -> float:
-    """One registration and probing run; how long it served (s). OSError and RegistrationError
+def run_once(opts: NodeAgentOptions, stop: threading.Event, log) -> float | None:
+    """One registration and probing run; how long it served (s), or None after a trace task (the
+    agent registers again at once for its probe configuration). OSError and RegistrationError
     from the connection or the handshake propagate."""
     from fleetctl.mesh import agent as mesh_agent
 
@@ -71,6 +73,9 @@ def run_once(opts: NodeAgentOptions, stop: threading.Event, log) -> float:
     watcher = None
     try:
         config = register(sock, opts.key, opts.node)
+        if config.get("task") == "trace":
+            _trace(sock, config, opts.node, log)
+            return None
         log(f"registered with {opts.coordinator[0]}:{opts.coordinator[1]} (run "
             f"{str(config['run_id'])[:16]}, {len(config['pairs'])} pairs)")
         sock.settimeout(SEND_TIMEOUT_S)
@@ -99,17 +104,44 @@ def serve(opts: NodeAgentOptions, stop: threading.Event, log) -> None:
     """Register, run, register again, until `stop` is set."""
     backoff = 1.0
     while not stop.is_set():
-        served = 0.0
+        served: float | None = 0.0
+        retry: float | None = None
         try:
             served = run_once(opts, stop, log)
         except proto.RegistrationError as exc:
             log(f"registration failed: {exc.message}")
+            retry = exc.retry_s  # the coordinator is planning: come back then, no further back-off
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log(f"cannot reach the coordinator {opts.coordinator[0]}:{opts.coordinator[1]}: {exc}")
         if opts.once or stop.is_set():
             return
-        backoff = 1.0 if served > 60 else min(opts.max_backoff_s, backoff * 2)
-        stop.wait(backoff * random.uniform(0.75, 1.25))
+        if served is None:  # a trace task done: the probe configuration comes next
+            backoff, retry = 1.0, 0.5
+        elif retry is None:
+            backoff = 1.0 if served > 60 else min(opts.max_backoff_s, backoff * 2)
+        stop.wait((retry or backoff) * random.uniform(0.75, 1.25))
+
+
+def _trace(sock: socket.socket, task: dict, node: str, log) -> None:
+    """The node's part of path discovery (the installed mesh/trace_agent.py), answered as one
+    JSON line."""
+    from fleetctl.mesh import trace_agent
+
+    began = time.monotonic()
+    try:
+        paths, arrived, errors = trace_agent.trace(task["flows"], task["timeout"], task["retries"])
+        doc = {"node": node, "paths": paths, "arrived": arrived, "errors": errors}
+    except PermissionError:
+        doc = {"node": node, "failed": "a raw ICMP socket needs root or CAP_NET_RAW"}
+    except OSError as exc:
+        doc = {"node": node, "failed": f"path tracing failed: {exc.strerror or exc}"}
+    line = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+    if len(line) > proto.MAX_TRACE_DOC:
+        line = json.dumps({"node": node, "failed": "trace answer too large"}).encode() + b"\n"
+    sock.settimeout(max(5.0, task["limit"]))
+    sock.sendall(line)
+    log(f"traced {len(task['flows'])} flows in {time.monotonic() - began:.1f} s"
+        + (f" ({doc['failed']})" if "failed" in doc else ""))
 
 
 def _shutdown_on(stop: threading.Event, done: threading.Event, sock: socket.socket) -> None:

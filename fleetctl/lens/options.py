@@ -51,6 +51,10 @@ class LensOptions:
     listen: str = "0.0.0.0:61250"
     key_file: str = "/etc/fleetctl/lens.key"
     coordinator: str = ""  # where a node's `lens agent` registers (HOST:PORT)
+    # who traces the flows' paths when a plan is made, with registered agents: the agents
+    # themselves (no ssh from the coordinator) or the site's transport
+    trace_via: str = "agents"
+    trace_timeout_s: float = 90.0
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -64,7 +68,8 @@ class LensOptions:
                     "metrics_max_connections", "webhook_url",
                     "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
                     "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments",
-                    "agent_output", "agents", "listen", "key_file", "coordinator"):
+                    "agent_output", "agents", "listen", "key_file", "coordinator", "trace_via",
+                    "trace_timeout_s"):
             if key in lens and lens[key] is not None:
                 setattr(o, key, lens[key])
         if o.rate is not None and float(o.rate) <= 0:
@@ -83,6 +88,10 @@ class LensOptions:
             raise UsageError(f"lens.agent_output {self.agent_output!r}: summary or records")
         if self.agents not in ("started", "registered"):
             raise UsageError(f"lens.agents {self.agents!r}: started or registered")
+        if self.trace_via not in ("agents", "transport"):
+            raise UsageError(f"lens.trace_via {self.trace_via!r}: agents or transport")
+        if not 5 <= float(self.trace_timeout_s) <= 3600:
+            raise UsageError(f"lens.trace_timeout_s {self.trace_timeout_s}: between 5 and 3600 seconds")
         for name in ("k_open", "k_open_down", "k_open_gray", "m_close", "flap_count"):
             if not 1 <= int(getattr(self, name)) <= 1000:
                 raise UsageError(f"lens.{name} {getattr(self, name)}: between 1 and 1000")

@@ -13,6 +13,12 @@ of being started by it over ssh. The protocol, over one TCP connection per agent
                            either side closes; the coordinator closes to stop or re-plan, and the
                            agent then registers again for the new plan.
 
+A configuration with `"task": "trace"` asks for the node's part of path discovery instead (while
+the coordinator plans; lens/tracer.py): the agent runs the installed mesh/trace_agent.py over the
+flows it is given, answers with one JSON line of at most MAX_TRACE_DOC bytes, and registers again
+for its probe configuration. A refusal may carry `retry_s` (0.5-30 s): "come back then", sent
+while the coordinator is still tracing the other nodes, so the agent does not back off further.
+
 Both sides hold the same site key (lens.key_file, 32+ random bytes, readable by root only, copied
 to every node like munge.key). M_agent = HMAC-SHA256(key, "agent" C A N) proves the agent holds it;
 M_coord = HMAC-SHA256(key, "coordinator" A C N SHA256(config)) proves the coordinator does, so a
@@ -47,10 +53,18 @@ MAX_RATE = 10_000.0  # probes/s per pair
 MAX_SEND_PPS = 200_000.0  # probes/s a node sends in all
 MAX_PAIRS = 1_000_000
 MAX_DURATION_S = 7 * 86400.0
+MAX_TRACE_FLOWS = 200_000  # flows a node traces (its sends and its echoes: ~3,000 at 8 NICs)
+MAX_TRACE_HOPS = 64
+MAX_TRACE_DOC = 64 << 20  # the trace answer, one line
 
 
 class RegistrationError(DataError):
-    """A handshake that failed: the peer's message was malformed, unauthenticated or refused."""
+    """A handshake that failed: the peer's message was malformed, unauthenticated or refused.
+    `retry_s`: the coordinator asked to come back after that long (it is busy planning)."""
+
+    def __init__(self, message: str, retry_s: float | None = None, **kw):
+        super().__init__(message, **kw)
+        self.retry_s = retry_s
 
 
 def read_key(path: str) -> bytes:
@@ -149,8 +163,15 @@ def config_message(key: bytes, c_nonce: str, a_nonce: str, node: str, config: di
     return encode(head) + body
 
 
-def refusal(message: str) -> bytes:
-    return encode({"error": message[:300]})
+def refusal(message: str, retry_s: float | None = None) -> bytes:
+    return encode({"error": message[:300], **({"retry_s": retry_s} if retry_s else {})})
+
+
+def trace_task(node: str, flows: list, timeout: float, retries: int, limit: float) -> dict:
+    """The configuration that asks a registered agent to trace its flows (mesh/discovery.py's
+    trace_config, this node's part)."""
+    return {"task": "trace", "nodes": {node: flows}, "timeout": timeout, "retries": retries,
+            "limit": limit}
 
 
 # ---------------------------------------------------------------- agent's side
@@ -167,7 +188,9 @@ def agent_hello(key: bytes, c_obj: dict, node: str, a_nonce: str, extra: dict | 
 def config_length(key: bytes, head: dict) -> int:
     """The length the header announces (RegistrationError for a refusal or a bad header)."""
     if "error" in head:
-        raise RegistrationError(f"coordinator refused: {str(head['error'])[:300]}")
+        retry = head.get("retry_s")
+        retry = float(retry) if isinstance(retry, (int, float)) and 0.5 <= retry <= 30 else None
+        raise RegistrationError(f"coordinator refused: {str(head['error'])[:300]}", retry_s=retry)
     n = head.get("config_bytes")
     if not isinstance(n, int) or not 0 < n <= MAX_CONFIG or not isinstance(head.get("mac"), str):
         raise RegistrationError("coordinator's configuration header is malformed")
@@ -187,6 +210,8 @@ def check_config(key: bytes, head: dict, body: bytes, c_nonce: str, a_nonce: str
         raise RegistrationError("the coordinator's configuration is not JSON") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("nodes"), dict) or node not in cfg["nodes"]:
         raise RegistrationError(f"the coordinator's configuration has no entry for {node}")
+    if cfg.get("task") == "trace":
+        return _check_trace(cfg, node)
     try:
         rate = float(cfg["rate"])
         pairs, loops = cfg["pairs"], cfg.get("loops", [])
@@ -214,3 +239,23 @@ def check_config(key: bytes, head: dict, body: bytes, c_nonce: str, a_nonce: str
                                 f"node; at most {MAX_SEND_PPS:.0f}")
     cfg["key"] = probe_key(key, run_id)
     return cfg
+
+
+def _check_trace(cfg: dict, node: str) -> dict:
+    """A trace task, bounded: at most MAX_TRACE_FLOWS flows of [key, src, sport, dst, dport,
+    hops, device], short timeouts; what mesh/trace_agent.trace reads."""
+    flows = cfg["nodes"][node]
+    try:
+        timeout, retries, limit = float(cfg["timeout"]), int(cfg["retries"]), float(cfg["limit"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RegistrationError(f"the coordinator's trace task is incomplete: {exc}") from None
+    if not isinstance(flows, list) or len(flows) > MAX_TRACE_FLOWS or not 0 < timeout <= 5 \
+            or not 0 <= retries <= 3 or not 0 < limit <= 600:
+        raise RegistrationError("the coordinator's trace task is out of bounds")
+    for f in flows:
+        if not (isinstance(f, list) and len(f) == 7 and isinstance(f[0], str) and len(f[0]) <= 64
+                and all(isinstance(f[i], str) and len(f[i]) <= 64 for i in (1, 3, 6))
+                and all(isinstance(f[i], int) and 0 <= f[i] < 65536 for i in (2, 4))
+                and isinstance(f[5], int) and 1 <= f[5] <= MAX_TRACE_HOPS):
+            raise RegistrationError(f"the coordinator's trace task has a malformed flow: {str(f)[:120]}")
+    return {"task": "trace", "flows": flows, "timeout": timeout, "retries": retries, "limit": limit}

@@ -27,6 +27,7 @@ class RunRequest:
     agents: str | None = None
     listen: str | None = None
     key_file: str | None = None
+    trace_via: str | None = None
 
 
 def options(cluster, req: RunRequest) -> LensOptions:
@@ -43,6 +44,8 @@ def options(cluster, req: RunRequest) -> LensOptions:
         opts.listen = req.listen
     if req.key_file is not None:
         opts.key_file = req.key_file
+    if req.trace_via is not None:
+        opts.trace_via = req.trace_via
     opts.validate()
     if opts.agents == "registered":  # refuse now, not in the daemon: the key and the address
         from fleetctl.lens.listener import parse_listen

@@ -10,6 +10,8 @@ configuration. What differs between the two is only how long the agents run and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import secrets
 import uuid
 from dataclasses import dataclass, field
@@ -36,6 +38,9 @@ class SetupOptions:
     sport_base: int = 61000
     trace: bool = True
     loops: bool = True
+    # (trace config, hosts, warnings) -> node -> trace document: who traces the flows instead of
+    # the transport's fan-out (lens's registered agents, lens/tracer.py); None: the transport
+    tracer: Callable[[dict, list[str], list[str]], dict[str, dict]] | None = None
 
 
 @dataclass
@@ -99,7 +104,10 @@ def prepare(cluster: Cluster, nodes: list[str], transport, opts: SetupOptions, l
         log(f"tracing {len(fplan.flows)} flows from {len(hosts)} nodes")
         tcfg = discovery.trace_config(topo, fplan, usable, cluster)
         tcfg["limit"] = 60
-        traces = fan_out(transport, hosts, trace_agent, tcfg, 90, "path tracing", warnings, set())
+        if opts.tracer is not None:  # registered agents trace their own flows (lens/tracer.py)
+            traces = opts.tracer(tcfg, hosts, warnings)
+        else:
+            traces = fan_out(transport, hosts, trace_agent, tcfg, 90, "path tracing", warnings, set())
     disc = discovery.resolve(topo, cluster, fplan, traces)
     loops: list[list] = []
     if opts.loops:

@@ -1,6 +1,7 @@
 """Registered agents on the 4-host lab (issue 22, "agents that stay up"): `fleetctl lens agent`
 on every node, as fleetctl-lens-agent.service would run it, registers with a coordinator started
-with `--agents registered`; the probing is the same as with started agents.
+with `--agents registered`; the agents trace their own flows' paths through the registration
+(no ssh from the coordinator), and the probing is the same as with started agents.
 
 - a clean stretch gives no event, every agent registered once;
 - an agent holding another key is refused and gets no configuration;
@@ -125,6 +126,17 @@ def test_every_agent_registers_and_a_clean_stretch_gives_no_event(reg):
         assert a["alive"] and a["starts"] == 1, a
     for node in reg.lab.nodes:
         assert "registered with" in reg.agent_log(node)
+        assert "traced " in reg.agent_log(node)  # its own flows, through the registration
+
+
+def test_the_agents_traced_the_paths_through_their_registration(reg):
+    # lens.trace_via = agents (the default with registered agents): the coordinator needed no
+    # transport to the nodes; each agent traced its own flows over the routed fabric
+    log = (reg.state / "lens.log").read_text()
+    n = len(reg.lab.nodes)
+    assert f"traced through {n} of {n} agents" in log, log[-3000:]
+    plan = json.loads(log.split("plan: ", 1)[1].splitlines()[0])
+    assert plan["paths_traced"] > 0 and "path tracing failed" not in log
 
 
 def test_an_agent_with_another_key_is_refused(reg, tmp_path):

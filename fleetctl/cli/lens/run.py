@@ -28,6 +28,10 @@ from fleetctl.errors import EXIT_OK
               help="Where registered agents connect (default: lens.listen, 0.0.0.0:61250).")
 @click.option("--key-file", metavar="PATH", default=None,
               help="The key registered agents share (default: lens.key_file).")
+@click.option("--trace-via", type=click.Choice(["agents", "transport"]), default=None,
+              help="With registered agents, who traces the flows' paths when lens plans: the "
+                   "agents themselves (no ssh to the nodes) or the transport (default: "
+                   "lens.trace_via, agents).")
 @state_dir_option
 @pass_app
 def run_cmd(app: Application, **options) -> int:
