@@ -9,7 +9,9 @@ to the nodes at all (docs/lens.md, "Agents as services").
 transport's fan-out of mesh/trace_agent.py (node -> {"node", "paths", "arrived", "errors"}), so
 discovery.resolve reads either. A node that does not answer within `timeout_s` keeps the
 topology's candidate rows for its flows (as when its trace fails over ssh) and is named in the
-warnings. A node already traced that registers again is told to come back in RETRY_S: its probe
+warnings; so is every node still missing when, with some answers in, no agent at all has
+registered for QUIET_S (a node that is down does not hold every plan for the whole timeout). A
+node already traced that registers again is told to come back in RETRY_S: its probe
 configuration comes once the plan is made and the listener proper takes over the port.
 """
 
@@ -25,6 +27,10 @@ from fleetctl.lens import register as proto
 from fleetctl.lens.listener import MAX_HANDSHAKES, handshake
 
 RETRY_S = 2.0
+# Once some nodes answered, this long with no registration at all ends the round early: a node
+# that is down must not hold every plan for the whole timeout. Longer than an agent's longest
+# back-off (30 s, +25 % jitter), so an agent still backing off from the last plan is waited for.
+QUIET_S = 40.0
 TRACE_LIMIT_S = 60.0  # a node's own bound on its trace (flows x TTLs x timeout stay well under)
 
 
@@ -36,6 +42,7 @@ class _Round:
         self.failed: dict[str, str] = {}
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self.last_contact = time.monotonic()  # the last registration of any node
 
 
 def trace_through_agents(address: tuple[str, int], key: bytes, trace_cfg: dict, hosts: list[str],
@@ -52,6 +59,9 @@ def trace_through_agents(address: tuple[str, int], key: bytes, trace_cfg: dict, 
     deadline = began + timeout_s
     try:
         while not rnd.done.is_set() and time.monotonic() < deadline:
+            with rnd.lock:
+                if rnd.docs and not rnd.busy and time.monotonic() - rnd.last_contact > QUIET_S:
+                    break
             try:
                 sock, addr = srv.accept()
             except (TimeoutError, socket.timeout):
@@ -100,6 +110,7 @@ def _serve(sock: socket.socket, peer: str, key: bytes, rnd: _Round, per_node: di
 
     def admit(name: str) -> None:
         with rnd.lock:
+            rnd.last_contact = time.monotonic()
             if name not in rnd.wanted:
                 raise proto.RegistrationError(f"{peer}: {name} is not one of this coordinator's nodes")
             if name in rnd.docs or name in rnd.busy:

@@ -138,3 +138,15 @@ def test_trace_via_is_validated():
     for bad in ({"trace_via": "ssh"}, {"trace_timeout_s": 1}):
         with pytest.raises(UsageError, match="trace"):
             LensOptions(**bad).validate()
+
+
+def test_a_node_that_never_registers_does_not_hold_the_plan_for_the_whole_timeout(key, monkeypatch):
+    from fleetctl.lens import tracer
+
+    monkeypatch.setattr(tracer, "QUIET_S", 1.5)
+    began = time.monotonic()
+    port, t, out = start_round(key, ["node1", "node2"], timeout_s=60)
+    agent_answers(port, key, "node1", lambda task: {"node": "node1", "paths": {}, "arrived": []})
+    t.join(20)
+    assert not t.is_alive() and time.monotonic() - began < 10
+    assert set(out["docs"]) == {"node1"} and out["warnings"][0].startswith("node2:")
