@@ -11,6 +11,8 @@ import numpy as np
 
 from fleetctl.model.fabric import PathTable, WindowStats, group_quantiles
 
+DELAY_RESOLUTION_US = 1e-3  # merged rows' median delays are exact to this (1 ns)
+
 
 def merge_identical_paths(paths: PathTable, stats: WindowStats) -> tuple[PathTable, WindowStats,
                                                                         np.ndarray]:
@@ -63,8 +65,12 @@ def merge_stats(stats: WindowStats, group: np.ndarray, n: int) -> WindowStats:
         sent[k] = np.bincount(group, weights=stats.sent[k], minlength=n)
         lost[k] = np.bincount(group, weights=stats.lost[k], minlength=n)
     keys = (np.arange(w)[:, None] * n + group[None, :]).ravel()
-    delay = group_quantiles(keys, np.asarray(stats.delay, float).ravel(), [0.5], w * n)[0].reshape(w, n)
+    # delays are microseconds: medians to the nanosecond, sorted as one packed int64 key (half
+    # the time of a two-key sort: at 1,280 hosts x 8 NICs, 75 -> 33 ms for each of two calls)
+    delay = group_quantiles(keys, np.asarray(stats.delay, float).ravel(), [0.5], w * n,
+                            resolution=DELAY_RESOLUTION_US)[0].reshape(w, n)
     base = None
     if stats.baseline is not None:
-        base = group_quantiles(group, np.asarray(stats.baseline, dtype=float), [0.5], n)[0]
+        base = group_quantiles(group, np.asarray(stats.baseline, dtype=float), [0.5], n,
+                               resolution=DELAY_RESOLUTION_US)[0]
     return WindowStats(sent, lost, delay, base)
