@@ -230,6 +230,9 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
     Path(out_path).write_text(json.dumps({"closes": closes, "drains": drains, "rss": rss,
                                           "counters": c.counters, "plan": c.plan.summary(),
                                           "listener": c.supervisor.counters}))
+    # the results are out: end this forked process without waiting on threads at exit (after
+    # the hour's soak it spun on at 60 % of a core and held the harness for minutes)
+    os._exit(0)
 
 
 def _rss_mb() -> float:
@@ -518,7 +521,7 @@ def drive(agents: Agents, duration: float, fault: tuple | None, restarts: int, h
         frac = tick - math.floor(tick)
         if abs(frac) < 1e-6 or abs(frac - 1) < 1e-6:  # window k begins: draw it meanwhile
             k_next = int(round(tick))
-            gen_thread = threading.Thread(target=_draw, args=(agents, k_next, ready, gen_s))
+            gen_thread = threading.Thread(target=_draw, args=(agents, k_next, ready, gen_s), daemon=True)
             gen_thread.start()
         elif abs(frac - hw) < 1e-6:  # window k has ended (and its echo timeout): send it
             k = int(math.floor(tick)) - 1
@@ -586,6 +589,9 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
     harness = drive(agents, duration, fault, restarts)
     stop_evt.set()
     proc.join(120)
+    if proc.is_alive():  # its results are written; a thread that outlives run() must not hang us
+        proc.kill()
+        proc.join(10)
     for s in agents.socks.values():
         s.close()
     coord = json.loads(out_path.read_text())
