@@ -68,14 +68,17 @@ def overload_marks(health: dict, hosts: list[str],
     groups: dict[tuple, list[str]] = {}
     for host in hosts:
         table = health.get(host) or {}
-        fields, rows = table.get("fields") or [], table.get("windows") or []
-        if fields and rows and "t_start_ns" in fields and "duration_s" in fields:
+        fields, rows = table.get("fields") or [], table.get("windows")
+        if fields and rows is not None and len(rows) and "t_start_ns" in fields and "duration_s" in fields:
             groups.setdefault(tuple(fields), []).append(host)
     out: dict[str, HostOverload] = {}
     for fields, members in groups.items():
         tables = [health[h]["windows"] for h in members]
         counts = np.array([len(t) for t in tables])
-        data = np.asarray([r for t in tables for r in t], dtype=np.float64)
+        if all(isinstance(t, np.ndarray) for t in tables):  # lens's ingest keeps them as arrays
+            data = np.concatenate(tables).astype(np.float64, copy=False)
+        else:
+            data = np.asarray([r for t in tables for r in t], dtype=np.float64)
         data = data.reshape(int(counts.sum()), len(fields))
         col = {name: i for i, name in enumerate(fields)}
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])

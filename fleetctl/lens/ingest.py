@@ -26,6 +26,7 @@ from fleetctl.mesh.collect import decode, decode_summary, join_records
 
 MAX_AHEAD_WINDOWS = 60  # summaries of windows further ahead of the wall clock are dropped
 MAX_PENDING = 5_000_000  # records waiting for their window: beyond this the oldest are dropped
+MAX_HEALTH_ROWS = 64  # health rows kept per host between windows (16 s at 4 a second)
 
 
 class Ingest:
@@ -119,10 +120,22 @@ class Ingest:
             self.received.pop(w, None)
 
     def _note_health(self, node: str, batch: dict) -> None:
+        """The batch's health rows as one float array (rows of the wrong width or not numbers
+        dropped): turned into arrays here, once, not at every window (at 1,280 hosts turning
+        every host's rows into one array cost a window 95 ms, docs/scale.md)."""
         rows = batch.get("health") or []
-        if rows:
-            h = self.health.setdefault(node, deque(maxlen=64))
-            h.extend(r for r in rows if isinstance(r, list))
+        if not rows or not isinstance(rows, list):
+            return
+        width = len(self.fields) or None
+        good = [r for r in rows if isinstance(r, list) and r and (width is None or len(r) == width)]
+        if not good:
+            return
+        try:
+            arr = np.array(good, dtype=np.float64)
+        except (TypeError, ValueError):  # not numbers, or ragged
+            return
+        if arr.ndim == 2:
+            self.health.setdefault(node, deque(maxlen=64)).append(arr)
 
     def close_summary(self, a_ns: int, b_ns: int) -> WindowSummary | None:
         """The merged summaries of the window [a_ns, b_ns) (one summary window), with each
@@ -187,13 +200,20 @@ class Ingest:
             i_t, i_d = self.fields.index("t_start_ns"), self.fields.index("duration_s")
             lo, hi = a_ns - 2e9, b_ns + 2e9
             nf = len(self.fields)
-            for node, rows in self.health.items():
+            for node, chunks in self.health.items():
+                parts = [c for c in chunks if c.shape[1] == nf]
+                if not parts:
+                    chunks.clear()
+                    continue
+                rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 # rows ending before this window's reach are never needed again (windows close
-                # in order): dropped, so each close looks at ~a dozen rows per host, not 64
-                while rows and (len(rows[0]) != nf or rows[0][i_t] + rows[0][i_d] * 1e9 < lo):
-                    rows.popleft()
-                sel = [r for r in rows if len(r) == nf and r[i_t] <= hi]
-                if sel:
+                # in order): dropped, and what is left kept as one array (at most 64 rows)
+                rows = rows[rows[:, i_t] + rows[:, i_d] * 1e9 >= lo][-MAX_HEALTH_ROWS:]
+                chunks.clear()
+                if rows.size:
+                    chunks.append(rows)
+                sel = rows[rows[:, i_t] <= hi]
+                if sel.size:
                     health[node] = {"fields": self.fields, "windows": sel}
         return probes, health
 

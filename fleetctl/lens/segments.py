@@ -243,7 +243,10 @@ class SegmentWriter:
             if node not in hpos:
                 continue
             if isinstance(table, dict):
-                fields, windows = list(table.get("fields") or []), table.get("windows") or []
+                fields, windows = list(table.get("fields") or []), table.get("windows")
+                windows = [] if windows is None else windows
+                if isinstance(windows, np.ndarray):  # lens's ingest keeps the rows as arrays
+                    windows = windows.tolist()
                 window_s = table.get("window_s")
             else:
                 fields, windows, window_s = list(HEALTH_FIELDS), table, None
