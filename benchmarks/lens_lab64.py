@@ -15,7 +15,8 @@ events); prints JSON.
 
 With `--agents registered` every node runs `fleetctl lens agent` (as fleetctl-lens-agent.service
 would) and registers with the coordinator over the management network; a killed agent is started
-again 2 s later, as systemd's Restart= does. Flows are still traced over ssh.
+again 2 s later, as systemd's Restart= does. The agents trace their own flows through their
+registration (lens.trace_via = agents): `trace` reports how many answered and how long it took.
 
 Where this machine cannot carry the default rate for 64 hosts, lens is expected to say so (agents
 overloaded, probes set aside) and still raise no network event.
@@ -105,6 +106,7 @@ def main() -> int:
                 raise SystemExit("lens did not analyse 3 windows within 180 s")
             time.sleep(1)
         out["first_windows_after_s"] = round(time.monotonic() - t_start, 1)
+        out["trace"] = trace_figures(state / "lens.log")
         st = status(lab)
         pid = st["pid"]
         c0, w0 = cpu_s(pid), time.time()
@@ -178,6 +180,28 @@ def main() -> int:
             p.wait(timeout=20)
     print(json.dumps(out, indent=1))
     return 0
+
+
+def trace_figures(log_path: Path) -> dict:
+    """The plan's tracing from lens's log: through the agents (how many answered, how long) or
+    the transport, and how many paths were traced."""
+    import re
+
+    try:
+        text = log_path.read_text()
+    except OSError:
+        return {}
+    out: dict = {}
+    m = re.search(r"traced through (\d+) of (\d+) agents in ([\d.]+) s", text)
+    if m:
+        out.update(via="agents", answered=int(m.group(1)), of=int(m.group(2)),
+                   seconds=float(m.group(3)))
+    plan = re.search(r"plan: (\{.*\})", text)
+    if plan:
+        summary = json.loads(plan.group(1))
+        out.update(paths=summary.get("paths"), paths_traced=summary.get("paths_traced"))
+    out["failed"] = len(re.findall(r"path tracing failed", text))
+    return out
 
 
 if __name__ == "__main__":
