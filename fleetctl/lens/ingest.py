@@ -26,7 +26,7 @@ from fleetctl.mesh.collect import decode, decode_summary, join_records
 
 MAX_AHEAD_WINDOWS = 60  # summaries of windows further ahead of the wall clock are dropped
 MAX_PENDING = 5_000_000  # records waiting for their window: beyond this the oldest are dropped
-MAX_HEALTH_ROWS = 64  # health rows kept per host between windows (16 s at 4 a second)
+MAX_HEALTH_ROWS = 64  # health rows (and batches) kept per host between windows: 16 s at 4 a second
 
 
 class Ingest:
@@ -135,7 +135,7 @@ class Ingest:
         except (TypeError, ValueError):  # not numbers, or ragged
             return
         if arr.ndim == 2:
-            self.health.setdefault(node, deque(maxlen=64)).append(arr)
+            self.health.setdefault(node, deque(maxlen=MAX_HEALTH_ROWS)).append(arr)
 
     def close_summary(self, a_ns: int, b_ns: int) -> WindowSummary | None:
         """The merged summaries of the window [a_ns, b_ns) (one summary window), with each

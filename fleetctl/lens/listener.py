@@ -63,18 +63,7 @@ class AgentListener(AgentSet):
     # ------------------------------------------------------------------ life
     def start(self) -> None:
         host, port = self.address
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        srv = socket.socket(family, socket.SOCK_STREAM)
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            srv.bind((host, port))
-        except OSError as exc:
-            srv.close()
-            raise ConfigError(f"cannot listen on {host}:{port} for agents: {exc.strerror}",
-                              key="lens.listen") from None
-        srv.listen(1024)
-        srv.settimeout(0.5)
-        self._server = srv
+        self._server = listen_socket(self.address)
         self.log(f"listening for registered agents on {host}:{port} ({len(self.nodes)} nodes)")
         for target, name in ((self._accept_loop, "lens-accept"), (self._read_loop, "lens-reader")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -268,6 +257,23 @@ class AgentListener(AgentSet):
             self._wake_r.recv(4096)
         except OSError:
             pass
+
+
+def listen_socket(address: tuple[str, int]) -> socket.socket:
+    """The coordinator's listening socket for agents on `address` (accept times out every 0.5 s
+    so its loop can see a stop); ConfigError naming lens.listen when it cannot be bound."""
+    host, port = address
+    srv = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        srv.bind((host, port))
+    except OSError as exc:
+        srv.close()
+        raise ConfigError(f"cannot listen on {host}:{port} for agents: {exc.strerror}",
+                          key="lens.listen") from None
+    srv.listen(1024)
+    srv.settimeout(0.5)
+    return srv
 
 
 def handshake(sock: socket.socket, key: bytes, peer: str, admit, config_for) -> str:

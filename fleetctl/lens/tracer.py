@@ -22,9 +22,9 @@ import socket
 import threading
 import time
 
-from fleetctl.errors import ConfigError, FleetctlError
+from fleetctl.errors import FleetctlError
 from fleetctl.lens import register as proto
-from fleetctl.lens.listener import MAX_HANDSHAKES, handshake
+from fleetctl.lens.listener import MAX_HANDSHAKES, handshake, listen_socket
 
 RETRY_S = 2.0
 # Once some nodes answered, this long with no registration at all ends the round early: a node
@@ -51,7 +51,7 @@ def trace_through_agents(address: tuple[str, int], key: bytes, trace_cfg: dict, 
     """Every answering host's trace document, by node (see the module's docstring)."""
     rnd = _Round(hosts)
     per_node = trace_cfg.get("nodes", {})
-    srv = _listen(address)
+    srv = listen_socket(address)
     slots = threading.BoundedSemaphore(MAX_HANDSHAKES)
     log(f"tracing {sum(len(per_node.get(h, [])) for h in hosts)} flows through the registered "
         f"agents of {len(hosts)} nodes on {address[0]}:{address[1]}")
@@ -87,21 +87,6 @@ def trace_through_agents(address: tuple[str, int], key: bytes, trace_cfg: dict, 
             why = failed.get(node) or f"no registered agent answered within {timeout_s:g} s"
             warnings.append(f"{node}: path tracing failed: {why[:200]}")
     return docs
-
-
-def _listen(address: tuple[str, int]) -> socket.socket:
-    host, port = address
-    srv = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        srv.bind((host, port))
-    except OSError as exc:
-        srv.close()
-        raise ConfigError(f"cannot listen on {host}:{port} for agents: {exc.strerror}",
-                          key="lens.listen") from None
-    srv.listen(1024)
-    srv.settimeout(0.5)
-    return srv
 
 
 def _serve(sock: socket.socket, peer: str, key: bytes, rnd: _Round, per_node: dict, cfg: dict,

@@ -225,11 +225,8 @@ class _Coverage:
         wanted[edges] = True
         have: dict[int, set[int]] = {int(e): set() for e in edges}
         for x, groups in by_x.items():
-            from_x = None
             for y, srcs in groups.items():
-                if (x, y) not in self._crossing and from_x is None:
-                    from_x = self.dist[x, self.eu]
-                c = self.crossing(x, y, from_x)
+                c = self.crossing(x, y)  # kept from the count, unless over the cache's bound
                 for e in c[wanted[c]]:
                     have[int(e)] |= srcs
         return have

@@ -284,10 +284,7 @@ class RunWriter:
         host_col, rows = [], []
         for node, t in tables.items():
             pos = {f: i for i, f in enumerate(t["fields"])}
-            table = t.get("windows")
-            if isinstance(table, np.ndarray):  # lens's ingest keeps the rows as arrays
-                table = table.tolist()
-            for row in table or []:
+            for row in t.get("windows") or []:
                 host_col.append(hpos[node])
                 rows.append([float(row[pos[f]]) if f in pos else -1.0 for f in fields])
         g = self.f.create_group("health")
