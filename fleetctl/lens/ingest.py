@@ -120,8 +120,8 @@ class Ingest:
             self.received.pop(w, None)
 
     def _note_health(self, node: str, batch: dict) -> None:
-        """The batch's health rows as one float array (rows of the wrong width or not numbers
-        dropped): turned into arrays here, once, not at every window (at 1,280 hosts turning
+        """The batch's health rows as one float array (rows of the wrong width, not numbers or not
+        finite dropped): turned into arrays here, once, not at every window (at 1,280 hosts turning
         every host's rows into one array cost a window 95 ms, docs/scale.md)."""
         rows = batch.get("health") or []
         if not rows or not isinstance(rows, list):
@@ -135,6 +135,8 @@ class Ingest:
         except (TypeError, ValueError):  # not numbers, or ragged
             return
         if arr.ndim == 2:
+            arr = arr[np.isfinite(arr).all(axis=1)]  # null (NaN) or infinite numbers: not a row
+        if arr.ndim == 2 and len(arr):
             self.health.setdefault(node, deque(maxlen=MAX_HEALTH_ROWS)).append(arr)
 
     def close_summary(self, a_ns: int, b_ns: int) -> WindowSummary | None:

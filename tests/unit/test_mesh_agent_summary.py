@@ -191,3 +191,34 @@ def test_a_summarys_flow_rows_are_found_once_and_follow_its_selections():
     s.rows["flow"][0] = 4
     with pytest.raises(DataError, match="flow 4"):
         index_flows(s, FlowIndex(np.array([9, 3, 5, 7])))
+
+
+def test_hostile_health_rows_are_dropped_and_kept_rows_are_bounded():
+    """An agent's health rows become arrays as its batch arrives: rows of the wrong width,
+    non-numbers and non-lists are dropped there (never reaching the integrity step), and a host
+    keeps at most MAX_HEALTH_ROWS rows between windows."""
+    from fleetctl.analysis.integrity import overload_marks
+    from fleetctl.lens.ingest import MAX_HEALTH_ROWS
+
+    fields = list(agent.HEALTH_FIELDS)
+    it, idur = fields.index("t_start_ns"), fields.index("duration_s")
+    t0 = 1_800_000_000 * 10**9
+
+    def row(k):
+        r = [0] * len(fields)
+        r[it], r[idur] = t0 + k * 250_000_000, 0.25
+        return r
+
+    ing = Ingest(np.zeros(4, dtype=FLOW_DTYPE))
+    ing.set_fields(fields)
+    for bad in ([[1, 2]], [["x"] * len(fields)], ["row"], [[None] * len(fields)], "rows", [[]]):
+        ing._note_health("node1", {"health": bad})
+    assert "node1" not in ing.health
+    for k in range(200):  # 50 s of rows, never closed
+        ing._note_health("node1", {"health": [row(k)]})
+    ing._note_health("node2", {"health": [row(0), [1, 2], row(1)]})  # the good rows stay
+    _, health = ing.close(t0 + 49 * 10**9, t0 + 50 * 10**9)
+    assert sum(len(c) for c in ing.health["node1"]) <= MAX_HEALTH_ROWS
+    assert len(health["node1"]["windows"]) <= MAX_HEALTH_ROWS and "node2" not in health
+    marks = overload_marks(health, ["node1", "node2"])
+    assert not marks["node1"].overloaded
