@@ -40,6 +40,11 @@ from fleetctl.analysis.signals import PathSignals, Thresholds
 from fleetctl.model.fabric import Element, Topology
 from fleetctl.model.findings import Finding
 
+def _rate(figures, mask: np.ndarray) -> float:
+    n, k = figures(mask)
+    return k / max(1, n)
+
+
 def severity(metric: str, loss: float, excess_us: float) -> str:
     if metric == "down" or loss >= 0.05 or excess_us >= 1000:
         return "critical"
@@ -104,14 +109,62 @@ class Rollup:
             groups += self._host_side_groups(call, left, host_side)
         groups += self._nic_and_host_groups(left)
         groups += self._link_groups(left)
-        out = []
+        found = []
         for el, path_elems, links in groups:
             f = self._finding(el, path_elems, links, call)
             if f is not None:
                 if el.type == "host" and metric == "delay":
                     f.evidence["side"] = host_side.get(el.id, "both")
-                out.append(f)
-        return out
+                found.append((f, self.paths_through(path_elems) & sig.valid))
+        return self._explain_away(found, call)
+
+    def _explain_away(self, found: list[tuple[Finding, np.ndarray]], call: _Call) -> list[Finding]:
+        """Drop a finding whose bad paths another finding explains. The solver may split one
+        fault between two elements on the same bad paths (leaf2->spine1 and spine1->leaf1 of a
+        2-leaf fabric, told apart only by a few loop probes each): what settles it is each one's
+        own paths, outside the other. A is explained by B when A's own paths show no fault of
+        their own and the two one-fault hypotheses, B only against A only, differ by a likelihood
+        ratio of at least 1 / `explain_alpha` on both own path sets. A with no own paths is never
+        dropped (it cannot be judged apart). A finding explained only by findings that are
+        themselves explained stays. The kept finding names what it explains (evidence `explains`)."""
+        by: dict[int, list[int]] = {}
+        for i, (_, ta) in enumerate(found):
+            for j, (_, tb) in enumerate(found):
+                if i != j and (ta & tb & call.bad).any() and self._explained_by(call, ta, tb):
+                    by.setdefault(i, []).append(j)
+        keep = [i for i in range(len(found)) if i not in by]
+        for i, explainers in by.items():
+            firm = [j for j in explainers if j not in by]
+            if not firm:
+                keep.append(i)
+                continue
+            found[firm[0]][0].evidence.setdefault("explains", []).append(found[i][0].element.label)
+        return [found[i][0] for i in sorted(keep)]
+
+    def _explained_by(self, call: _Call, ta: np.ndarray, tb: np.ndarray) -> bool:
+        """Is the finding through paths `ta` explained by the one through `tb` (_explain_away)?"""
+        sig, th = call.sig, self.th
+        own_a, own_b = ta & ~tb & sig.valid, tb & ~ta & sig.valid
+        if not own_a.any():
+            return False
+        outside = sig.valid & ~(ta | tb)
+        if call.metric == "loss":
+            def figures(mask):  # probes, lost
+                return int(sig.sent[mask].sum()), int(sig.lost[mask].sum())
+            base = max(th.background_loss, figures(outside)[1] / max(1, figures(outside)[0]))
+        else:
+            def figures(mask):  # paths, bad paths
+                return int(mask.sum()), int(call.bad[mask].sum())
+            base = max(1e-6, float(call.bad[outside].mean()) if outside.any() else 0.0)
+        (na, ka), (nb, kb) = figures(own_a), figures(own_b)
+        if binom.sf(ka - 1, na, base) < th.path_alpha:
+            return False  # A's own paths show a hint of a fault of their own: a second fault
+        # each one's claimed rate: that of its bad paths (the shared ones, and its own)
+        ra = min(0.999, max(base, _rate(figures, ta & call.bad)))
+        rb = min(0.999, max(base, _rate(figures, tb & call.bad)))
+        b_only = binom.logpmf(ka, na, base) + binom.logpmf(kb, nb, rb)
+        a_only = binom.logpmf(ka, na, ra) + binom.logpmf(kb, nb, base)
+        return bool(th.explain_alpha > 0 and b_only - a_only >= -np.log(th.explain_alpha))
 
     def _switch_groups(self, call: _Call, left: set[int]) -> list[tuple]:
         """A switch most of whose links are blamed, or whose paths are mostly bad."""

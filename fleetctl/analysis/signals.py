@@ -34,6 +34,7 @@ class Thresholds:
     min_bad_paths: int = 2  # a finding needs at least this many bad paths
     min_confidence: float = 0.4  # ... and this confidence (before sharing it among twins)
     element_alpha: float = 1e-3  # ... and bad paths improbable under the background bad share
+    explain_alpha: float = 1e-2  # one fault 1/this times likelier than another on their own paths explains it
     candidate_share: float = 0.3  # element kept as a suspect when this share of its paths is bad
     switch_bad_share: float = 0.8  # switch blamed when this share of its paths is bad ...
     switch_min_links: int = 3  # ... and at least this many of its link directions are blamed

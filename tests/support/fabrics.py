@@ -134,3 +134,26 @@ def find(topo: Topology, label: str) -> int:
         if e.label == label:
             return i
     raise ConfigError(f"no element {label!r} in topology {topo.name!r}")
+
+
+def with_loops(topo: Topology, paths: PathTable) -> PathTable:
+    """`paths` plus a loop per NIC and uplink of its leaf, as mesh/loops.py plans them: NIC -> leaf
+    -> the uplink's far switch and back, which tells a leaf's uplink from the downlink that
+    shares every NIC pair's path with it (2-tier fabrics)."""
+    rows = [(paths.row(i), paths.weights[paths.indptr[i]:paths.indptr[i + 1]]) for i in range(len(paths))]
+    src, dst, traced = list(paths.src_nic), list(paths.dst_nic), list(paths.traced)
+    for nic in topo.nics:
+        leaf = topo.switch_id(topo.switch_of(nic))
+        cable = topo.links_between(nic, leaf)[0]
+        for lid, (a, b) in topo.links.items():
+            if leaf not in (a, b) or a not in topo.switch_tier or b not in topo.switch_tier:
+                continue
+            far = b if a == leaf else a
+            rows.append((np.array([topo.index("nic", nic), topo.link_dir(cable, nic, leaf),
+                                   topo.index("switch", leaf), topo.link_dir(lid, leaf, far),
+                                   topo.index("switch", far), topo.link_dir(lid, far, leaf),
+                                   topo.link_dir(cable, leaf, nic)], dtype=np.int64), np.ones(7)))
+            src.append(topo.nic_index(nic))
+            dst.append(topo.nic_index(nic))
+            traced.append(True)
+    return PathTable.from_rows(rows, src, dst, traced)
