@@ -154,6 +154,16 @@ class Coordinator:
         self.clock = ClockTracker(self.analyzer.hosts, self.analyzer.nic_host,
                                   jump_us=o.clock_jump_us, max_drift_ppm=o.clock_max_drift_ppm,
                                   worker_process=True)
+        self.shard = None  # this coordinator as one shard of the site (lens.shard_max_hosts)
+        if int(o.shard_max_hosts):
+            from fleetctl.lens.shard import ShardPublisher, layout_for
+
+            layout = layout_for(self.plan.topo, o.shard_max_hosts)
+            self.shard = ShardPublisher(layout, self.plan.topo, self.plan.hosts, o.path(""))
+            self.log(f"shard {self.shard.name}: {len(self.plan.hosts)} hosts, "
+                     f"{len(self.shard.shared)} shared switches above them"
+                     + (f"; {len(self.shard.foreign)} hosts of other shards too"
+                        if self.shard.foreign else ""))
         self.ingest = Ingest(self.plan.flows)
         self.ingest.set_fields(list(agent_module.HEALTH_FIELDS))
         self.jobs = JobMap(self.plan.topo, self.plan.paths)
@@ -330,6 +340,8 @@ class Coordinator:
         self.outputs.window(self._window_doc(res), probes, health, self.last_window,
                             self.tracker.open_events())
         self._save(b)
+        if self.shard is not None:
+            self._publish_shard(res, a, b)
         self._elements = res.elements
         spent = time.monotonic() - began
         self.counters["analysis_s_max"] = round(max(self.counters.get("analysis_s_max", 0),
@@ -337,6 +349,19 @@ class Coordinator:
         if spent > 0.5 * o.window_s:
             self.log(f"window {iso(b)}: analysis took {spent:.2f} s ({res.probes} probes)")
         self._write_status(time.time())
+
+    def _publish_shard(self, res, a: float, b: float) -> None:
+        """The window's shard document for `lens merge` (lens/shard.py). A window with hosts
+        blind or overloaded still publishes: their paths are already set aside."""
+        counts = None if res.signals is None else \
+            self.shard.counts(self.analyzer.step, res.signals, res.findings)
+        doc = self.shard.document(b, b - a, counts, res.findings)
+        try:
+            self.shard.publish(doc)
+        except OSError as exc:  # the merge then sees this shard stale, and says so
+            self.counters["shard_publish_failed"] = self.counters.get("shard_publish_failed", 0) + 1
+            if self.counters["shard_publish_failed"] == 1:
+                self.log(f"cannot write the shard document: {exc}")
 
     def _rebase_moved_clocks(self, b: float) -> None:
         """After a clock fit that moved some hosts' estimates: their paths' delay baselines

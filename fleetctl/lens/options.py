@@ -55,6 +55,7 @@ class LensOptions:
     # themselves (no ssh from the coordinator) or the site's transport
     trace_via: str = "agents"
     trace_timeout_s: float = 90.0
+    shard_max_hosts: int = 0  # > 0: this coordinator is one shard; publish for `lens merge`
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -69,7 +70,7 @@ class LensOptions:
                     "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
                     "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments",
                     "agent_output", "agents", "listen", "key_file", "coordinator", "trace_via",
-                    "trace_timeout_s"):
+                    "trace_timeout_s", "shard_max_hosts"):
             if key in lens and lens[key] is not None:
                 setattr(o, key, lens[key])
         if o.rate is not None and float(o.rate) <= 0:

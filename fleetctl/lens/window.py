@@ -48,6 +48,7 @@ class WindowResult:
     set_aside: int = 0
     path_delay: np.ndarray | None = None  # per path, us (for the baselines)
     path_healthy: np.ndarray | None = None
+    signals: object = None  # the window's PathSignals (merged rows), for a shard's document
 
 
 class WindowAnalyzer:
@@ -106,6 +107,7 @@ class WindowAnalyzer:
         m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], base))
         sig = self.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
         m_delay = m.delay[0]
+        out.signals = sig
         found = self._findings(sig)
         out.findings = [f for f in found if not is_host_side(f)]
         out.host_side = [host_delay_note(f) for f in found if is_host_side(f)]

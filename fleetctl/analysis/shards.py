@@ -1,0 +1,343 @@
+"""Shards: one fleet's probing split among coordinators by pods, and the merge that joins them.
+
+One lens coordinator carries about 1,250 hosts x 8 NICs (docs/scale.md). Above that, lens runs
+one coordinator per shard, each a plain `lens run` over its shard's nodes. A shard is made of
+whole pods: the hosts that reach each other below the top tier of switches (a fat-tree pod, a
+leaf of a 2-tier fabric, a rail-optimized scalable unit whose hosts join its rail leaves).
+
+Why pods: a shard probes only between its own hosts, so every link below the top tier, and
+every link into the top tier from the shard's switches, is crossed by that shard's paths and by
+no other's. Each shard localizes there as a lone coordinator does, with all the evidence there
+is. A shard needs at least two groups of switches that join only through the top tier (two
+fat-tree pods, two leaves; a rail unit has eight), or its paths never climb to the top tier and
+its uplinks go unmeasured: `partition` packs shards so.
+
+What shards share are the top-tier switches above them (and any switch whose hosts a pod too
+large for a shard spread over two shards). Each shard sees such a switch only through its own
+links: a switch fault shows in every shard as a few link findings, or as a loss too thin in
+any one shard to name. Each shard therefore publishes, per window, its findings and, for every
+shared switch, the probes through it and lost, net of the paths its own loss findings explain
+(`shard_counts`), with the same over all its valid paths (the background). The merge
+(`merge_windows`) over the shards' latest windows:
+- names the same element once, listing the shards that named it;
+- tests each shared switch's loss pooled over every shard against the merged background
+  (binomial, as step.pooled_loss_blame does per link direction) and names the switch where it
+  stands out; the shards' loss findings on its links fold into it (`evidence.links`);
+- leaves a shard whose window is missing or stale out, and says so; its absence is never a
+  finding.
+Its cost per window is O(shards x shared switches + findings), independent of the paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse.csgraph import connected_components
+from scipy.sparse import csr_matrix
+from scipy.stats import binom
+
+from fleetctl.analysis.rollup import severity
+from fleetctl.analysis.signals import Thresholds
+from fleetctl.errors import UsageError
+from fleetctl.model.fabric import Topology
+from fleetctl.model.findings import finding_key, sort_key
+from fleetctl.model.severity import SEVERITY_RANK
+from fleetctl.nodeset import parse_nodeset
+
+MIN_SHARD_HOSTS = 2
+MAX_SHARDS = 4096
+
+
+@dataclass(frozen=True)
+class Shard:
+    name: str  # shard-0, shard-1, ...
+    hosts: tuple[str, ...]
+    pods: int  # whole pods in it (a pod larger than a shard counts in each part)
+    groups: int  # groups of switches joined only through the top tier
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "nodes": str(parse_nodeset(list(self.hosts))), "hosts": len(self.hosts),
+                "pods": self.pods, "switch_groups": self.groups}
+
+
+@dataclass
+class ShardLayout:
+    topo_name: str
+    max_hosts: int
+    shards: list[Shard]
+    shared: list[str]  # switches with hosts of more than one shard below them
+    below: dict[str, frozenset[int]] = field(default_factory=dict)  # switch -> shards under it
+    unmeasured: list[str] = field(default_factory=list)  # shards whose uplinks no path climbs
+
+    def shard_of(self, name: str) -> Shard:
+        for s in self.shards:
+            if s.name == name:
+                return s
+        raise UsageError(f"no shard {name!r} in this layout (shards: "
+                         f"{', '.join(s.name for s in self.shards)})")
+
+    def shared_for(self, hosts) -> list[str]:
+        """The shared switches above a set of hosts (a shard's coordinator's nodes)."""
+        mine = {i for i, s in enumerate(self.shards) if set(s.hosts) & set(hosts)}
+        return [sw for sw in self.shared if self.below[sw] & mine]
+
+    def to_dict(self) -> dict:
+        return {"topology": self.topo_name, "max_hosts": self.max_hosts,
+                "shards": [s.to_dict() for s in self.shards], "shared_switches": self.shared,
+                "unmeasured_uplinks": self.unmeasured}
+
+
+def _components(n: int, edges: list[tuple[int, int]]) -> np.ndarray:
+    if not edges:
+        return np.arange(n)
+    a, b = np.array(edges, dtype=np.int64).T
+    graph = csr_matrix((np.ones(len(a)), (a, b)), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
+def partition(topo: Topology, max_hosts: int) -> ShardLayout:
+    """Shards of whole pods, at most `max_hosts` hosts each where a pod allows, each with at
+    least two switch groups where the fabric has them; deterministic (the site's order)."""
+    if not MIN_SHARD_HOSTS <= max_hosts <= 1_000_000:
+        raise UsageError(f"shard size {max_hosts} out of range ({MIN_SHARD_HOSTS}-1000000 hosts)")
+    switches = list(topo.switch_tier)
+    if not switches or not topo.hosts:
+        raise UsageError(f"topology {topo.name!r} has no switches or no hosts to shard")
+    top = max(topo.switch_tier.values())
+    tiers = set(topo.switch_tier.values())
+    pos = {s: i for i, s in enumerate(switches)}
+    host_pos = {h: len(switches) + i for i, h in enumerate(topo.hosts)}
+    nic_host = dict(zip(topo.nics, topo.nic_host))
+    below_top = [s for s in switches if topo.switch_tier[s] < top or len(tiers) == 1]
+    sw_edges, host_edges = [], []
+    for a, b in topo.links.values():
+        if a in pos and b in pos:
+            if topo.switch_tier[a] < top and topo.switch_tier[b] < top:
+                sw_edges.append((pos[a], pos[b]))
+        else:
+            nic, sw = (a, b) if b in pos else (b, a)
+            if sw in pos and nic in nic_host and (topo.switch_tier[sw] < top or len(tiers) == 1):
+                host_edges.append((host_pos[nic_host[nic]], pos[sw]))
+    n = len(switches) + len(topo.hosts)
+    group = _components(n, sw_edges)  # switch groups: joined below the top tier
+    pod = _components(n, sw_edges + host_edges)  # pods: switch groups joined by their hosts
+    groups_of_pod: dict[int, set[int]] = {}
+    for s in below_top:
+        groups_of_pod.setdefault(int(pod[pos[s]]), set()).add(int(group[pos[s]]))
+    pods: dict[int, list[str]] = {}
+    for h in topo.hosts:
+        pods.setdefault(int(pod[host_pos[h]]), []).append(h)
+    shards_hosts: list[tuple[list[str], int, int]] = []  # (hosts, pods, groups)
+    cur: list[str] = []
+    cur_pods = cur_groups = 0
+    for p, hosts in pods.items():  # in the site's order of first host
+        g = len(groups_of_pod.get(p, ()))
+        if cur and cur_groups >= 2 and len(cur) + len(hosts) > max_hosts:
+            shards_hosts.append((cur, cur_pods, cur_groups))
+            cur, cur_pods, cur_groups = [], 0, 0
+        if len(hosts) > max_hosts and g >= 2:  # a pod larger than a shard: split by hosts
+            if cur:
+                shards_hosts.append((cur, cur_pods, cur_groups))
+                cur, cur_pods, cur_groups = [], 0, 0
+            for i in range(0, len(hosts), max_hosts):
+                shards_hosts.append((hosts[i:i + max_hosts], 1, g))
+            continue
+        cur += hosts
+        cur_pods += 1
+        cur_groups += g
+    if cur:
+        if shards_hosts and cur_groups < 2:  # a last lone group: with the shard before it
+            h, p, g = shards_hosts.pop()
+            cur, cur_pods, cur_groups = h + cur, p + cur_pods, g + cur_groups
+        shards_hosts.append((cur, cur_pods, cur_groups))
+    if len(shards_hosts) > MAX_SHARDS:
+        raise UsageError(f"{len(shards_hosts)} shards of at most {max_hosts} hosts: over "
+                         f"{MAX_SHARDS}; choose larger shards")
+    shards = [Shard(f"shard-{i}", tuple(h), p, g) for i, (h, p, g) in enumerate(shards_hosts)]
+    below = _shards_below(topo, shards)
+    shared = [s for s in switches if len(below[s]) > 1]
+    return ShardLayout(topo.name, max_hosts, shards, shared, below,
+                       [s.name for s in shards if s.groups < 2 and len(tiers) > 1])
+
+
+def _shards_below(topo: Topology, shards: list[Shard]) -> dict[str, frozenset[int]]:
+    """Per switch, the shards with a host under it: a NIC's switch, then tier by tier upwards."""
+    shard_of_host = {h: i for i, s in enumerate(shards) for h in s.hosts}
+    nic_host = dict(zip(topo.nics, topo.nic_host))
+    below: dict[str, set[int]] = {s: set() for s in topo.switch_tier}
+    ups: dict[str, list[str]] = {s: [] for s in topo.switch_tier}
+    for a, b in topo.links.values():
+        if a in below and b in below:
+            lo, hi = (a, b) if topo.switch_tier[a] < topo.switch_tier[b] else (b, a)
+            if topo.switch_tier[lo] != topo.switch_tier[hi]:
+                ups[lo].append(hi)
+        else:
+            nic, sw = (a, b) if b in below else (b, a)
+            if sw in below and nic in nic_host:
+                below[sw].add(shard_of_host[nic_host[nic]])
+    for sw in sorted(topo.switch_tier, key=topo.switch_tier.get):  # lower tiers first
+        for hi in ups[sw]:
+            below[hi] |= below[sw]
+    return {s: frozenset(v) for s, v in below.items()}
+
+
+# ---------------------------------------------------------------------- a shard's window
+def shard_counts(step, sig, findings: list[dict], shared_cols: np.ndarray,
+                 columns_of) -> dict:
+    """What a shard publishes of one window besides its findings: per shared switch (columns
+    `shared_cols` of the step's incidence) the probes through it and lost, and the same over all
+    valid paths, each net of the paths that the window's loss findings cross (`columns_of(el)`:
+    an element dict's incidence columns). Weighted as the incidence is (untraced rows by their
+    crossing probability)."""
+    rows = np.array(sig.valid, dtype=bool)
+    for f in findings:
+        if f.get("metric") in ("loss", "down"):
+            rows &= ~step.rollup.paths_through(columns_of(f["element"]))
+    sent = np.where(rows, np.asarray(sig.sent, float), 0.0)
+    lost = np.where(rows, np.asarray(sig.lost, float), 0.0)
+    inc = step.inc[:, shared_cols]
+    return {"probes": float(sent.sum()), "lost": float(lost.sum()),
+            "through": np.asarray(inc.T @ sent).ravel(), "lost_through": np.asarray(inc.T @ lost).ravel()}
+
+
+# ---------------------------------------------------------------------- the merge
+@dataclass
+class ShardWindow:
+    """One shard's latest window, as read (validated) from its document."""
+
+    shard: str
+    t_end: float
+    probes: float
+    lost: float
+    switches: dict[str, tuple[float, float]]  # shared switch -> (probes through, lost), net
+    findings: list[dict]
+
+
+@dataclass
+class MergeResult:
+    findings: list[dict]
+    shards_used: list[str]
+    shards_missing: list[str]  # no window, or a stale one: left out, never a finding
+    switches: list[dict]  # per shared switch: pooled figures over the shards used
+
+
+def merge_windows(windows: list[ShardWindow], expected: list[str], shared: list[str],
+                  th: Thresholds | None = None, links_of=None) -> MergeResult:
+    """One merged window from the shards' latest (fresh) windows. `links_of(switch)`: the link
+    ids of a switch's links (to fold the shards' link findings into a switch named here)."""
+    th = th or Thresholds()
+    used = sorted({w.shard for w in windows})
+    missing = sorted(set(expected) - set(used))
+    merged: dict[tuple, dict] = {}
+    for w in sorted(windows, key=lambda w: w.shard):
+        for f in w.findings:
+            key = finding_key(f["element"], f["metric"])
+            have = merged.get(key)
+            if have is None:
+                merged[key] = have = {**f, "evidence": {**f.get("evidence", {}), "shards": []}}
+            elif f["confidence"] > have["confidence"]:
+                shards = have["evidence"]["shards"]
+                merged[key] = have = {**f, "evidence": {**f.get("evidence", {}), "shards": shards}}
+            have["evidence"]["shards"].append(w.shard)
+    rows, named = _switch_tests(windows, shared, th)
+    named += _switches_by_links(merged, shared, th, links_of, {n for n, _ in named})
+    for sw, row in named:
+        key = finding_key({"type": "switch", "id": sw}, "loss")
+        links = set(links_of(sw)) if links_of else set()
+        folded = [k for k, f in merged.items() if f["metric"] in ("loss", "down")
+                  and f["element"]["type"] == "link" and f["element"]["id"] in links]
+        folded_shards = sorted({s for k in folded for s in merged[k]["evidence"]["shards"]})
+        folded_links = sorted({merged[k]["element"].get("direction", merged[k]["element"]["id"])
+                               for k in folded})
+        for k in folded:
+            del merged[k]
+        if key in merged:  # named by a shard too: one finding, with the pooled figures
+            merged[key]["evidence"].update(merge=row)
+            merged[key]["evidence"]["shards"] = sorted(set(merged[key]["evidence"]["shards"]) |
+                                                       set(folded_shards) | set(row["shards"]))
+            continue
+        merged[key] = {"element": {"type": "switch", "id": sw}, "metric": "loss",
+                       "severity": row.get("severity") or severity("loss", row["loss"], 0.0),
+                       "confidence": row["confidence"],
+                       "evidence": {"merge": row, "links": folded_links,
+                                    "shards": sorted(set(row["shards"]) | set(folded_shards))}}
+    return MergeResult(sorted(merged.values(), key=sort_key), used, missing, rows)
+
+
+def _switches_by_links(merged: dict, shared: list[str], th: Thresholds, links_of,
+                       already: set[str]) -> list[tuple[str, dict]]:
+    """The roll-up's switch rule over every shard's findings together: a shared switch with at
+    least `switch_min_links` of its link directions named lossy, half of them or more, by two
+    shards or more, is the switch (each shard saw only its own links of it: a spine's fault is
+    a few link findings in every shard, and each shard's paths through it are explained by
+    them, so the pooled test has nothing left to see)."""
+    if links_of is None:
+        return []
+    out = []
+    for sw in shared:
+        if sw in already:
+            continue
+        links = set(links_of(sw))
+        dirs, shards, conf, sev = 0, set(), [], []
+        for f in merged.values():
+            el = f["element"]
+            if f["metric"] in ("loss", "down") and el["type"] == "link" and el["id"] in links:
+                dirs += 2 if el.get("direction") == "both" else 1
+                shards |= set(f["evidence"]["shards"])
+                conf.append(f["confidence"])
+                sev.append(f["severity"])
+        if dirs >= th.switch_min_links and 2 * dirs >= 2 * len(links) and len(shards) >= 2:
+            out.append((sw, {"link_directions": dirs, "of": 2 * len(links), "shards": sorted(shards),
+                             "confidence": round(float(np.mean(conf)), 3),
+                             "severity": max(sev, key=SEVERITY_RANK.get)}))
+    return out
+
+
+def _switch_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds):
+    """Per shared switch, pooled over the shards: (figures of every switch with probes, the
+    switches named). Greedy as pooled_loss_blame: the most concentrated excess first; a named
+    switch's probes leave the background of the next test."""
+    n = {s: 0.0 for s in shared}
+    k = {s: 0.0 for s in shared}
+    by: dict[str, list[str]] = {s: [] for s in shared}
+    total_n = sum(w.probes for w in windows)
+    total_k = sum(w.lost for w in windows)
+    for w in windows:
+        for sw, (sn, sk) in w.switches.items():
+            if sw in n and sn > 0:
+                n[sw] += sn
+                k[sw] += sk
+                by[sw].append(w.shard)
+    named: list[tuple[str, dict]] = []
+    rows: dict[str, dict] = {}
+    left = [s for s in shared if n[s] > 0]
+    alpha = th.loss_alpha / max(1, len(left))
+    while left and len(named) < th.pooled_max_faults:
+        best, best_llr = None, -np.inf
+        for sw in left:
+            p0 = max(th.background_loss, (total_k - k[sw]) / max(1.0, total_n - n[sw]))
+            rate = k[sw] / n[sw]
+            row = {"probes": int(round(n[sw])), "lost": int(round(k[sw])),
+                   "loss": round(rate, 6), "background": round(p0, 6), "shards": sorted(by[sw])}
+            rows[sw] = row
+            if k[sw] < th.pooled_min_lost or rate < max(2 * p0, th.pooled_min_loss):
+                continue
+            p = float(binom.sf(round(k[sw]) - 1, round(n[sw]), p0))
+            if p >= alpha:
+                continue
+            r = min(rate, 1 - 1e-12)
+            llr = k[sw] * np.log(r / p0) + (n[sw] - k[sw]) * np.log((1 - r) / (1 - p0))
+            row["p_value"] = p
+            if llr > best_llr:
+                best, best_llr = sw, llr
+        if best is None:
+            break
+        row = rows[best]
+        row["confidence"] = round(float(np.sqrt((row["loss"] - row["background"]) / row["loss"])), 3)
+        named.append((best, row))
+        left.remove(best)
+        total_n -= n[best]
+        total_k -= k[best]
+    out = [{"switch": s, **rows[s]} for s in shared if s in rows]
+    return out, named

@@ -1,0 +1,303 @@
+"""lens in shards: each shard's coordinator publishes a per-window document; `lens merge` joins
+them (the layout and the merge's rules: analysis/shards.py; docs/lens.md, "Shards").
+
+The protocol is a file: a shard's coordinator replaces `<state_dir>/shard-window.json` (atomic
+rename) after every window, and the merge reads the newest one of each shard, locally or from
+a shared or synced directory. One document (version 1):
+
+    {"version": 1, "shard": "shard-3", "t_end": 1796000000.0, "window_s": 1.0,
+     "probes": 512000.0, "lost": 51.0,                  # valid probes and lost, net (below)
+     "switches": {"spine7": [31900.0, 4.0], ...},       # per shared switch: probes through, lost
+     "findings": [ {...finding as lens reports it...} ]}
+
+Probes and losses are net of the paths the window's own loss findings cross. A document is
+hostile input to the merge: bounded in size, every number finite and in range, every element
+one of the site's, every switch one the layout says is shared.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fleetctl.analysis.shards import MergeResult, ShardLayout, ShardWindow, merge_windows, \
+    partition, shard_counts
+from fleetctl.atomic import write_atomic
+from fleetctl.errors import ConfigError, DataError
+from fleetctl.filekit.read import read_json
+from fleetctl.lens.jobs import element_columns
+from fleetctl.model.fabric import Topology
+from fleetctl.model.severity import SEVERITY_RANK
+
+SHARD_FILE = "shard-window.json"
+VERSION = 1
+MAX_DOC_BYTES = 4 << 20
+MAX_FINDINGS = 500
+MAX_COUNT = 1e13  # probes in one window of one shard, far above any plan
+METRICS = ("loss", "delay", "down")
+
+
+def layout_for(topo: Topology, max_hosts: int) -> ShardLayout:
+    return partition(topo, int(max_hosts))
+
+
+class ShardPublisher:
+    """A shard's coordinator's side: which shard its nodes are, the shared switches above them
+    (their incidence columns), and the document of each window."""
+
+    def __init__(self, layout: ShardLayout, topo: Topology, hosts: list[str], state_dir: Path):
+        counts: dict[str, int] = {}
+        mine = set(hosts)
+        for s in layout.shards:
+            counts[s.name] = len(mine & set(s.hosts))
+        self.name = max(counts, key=lambda n: (counts[n], n)) if counts else "shard-0"
+        self.foreign = sorted(mine - set(layout.shard_of(self.name).hosts))
+        self.shared = layout.shared_for(hosts)
+        self.cols = np.array([topo.index("switch", s) for s in self.shared], dtype=np.int64)
+        self.topo = topo
+        self.path = Path(state_dir) / SHARD_FILE
+
+    def counts(self, step, sig, findings: list[dict]) -> dict:
+        return shard_counts(step, sig, findings, self.cols,
+                            lambda el: element_columns(self.topo, el))
+
+    def document(self, t_end: float, window_s: float, counts: dict | None,
+                 findings: list[dict]) -> dict:
+        switches = {}
+        if counts is not None:
+            for sw, n, k in zip(self.shared, counts["through"].tolist(),
+                                counts["lost_through"].tolist()):
+                if n > 0:
+                    switches[sw] = [round(n, 3), round(k, 3)]
+        return {"version": VERSION, "shard": self.name, "t_end": t_end, "window_s": window_s,
+                "probes": round(counts["probes"], 3) if counts else 0.0,
+                "lost": round(counts["lost"], 3) if counts else 0.0,
+                "switches": switches, "findings": findings[:MAX_FINDINGS]}
+
+    def publish(self, doc: dict) -> None:
+        import json
+
+        write_atomic(self.path, json.dumps(doc, separators=(",", ":"), default=_plain).encode())
+
+
+def _plain(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, (set, tuple)):
+        return list(v)
+    return str(v)
+
+
+# ---------------------------------------------------------------------- reading documents
+def _count(v, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or not 0 <= v <= MAX_COUNT:
+        raise DataError(f"{what}: {str(v)[:40]!r} is not a count")
+    return float(v)
+
+
+def _element(topo: Topology, el, what: str) -> dict:
+    if not isinstance(el, dict):
+        raise DataError(f"{what}: element is not an object")
+    t, i, d = el.get("type"), el.get("id"), el.get("direction", "")
+    if not isinstance(i, str) or not isinstance(d, str) or len(i) > 512 or len(d) > 1024:
+        raise DataError(f"{what}: element id or direction is not short text")
+    known = {"switch": lambda: i in topo.switch_tier, "nic": lambda: i in set(topo.nics),
+             "host": lambda: i in set(topo.hosts), "link": lambda: i in topo.links}
+    if t not in known or not known[t]():
+        raise DataError(f"{what}: {str(t)[:20]} {i[:80]!r} is not in the site's fabric")
+    out = {"type": t, "id": i}
+    if t == "link":
+        a, b = topo.links[i]
+        if d not in (f"{a}->{b}", f"{b}->{a}", "both"):
+            raise DataError(f"{what}: link {i[:80]!r} has no direction {d[:80]!r}")
+        out["direction"] = d
+    return out
+
+
+def _finding(topo: Topology, f, what: str) -> dict:
+    if not isinstance(f, dict):
+        raise DataError(f"{what}: not an object")
+    metric, sev, conf = f.get("metric"), f.get("severity"), f.get("confidence")
+    if metric not in METRICS or sev not in SEVERITY_RANK:
+        raise DataError(f"{what}: metric or severity unknown")
+    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 <= conf <= 1:
+        raise DataError(f"{what}: confidence not within 0..1")
+    ev = f.get("evidence", {})
+    if not isinstance(ev, dict):
+        raise DataError(f"{what}: evidence is not an object")
+    return {"element": _element(topo, f.get("element"), what), "metric": metric, "severity": sev,
+            "confidence": float(conf), "evidence": ev}
+
+
+def parse_document(doc, topo: Topology, layout: ShardLayout, what: str) -> ShardWindow:
+    """A shard's document, checked field by field (DataError naming what is wrong)."""
+    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        raise DataError(f"{what}: not a version {VERSION} shard document")
+    shard = doc.get("shard")
+    if not isinstance(shard, str) or shard not in {s.name for s in layout.shards}:
+        raise DataError(f"{what}: shard {str(shard)[:40]!r} is not one of this site's shards")
+    t_end = doc.get("t_end")
+    if isinstance(t_end, bool) or not isinstance(t_end, (int, float)) or not 0 < t_end < 1e10:
+        raise DataError(f"{what}: t_end is not a time")
+    switches = doc.get("switches")
+    findings = doc.get("findings")
+    if not isinstance(switches, dict) or not isinstance(findings, list) or \
+            len(findings) > MAX_FINDINGS:
+        raise DataError(f"{what}: switches or findings malformed (at most {MAX_FINDINGS} findings)")
+    shared = set(layout.shared)
+    sw: dict[str, tuple[float, float]] = {}
+    for name, v in switches.items():
+        if name not in shared or not isinstance(v, list) or len(v) != 2:
+            raise DataError(f"{what}: switch {name[:80]!r} is not a shared switch with [probes, lost]")
+        n, k = _count(v[0], f"{what}: {name} probes"), _count(v[1], f"{what}: {name} lost")
+        if k > n:
+            raise DataError(f"{what}: {name} lost more probes than went through it")
+        sw[name] = (n, k)
+    probes, lost = _count(doc.get("probes"), f"{what}: probes"), _count(doc.get("lost"), f"{what}: lost")
+    if lost > probes:
+        raise DataError(f"{what}: lost more probes than it counted")
+    found = [_finding(topo, f, f"{what}: finding {i}") for i, f in enumerate(findings)]
+    return ShardWindow(shard, float(t_end), probes, lost, sw, found)
+
+
+# ---------------------------------------------------------------------- the merge
+@dataclass
+class MergeSource:
+    directory: Path
+    last_error: str = ""
+
+
+class ShardMerge:
+    """Reads the shards' documents and merges them; `window` once per window."""
+
+    def __init__(self, topo: Topology, layout: ShardLayout, directories: list[str],
+                 stale_s: float = 5.0, th=None):
+        if not directories:
+            raise ConfigError("lens merge needs the shards' state directories (--from)")
+        self.topo, self.layout, self.stale_s, self.th = topo, layout, stale_s, th
+        self.sources = [MergeSource(Path(d)) for d in directories]
+        self._links: dict[str, list[str]] = {}
+        for lid, (a, b) in topo.links.items():
+            for end in (a, b):
+                if end in topo.switch_tier:
+                    self._links.setdefault(end, []).append(lid)
+        self.unreadable = 0
+
+    def read(self, now: float) -> tuple[list[ShardWindow], dict[str, str]]:
+        """The fresh windows, and why each source gave none (its path -> reason)."""
+        windows, why = {}, {}
+        for src in self.sources:
+            path = src.directory / SHARD_FILE
+            try:
+                doc = read_json(path, "shard document", max_bytes=MAX_DOC_BYTES, missing_ok=True)
+                if doc is None:
+                    why[str(path)] = "no document yet"
+                    continue
+                w = parse_document(doc, self.topo, self.layout, str(path))
+            except DataError as exc:
+                self.unreadable += 1
+                why[str(path)] = str(exc)[:300]
+                continue
+            if now - w.t_end > self.stale_s:
+                why[str(path)] = f"stale: its last window ended {now - w.t_end:.1f} s ago"
+                continue
+            have = windows.get(w.shard)
+            if have is None or w.t_end > have.t_end:
+                windows[w.shard] = w
+        return list(windows.values()), why
+
+    def window(self, now: float) -> tuple[MergeResult, dict[str, str]]:
+        windows, why = self.read(now)
+        result = merge_windows(windows, [s.name for s in self.layout.shards], self.layout.shared,
+                               self.th, links_of=lambda sw: self._links.get(sw, []))
+        return result, why
+
+
+def run_merge(merge: ShardMerge, tracker, outputs, window_s: float, stop, log=print,
+              status_path: Path | None = None) -> None:
+    """The merge's loop: every window, the shards' newest documents -> merged findings -> the
+    event machine (lens's own) -> the merged event log. A window where any shard is missing
+    neither opens nor closes events (what the missing shard sees is unknown)."""
+    next_t = time.time() + window_s
+    while not stop.wait(max(0.0, next_t - time.time())):
+        now = time.time()
+        result, why = merge.window(now)
+        silent = set(tracker.loc) if result.shards_missing else set()
+        for rec in tracker.window(now - window_s, now, result.findings, silent):
+            outputs.event(rec)
+        if status_path is not None:
+            import json
+
+            write_atomic(status_path, json.dumps({
+                "t": now, "shards_used": result.shards_used, "shards_missing": result.shards_missing,
+                "why_missing": why, "findings": result.findings, "switches": result.switches,
+                "open_events": tracker.open_events(), "unreadable": merge.unreadable},
+                default=_plain).encode())
+        next_t += window_s
+        if next_t < time.time():
+            log(f"merge: behind by {time.time() - next_t:.1f} s, skipping ahead")
+            next_t = time.time() + window_s
+
+
+# ---------------------------------------------------------------------- commands' work
+def site_layout(cluster, max_hosts: int | None) -> tuple[Topology, ShardLayout]:
+    """The site's topology and its shards (`max_hosts`, else lens.shard_max_hosts)."""
+    from fleetctl.lens.options import LensOptions
+
+    n = int(max_hosts if max_hosts is not None else LensOptions.from_site(cluster).shard_max_hosts)
+    if n <= 0:
+        raise ConfigError("no shard size: set lens.shard_max_hosts in the site file or give "
+                          "--max-hosts")
+    topo = Topology.from_site(cluster)
+    return topo, layout_for(topo, n)
+
+
+def merge_exit_code(result: MergeResult) -> int:
+    """0: every shard in and nothing found; 1: a shard missing, or a finding below critical;
+    2: a critical finding (as `lens status`)."""
+    if any(f["severity"] == "critical" for f in result.findings):
+        return 2
+    return 1 if result.findings or result.shards_missing else 0
+
+
+def merge_once(cluster, directories: list[str], max_hosts: int | None, stale_s: float) -> dict:
+    topo, layout = site_layout(cluster, max_hosts)
+    merge = ShardMerge(topo, layout, directories, stale_s)
+    result, why = merge.window(time.time())
+    return {"shards_used": result.shards_used, "shards_missing": result.shards_missing,
+            "why_missing": why, "findings": result.findings, "switches": result.switches,
+            "exit_code": merge_exit_code(result)}
+
+
+def merge_forever(cluster, directories: list[str], max_hosts: int | None, stale_s: float,
+                  state_dir: str, window_s: float, stop, log) -> None:
+    """`lens merge` as a service: the merged events in `state_dir/events.jsonl` (read them with
+    `lens events --state-dir`), its status in `state_dir/merge-status.json`."""
+    from fleetctl.lens.events import EventRules, EventTracker
+    from fleetctl.lens.options import LensOptions
+    from fleetctl.lens.outputs import Outputs
+
+    topo, layout = site_layout(cluster, max_hosts)
+    merge = ShardMerge(topo, layout, directories, stale_s)
+    opts = LensOptions.from_site(cluster)
+    opts.state_dir, opts.metrics_port, opts.segments = state_dir, 0, False
+    Path(state_dir).expanduser().mkdir(parents=True, exist_ok=True)
+    outputs = Outputs(opts, log, topo=topo, cluster=cluster)
+    rules = EventRules(k_open=opts.k_open, k_open_down=opts.k_open_down,
+                       k_open_gray=opts.k_open_gray, m_close=opts.m_close,
+                       flap_count=opts.flap_count, flap_window_s=opts.flap_window_s)
+    tracker = EventTracker(rules, topo.location)
+    tracker.adopt(outputs.open_events())
+    log(f"merge: {len(layout.shards)} shards, {len(layout.shared)} shared switches, "
+        f"reading {len(directories)} directories every {window_s:g} s")
+    try:
+        run_merge(merge, tracker, outputs, window_s, stop, log, opts.path("merge-status.json"))
+    finally:
+        outputs.close()

@@ -1,0 +1,135 @@
+"""lens in shards on the 16-host lab (4 leaves, 2 spines): `lens shards` cuts it into two shards of
+two leaves, each runs its own coordinator (`lens run NODESET`), and `lens merge` joins their
+windows. Clean: every shard in, nothing found. A loss on every link of spine1: each shard sees
+only its own leaves' links of it; the merge names the switch once, listing both shards, as a
+one-shot and as the merge service's one event.
+
+Marker `mesh16`: scripts/test runs these on the 16-host lab (FLEETCTL_TEST_LAB_HOSTS=16
+FLEETCTL_TEST_LAB_LEAVES=4); the default 4-host session deselects them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from labutil import wait_for
+
+from fleetctl.lab import faults
+
+pytestmark = [pytest.mark.lab, pytest.mark.mesh16]
+FOUND_WITHIN_S = 30.0
+
+
+class Shards:
+    def __init__(self, lab, tmp: Path):
+        self.lab, self.tmp = lab, tmp
+        self.site = tmp / "site.toml"
+        text = lab.site_file.read_text()
+        assert "\n[lens]\n" in text
+        self.site.write_text(text.replace("\n[lens]\n", "\n[lens]\nshard_max_hosts = 8\n"))
+        self.dirs: list[Path] = []
+
+    def run(self, *args, timeout=120) -> subprocess.CompletedProcess:
+        env = self.lab.command_env()
+        env["FLEETCTL_SITE"] = str(self.site)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
+                                                        env.get("PYTHONPATH", "")) if p)
+        return subprocess.run([sys.executable, "-m", "fleetctl", *args], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def json(self, *args) -> tuple[int, dict]:
+        r = self.run("--format", "json", *args)
+        assert r.returncode in (0, 1, 2), f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}"
+        return r.returncode, json.loads(r.stdout)
+
+    def merge_once(self) -> tuple[int, dict]:
+        return self.json("lens", "merge", "--once", *[a for d in self.dirs for a in ("--from", str(d))])
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {d} ---\n" + (d / "lens.log").read_text()[-2000:]
+                         for d in self.dirs if (d / "lens.log").exists())
+
+
+@pytest.fixture(scope="module")
+def shards(lab, tmp_path_factory):
+    assert len(lab.nodes) >= 16, "needs FLEETCTL_TEST_LAB_HOSTS=16 FLEETCTL_TEST_LAB_LEAVES=4"
+    S = Shards(lab, tmp_path_factory.mktemp("shards"))
+    _, layout = S.json("lens", "shards")
+    S.layout = layout
+    try:
+        for shard in layout["shards"]:
+            d = S.tmp / shard["name"]
+            S.dirs.append(d)
+            r = S.run("lens", "run", shard["nodes"], "--state-dir", str(d), "--rate", "50")
+            assert r.returncode == 0, r.stderr
+        wait_for(lambda: all((d / "shard-window.json").exists() for d in S.dirs), 90, 0.5)
+        yield S
+    finally:
+        for d in S.dirs:
+            S.run("lens", "stop", "--state-dir", str(d))
+        if faults.listing():
+            faults.clear()
+
+
+def test_the_lab_is_two_shards_of_two_leaves_sharing_the_spines(shards):
+    layout = shards.layout
+    assert [(s["name"], s["nodes"], s["pods"]) for s in layout["shards"]] == \
+        [("shard-0", "node[1-8]", 2), ("shard-1", "node[9-16]", 2)]
+    assert layout["shared_switches"] == ["spine1", "spine2"]
+    assert layout["unmeasured_uplinks"] == []
+
+
+def test_clean_shards_merge_to_nothing(shards):
+    time.sleep(5)
+    for _ in range(3):
+        rc, doc = shards.merge_once()
+        assert (rc, doc["findings"], doc["shards_missing"]) == (0, [], []), \
+            json.dumps(doc)[:3000] + shards.logs()
+        assert doc["shards_used"] == ["shard-0", "shard-1"]
+        assert {s["switch"] for s in doc["switches"]} == {"spine1", "spine2"}
+        time.sleep(2)
+
+
+def test_a_lossy_spine_is_one_finding_and_one_merged_event(shards):
+    service_dir = shards.tmp / "merge"
+    env = shards.lab.command_env()
+    env["FLEETCTL_SITE"] = str(shards.site)
+    service = subprocess.Popen(
+        [sys.executable, "-m", "fleetctl", "lens", "merge", "--state-dir", str(service_dir),
+         *[a for d in shards.dirs for a in ("--from", str(d))]],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        for leaf in range(1, 5):
+            faults.add(f"leaf{leaf}->spine1", "loss", 2.0)
+            faults.add(f"spine1->leaf{leaf}", "loss", 2.0)
+
+        def named():
+            rc, doc = shards.merge_once()
+            return (rc, doc) if doc["findings"] else None
+        try:
+            rc, doc = wait_for(named, FOUND_WITHIN_S, 1.0)
+        except AssertionError:
+            raise AssertionError(f"nothing merged in {FOUND_WITHIN_S} s\n{shards.logs()}") from None
+        f = doc["findings"]
+        assert [(x["element"]["type"], x["element"]["id"], x["metric"]) for x in f] == \
+            [("switch", "spine1", "loss")], json.dumps(f)[:3000]
+        assert f[0]["evidence"]["shards"] == ["shard-0", "shard-1"]
+        assert rc in (1, 2)
+        time.sleep(4)
+        r = shards.run("--format", "json", "lens", "events", "--state-dir", str(service_dir))
+        events = json.loads(r.stdout)["events"]
+        assert [(e["element"]["type"], e["element"]["id"]) for e in events] == [("switch", "spine1")], \
+            json.dumps(events)[:3000]
+    finally:
+        service.send_signal(signal.SIGTERM)
+        _, err = service.communicate(timeout=30)
+        faults.clear()
+    assert service.returncode == 0, err[-2000:]

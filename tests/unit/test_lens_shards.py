@@ -1,0 +1,219 @@
+"""Shards (analysis/shards.py, lens/shard.py): the layout of pods, each shard's window through
+the real window step, and the merge that names a fault on the switches shards share."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fleetctl.analysis.shards import merge_windows, partition
+from fleetctl.analysis.step import WindowStep
+from fleetctl.errors import DataError, UsageError
+from fleetctl.lens.shard import SHARD_FILE, ShardMerge, ShardPublisher, parse_document
+from fleetctl.model.fabric import WindowStats
+from tests.support.fabrics import fat_tree, find, leaf_spine, path_table
+
+SPORTS = 2
+
+
+def _layout_hosts(layout):
+    return [h for s in layout.shards for h in s.hosts]
+
+
+def test_a_fat_tree_is_cut_into_whole_pods_two_at_least():
+    topo = fat_tree(8)  # 8 pods of 16 hosts
+    layout = partition(topo, 40)
+    assert [len(s.hosts) for s in layout.shards] == [32, 32, 32, 32]
+    assert all(s.pods == 2 and s.groups == 2 for s in layout.shards)
+    assert sorted(_layout_hosts(layout)) == sorted(topo.hosts)  # every host in one shard
+    assert layout.shared == [c for c in topo.switch_tier if c.startswith("c")]  # the cores only
+    assert layout.unmeasured == []
+    # a shard of one pod would never climb to the cores: two pods at least, even above the size
+    assert [len(s.hosts) for s in partition(topo, 16).shards] == [32] * 4
+
+
+def test_a_leaf_spine_shares_its_spines_and_a_rail_unit_is_one_pod():
+    topo = leaf_spine(8, 4, 4)
+    layout = partition(topo, 8)
+    assert len(layout.shards) == 4 and layout.shared == ["spine1", "spine2", "spine3", "spine4"]
+    assert layout.shared_for(layout.shards[1].hosts) == layout.shared
+    one = partition(topo, 1000)  # everything fits one shard: nothing shared
+    assert len(one.shards) == 1 and one.shared == []
+
+
+def test_shard_sizes_out_of_range_are_refused():
+    with pytest.raises(UsageError, match="shard size"):
+        partition(leaf_spine(2, 2, 2), 1)
+
+
+def test_every_link_is_crossed_by_one_shard_only():
+    """Why whole pods: below the top tier, every link direction any shard's paths cross is
+    crossed by that shard's paths alone; only the top tier's switches are shared."""
+    topo = fat_tree(4)
+    layout = partition(topo, 8)
+    seen: dict[int, set[str]] = {}
+    for s in layout.shards:
+        paths = _shard_paths(topo, s.hosts)
+        for e in np.unique(paths.elements):
+            el = topo.elements[e]
+            if el.type == "link":
+                seen.setdefault(int(e), set()).add(s.name)
+    links = [e for e, el in enumerate(topo.elements) if el.type == "link"]
+    assert sorted(seen) == links  # every link direction measured
+    assert all(len(v) == 1 for v in seen.values())
+
+
+# ---------------------------------------------------------------------- windows through the step
+def _shard_paths(topo, hosts):
+    nics = [n for n, h in zip(topo.nics, topo.nic_host) if h in set(hosts)]
+    flows = [(a, b, f) for a in nics for b in nics
+             if a.split(":")[0] != b.split(":")[0] for f in range(SPORTS)]
+    return path_table(topo, flows, seeded=True)
+
+
+class _Shard:
+    def __init__(self, topo, layout, shard):
+        self.topo, self.shard = topo, shard
+        self.paths = _shard_paths(topo, shard.hosts)
+        self.step = WindowStep(topo, self.paths)
+        self.pub = ShardPublisher(layout, topo, list(shard.hosts), "/nonexistent")
+
+    def window(self, rng, probes: int, loss_of: np.ndarray, t_end: float = 1000.0):
+        inc = self.paths.matrix(self.topo.n_elements)
+        survive = np.exp(inc @ np.log1p(-loss_of))
+        sent = np.full(len(self.paths), probes)
+        lost = rng.binomial(sent, 1 - survive)
+        delay = np.full(len(self.paths), 10.0)
+        m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], delay))
+        sig = self.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
+        findings = [f.to_dict() for f in self.step.findings(sig, 0)]
+        doc = self.pub.document(t_end, 1.0, self.pub.counts(self.step, sig, findings), findings)
+        return json.loads(json.dumps(doc))  # as the merge reads it
+
+
+@pytest.fixture(scope="module")
+def four_shards():
+    topo = leaf_spine(8, 4, 4)
+    layout = partition(topo, 8)
+    return topo, layout, [_Shard(topo, layout, s) for s in layout.shards]
+
+
+def _loss(topo, labels: list[str], rate: float, background: float = 1e-4) -> np.ndarray:
+    loss = np.full(topo.n_elements, background)
+    for lab in labels:
+        loss[find(topo, lab)] = rate
+    return loss
+
+
+def _spine_links(topo, spine):
+    return [el.label for el in topo.elements if el.type == "link" and spine in el.id]
+
+
+def _merge(topo, layout, docs):
+    windows = [parse_document(d, topo, layout, f"doc {i}") for i, d in enumerate(docs)]
+    links = {sw: [lid for lid, ends in topo.links.items() if sw in ends] for sw in layout.shared}
+    return merge_windows(windows, [s.name for s in layout.shards], layout.shared,
+                         links_of=lambda sw: links[sw])
+
+
+def test_a_gray_spine_too_thin_for_any_shard_is_named_by_the_merge(four_shards):
+    topo, layout, shards = four_shards
+    loss = _loss(topo, _spine_links(topo, "spine2"), 0.006)
+    named_by_merge = shard_saw = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        docs = [s.window(rng, 10, loss) for s in shards]
+        shard_saw += any(d["findings"] for d in docs)
+        res = _merge(topo, layout, docs)
+        assert all(f["element"]["id"] == "spine2" for f in res.findings)
+        named_by_merge += len(res.findings) == 1
+    assert named_by_merge >= 19
+    assert shard_saw <= 4  # the merge's pooled evidence is what finds it
+
+
+def test_a_spine_every_shard_sees_is_one_finding_listing_them(four_shards):
+    topo, layout, shards = four_shards
+    rng = np.random.default_rng(1)
+    docs = [s.window(rng, 40, _loss(topo, _spine_links(topo, "spine3"), 0.02)) for s in shards]
+    assert all(d["findings"] for d in docs)  # each shard names something of spine3's
+    res = _merge(topo, layout, docs)
+    assert [(f["element"]["type"], f["element"]["id"], f["metric"]) for f in res.findings] == \
+        [("switch", "spine3", "loss")]
+    assert res.findings[0]["evidence"]["shards"] == [s.name for s in layout.shards]
+
+
+def test_a_lossy_uplink_stays_a_link_and_the_spine_stays_clean(four_shards):
+    topo, layout, shards = four_shards
+    for seed in range(10):
+        rng = np.random.default_rng(100 + seed)
+        docs = [s.window(rng, 40, _loss(topo, ["leaf3->spine2"], 0.03)) for s in shards]
+        res = _merge(topo, layout, docs)
+        assert [f["element"].get("direction") for f in res.findings] == ["leaf3->spine2"]
+        assert res.findings[0]["evidence"]["shards"] == ["shard-1"]
+
+
+def test_clean_windows_merge_to_nothing_and_a_missing_shard_is_said(four_shards):
+    topo, layout, shards = four_shards
+    for seed in range(20):
+        rng = np.random.default_rng(200 + seed)
+        docs = [s.window(rng, 40, _loss(topo, [], 0.0)) for s in shards]
+        res = _merge(topo, layout, docs)
+        assert res.findings == [] and res.shards_missing == []
+    res = _merge(topo, layout, docs[:3])
+    assert res.findings == [] and res.shards_missing == ["shard-3"]
+
+
+# ---------------------------------------------------------------------- documents are input
+def _good_doc(four_shards):
+    topo, layout, shards = four_shards
+    return shards[0].window(np.random.default_rng(5), 40, _loss(topo, ["leaf1->spine1"], 0.05))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(version=2), "version 1"),
+    (lambda d: d.update(shard="shard-99"), "not one of this site's shards"),
+    (lambda d: d.update(probes=float("nan")), "not a count"),
+    (lambda d: d.update(lost=-1), "not a count"),
+    (lambda d: d.update(lost=d["probes"] + 1), "lost more"),
+    (lambda d: d["switches"].update(leaf1=[1, 0]), "not a shared switch"),
+    (lambda d: d["switches"].update(spine1=[1, 2]), "lost more"),
+    (lambda d: d["switches"].update(spine1="x"), "not a shared switch"),
+    (lambda d: d["findings"][0]["element"].update(id="leaf9--spine1"), "not in the site"),
+    (lambda d: d["findings"][0]["element"].update(direction="spine7->leaf1"), "no direction"),
+    (lambda d: d["findings"][0].update(confidence=2), "confidence"),
+    (lambda d: d["findings"][0].update(metric="rm -rf"), "metric"),
+    (lambda d: d.update(findings=[{}] * 501), "at most 500"),
+    (lambda d: d.update(t_end="now"), "not a time"),
+])
+def test_hostile_documents_are_refused_by_name(four_shards, change, message):
+    topo, layout, _ = four_shards
+    doc = _good_doc(four_shards)
+    assert doc["findings"]
+    parse_document(doc, topo, layout, "shard-0's document")
+    change(doc)
+    with pytest.raises(DataError, match=message):
+        parse_document(doc, topo, layout, "shard-0's document")
+
+
+def test_the_merge_reads_directories_and_says_why_a_shard_is_left_out(four_shards, tmp_path):
+    topo, layout, shards = four_shards
+    dirs = []
+    for i, s in enumerate(shards):
+        d = tmp_path / s.shard.name
+        d.mkdir()
+        dirs.append(str(d))
+        if i == 0:
+            continue  # no document yet
+        doc = s.window(np.random.default_rng(i), 40, _loss(topo, [], 0.0), t_end=1000.0 if i != 1 else 990.0)
+        (d / SHARD_FILE).write_text("{not json" if i == 2 else json.dumps(doc))
+    merge = ShardMerge(topo, layout, dirs, stale_s=5.0)
+    result, why = merge.window(1001.0)
+    assert result.shards_used == ["shard-3"]
+    assert result.shards_missing == ["shard-0", "shard-1", "shard-2"]
+    assert why[str(tmp_path / "shard-0" / SHARD_FILE)] == "no document yet"
+    assert why[str(tmp_path / "shard-1" / SHARD_FILE)].startswith("stale")
+    assert "JSON" in why[str(tmp_path / "shard-2" / SHARD_FILE)] or \
+        "json" in why[str(tmp_path / "shard-2" / SHARD_FILE)].lower()
+    assert merge.unreadable == 1
