@@ -43,14 +43,18 @@ class PairPlan:
 
 def select_pairs(topo: Topology, k: int = 3, full_mesh_max: int = 64, seed: int = 0,
                  max_repair_rounds: int = 8,
-                 base: list[tuple[int, int]] | None = None) -> PairPlan:
+                 base: list[tuple[int, int]] | None = None,
+                 nics: set[int] | None = None) -> PairPlan:
     """Full mesh up to `full_mesh_max` attached NICs, else the covering design.
 
     With `base` (pairs of an earlier plan or chosen by an operator), the covering design keeps
-    them and only adds the pairs the coverage still needs, instead of starting with a circulant."""
+    them and only adds the pairs the coverage still needs, instead of starting with a circulant.
+    With `nics` (topology indexes), the design is over those NICs alone (lens over a subset of
+    the site's nodes, a shard): a design over every NIC filtered to the subset afterwards keeps
+    about 1/S of its pairs for a subset of 1/S of the fleet, and its coverage with them."""
     if k < 1:
         raise UsageError(f"coverage k must be >= 1, not {k}")
-    cov = _Coverage(topo)
+    cov = _Coverage(topo, nics)
     nics = cov.nics
     n = len(nics)
     per_host: dict[str, int] = {}
@@ -153,9 +157,10 @@ class _Coverage:
     (sources under different switches are distinct), over the union of that switch's groups'
     edges only: the cost is the pairs' crossings, never NICs x link directions."""
 
-    def __init__(self, topo: Topology):
+    def __init__(self, topo: Topology, only: set[int] | None = None):
         self.topo = topo
-        self.nics = [i for i, n in enumerate(topo.nics) if topo.attached(n)]
+        self.nics = [i for i, n in enumerate(topo.nics) if topo.attached(n)
+                     and (only is None or i in only)]
         self.host = {i: topo.nic_host[i] for i in range(len(topo.nics))}
         self.sw_of = {i: topo.switch_of(topo.nics[i]) for i in self.nics}
         dist = topo.switch_distances()

@@ -96,7 +96,10 @@ def plan_probes(topo: Topology, nics: set[int] | None = None, *, budget_pps: flo
         design, min_sources = "full-mesh", 0
         full = len(pairs)
     else:
-        pp = select_pairs(topo, k=k, full_mesh_max=0, seed=0)  # the same design every run
+        # the same design every run, over the NICs probed (a subset's own design, not the
+        # fleet's filtered: that kept ~1/S of a shard's pairs)
+        pp = select_pairs(topo, k=k, full_mesh_max=0, seed=0,
+                          nics=None if nics is None else set(use))
         keep = set(use)
         pairs = [(a, b) for a, b in pp.pairs if a in keep and b in keep]
         design, min_sources, full = pp.design, pp.min_sources, pp.full_mesh_pairs

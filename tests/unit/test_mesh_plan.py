@@ -79,6 +79,32 @@ def test_rail_plan_covers_every_link_and_keeps_each_host_in_budget(rail128):
     assert min(probes.values()) > 0  # every link direction gets probes
 
 
+def test_a_subset_gets_its_own_covering_design_not_the_fleets_filtered(rail128):
+    """lens over part of the site (a shard: one scalable unit of two): the design is made over
+    the subset's NICs; filtering the fleet's design kept about half its pairs, and its sources
+    per link direction fell below k."""
+    k = 3
+    unit = set(range(len(rail128.nics) // 2))  # the first unit's hosts' NICs
+    assert {rail128.nic_host[i] for i in unit}.isdisjoint(
+        {rail128.nic_host[i] for i in range(len(rail128.nics)) if i not in unit})
+    plan = plan_probes(rail128, unit, budget_pps=2000, k=k, duration=10)
+    assert plan.design == "covering"
+    assert all(a in unit and b in unit for a, b in plan.pairs)
+    cov = _Coverage(rail128, unit)
+    counts, need = cov.sources(plan.pairs, k)
+    assert np.all(counts >= need) and need.max() >= k
+    def fewest_sources(pairs):  # of any NIC of the unit: its cable's coverage
+        srcs: dict[int, set[int]] = {}
+        for a, b in pairs:
+            srcs.setdefault(b, set()).add(a)
+        return min(len(srcs.get(n, ())) for n in unit)
+
+    assert fewest_sources(plan.pairs) >= k
+    whole = plan_probes(rail128, budget_pps=2000, k=k, duration=10)
+    filtered = [(a, b) for a, b in whole.pairs if a in unit and b in unit]
+    assert fewest_sources(filtered) < k  # what the fleet's design, filtered, left a unit
+
+
 def test_loss_floor_is_the_rule_of_three():
     assert loss_floor(3000)[()] == pytest.approx(-np.log(0.05) / 3000)
     assert abs(loss_floor(1000)[()] - 0.003) < 1e-4 and np.isinf(loss_floor(0)[()])
