@@ -113,9 +113,12 @@ def pooled_loss_blame(step: WindowStep, sig: PathSignals) -> dict[int, float]:
         with np.errstate(divide="ignore", invalid="ignore"):
             llr = k[ok] * np.log(r / q) + (n[ok] - k[ok]) * np.log((1 - r) / (1 - q))
         best = int(ok[np.nanargmax(llr)])
-        blamed[int(step.link_cols[best])] = float(-np.log(1 - min(rate[best], 1 - 1e-12)))
-        col = a.getcol(best)
-        rows[col.indices[col.data > 0]] = False
+        c = int(step.link_cols[best])
+        blamed[c] = float(-np.log(1 - min(rate[best], 1 - 1e-12)))
+        # its paths, from the incidence's columns (CSC: a CSR column's indices are all 0, which
+        # set aside nothing, so the same element won again and a window named one fault only)
+        lo, hi = step.inc.indptr[c], step.inc.indptr[c + 1]
+        rows[step.inc.indices[lo:hi][step.inc.data[lo:hi] > 0]] = False
     return blamed
 
 

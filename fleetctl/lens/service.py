@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from fleetctl.errors import EXIT_OK, UsageError
 from fleetctl.lens.daemon import PidLock, daemonize, running_pid
@@ -28,10 +29,13 @@ class RunRequest:
     listen: str | None = None
     key_file: str | None = None
     trace_via: str | None = None
+    shard: str | None = None  # one shard of the site's layout (lens.shard_max_hosts)
 
 
 def options(cluster, req: RunRequest) -> LensOptions:
     opts = LensOptions.from_site(cluster)
+    if req.shard and not req.state_dir:  # each shard its own state: <lens.state_dir>/<shard>
+        opts.state_dir = str(Path(opts.state_dir) / req.shard)
     if req.state_dir:
         opts.state_dir = req.state_dir
     if req.rate is not None:
@@ -62,7 +66,7 @@ def start(cluster, req: RunRequest, stop) -> dict | None:
     `stop` (a threading.Event) is set and returns None."""
 
     opts = options(cluster, req)
-    nodes = cluster.select(req.nodeset)
+    nodes = shard_nodes(cluster, req) if req.shard else cluster.select(req.nodeset)
     if len(nodes) < 2:
         raise UsageError("lens probes between nodes: give at least two")
     pid_file = opts.path("lens.pid")
@@ -79,6 +83,16 @@ def start(cluster, req: RunRequest, stop) -> dict | None:
     finally:
         lock.release()
     return None
+
+
+def shard_nodes(cluster, req: RunRequest) -> list[str]:
+    """The nodes of `--shard NAME` in the site's layout (`lens shards`)."""
+    from fleetctl.lens.shard import site_layout
+
+    if req.nodeset:
+        raise UsageError("give a NODESET or --shard, not both")
+    _, layout = site_layout(cluster, None)
+    return list(layout.shard_of(req.shard).hosts)
 
 
 def _started(opts: LensOptions, wait_s: float = 10.0) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,7 +51,7 @@ class Shards:
         return r.returncode, json.loads(r.stdout)
 
     def merge_once(self) -> tuple[int, dict]:
-        return self.json("lens", "merge", "--once", *[a for d in self.dirs for a in ("--from", str(d))])
+        return self.json("lens", "merge", "--once", "--root", str(self.root))
 
     def logs(self) -> str:
         return "\n".join(f"--- {d} ---\n" + (d / "lens.log").read_text()[-2000:]
@@ -63,11 +64,15 @@ def shards(lab, tmp_path_factory):
     S = Shards(lab, tmp_path_factory.mktemp("shards"))
     _, layout = S.json("lens", "shards")
     S.layout = layout
+    S.root = Path(lab.cluster.data["lens"]["state_dir"])  # `lens run --shard` states go below
     try:
-        for shard in layout["shards"]:
-            d = S.tmp / shard["name"]
+        for i, shard in enumerate(layout["shards"]):
+            d = S.root / shard["name"]
+            shutil.rmtree(d, ignore_errors=True)  # an earlier run's document is stale
             S.dirs.append(d)
-            r = S.run("lens", "run", shard["nodes"], "--state-dir", str(d), "--rate", "50")
+            # one by its name in the layout (as the shard unit runs it), one by its nodes
+            args = ("--shard", shard["name"]) if i == 0 else (shard["nodes"], "--state-dir", str(d))
+            r = S.run("lens", "run", *args, "--rate", "50")
             assert r.returncode == 0, r.stderr
         wait_for(lambda: all((d / "shard-window.json").exists() for d in S.dirs), 90, 0.5)
         yield S

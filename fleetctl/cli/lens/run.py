@@ -32,6 +32,9 @@ from fleetctl.errors import EXIT_OK
               help="With registered agents, who traces the flows' paths when lens plans: the "
                    "agents themselves (no ssh to the nodes) or the transport (default: "
                    "lens.trace_via, agents).")
+@click.option("--shard", metavar="NAME", default=None,
+              help="Run as that shard of the site (`fleetctl lens shards`): its nodes, state in "
+                   "<lens.state_dir>/NAME, a document per window for `lens merge`.")
 @state_dir_option
 @pass_app
 def run_cmd(app: Application, **options) -> int:
@@ -42,6 +45,7 @@ def run_cmd(app: Application, **options) -> int:
       fleetctl lens run                      # daemonised, every node, the site's settings
       fleetctl lens run 'node[1-64]' --foreground --window 2
       fleetctl lens run --agents registered --listen 10.0.0.5:61250
+      fleetctl lens run --foreground --shard shard-3   # one shard (lens.shard_max_hosts)
     """
     from fleetctl.extras import require
     from fleetctl.lens.service import RunRequest, start

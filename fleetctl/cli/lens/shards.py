@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
@@ -52,8 +54,11 @@ def _render_layout(console, doc: dict) -> None:
 
 @click.command("merge")
 @common_options
-@click.option("--from", "directories", metavar="DIR", multiple=True, required=True,
+@click.option("--from", "directories", metavar="DIR", multiple=True,
               help="A shard coordinator's state directory (repeat; local, shared or synced).")
+@click.option("--root", metavar="DIR", default=None,
+              help="Every shard's state directory is DIR/<shard> (as `lens run --shard` makes "
+                   "them under lens.state_dir).")
 @max_hosts_option
 @click.option("--once", is_flag=True, help="Merge the newest windows once, print, exit.")
 @click.option("--window", "window_s", type=FiniteFloatRange(0.2, 60), default=1.0, show_default=True,
@@ -63,7 +68,8 @@ def _render_layout(console, doc: dict) -> None:
 @click.option("--state-dir", metavar="DIR", default="/var/lib/fleetctl/lens-merge", show_default=True,
               help="Where the merged event log and status go.")
 @pass_app
-def merge_cmd(app: Application, directories, max_hosts, once, window_s, stale_s, state_dir) -> int:
+def merge_cmd(app: Application, directories, root, max_hosts, once, window_s, stale_s,
+              state_dir) -> int:
     """Join the shards' windows: one finding per element however many shards name it, and the
     switches the shards share named from their pooled loss (docs/lens.md, "Shards").
 
@@ -75,10 +81,16 @@ def merge_cmd(app: Application, directories, max_hosts, once, window_s, stale_s,
     \b
     Examples:
       fleetctl lens merge --once --from /srv/lens/shard-0 --from /srv/lens/shard-1
-      fleetctl lens merge --from /srv/lens/shard-0 --from /srv/lens/shard-1 --state-dir /var/lib/fleetctl/lens-merge
+      fleetctl lens merge --root /var/lib/fleetctl/lens   # shards run with `lens run --shard`
     """
+    from fleetctl.errors import UsageError
     from fleetctl.lens import shard
 
+    if bool(directories) == bool(root):
+        raise UsageError("give the shards' directories with --from, or --root, one of them")
+    if root:
+        _, layout = shard.site_layout(app.cluster, max_hosts)
+        directories = [str(Path(root) / s.name) for s in layout.shards]
     if once:
         doc = shard.merge_once(app.cluster, list(directories), max_hosts, stale_s)
         app.emit(doc, lambda c: _render_merge(c, doc))
