@@ -40,6 +40,7 @@ from fleetctl.analysis.signals import PathSignals, Thresholds
 from fleetctl.model.fabric import Element, Topology
 from fleetctl.model.findings import Finding
 
+
 def _rate(figures, mask: np.ndarray) -> float:
     n, k = figures(mask)
     return k / max(1, n)
@@ -62,6 +63,15 @@ class _Call:
         self.pooled = pooled  # blamed by pooled loss (step.pooled_loss_blame): judged so too
         self.bad = (sig.lossy if metric == "loss" else sig.delayed) & sig.valid
         self.total_bad = max(1, int(self.bad.sum()))
+
+
+def _figures(call: _Call):
+    """What a set of paths (a mask) shows for the call's metric, as (trials, failures): loss,
+    its probes and lost; delay, its paths and the bad among them."""
+    sig = call.sig
+    if call.metric == "loss":
+        return lambda mask: (int(sig.sent[mask].sum()), int(sig.lost[mask].sum()))
+    return lambda mask: (int(mask.sum()), int(call.bad[mask].sum()))
 
 
 class Rollup:
@@ -111,11 +121,12 @@ class Rollup:
         groups += self._link_groups(left)
         found = []
         for el, path_elems, links in groups:
-            f = self._finding(el, path_elems, links, call)
+            through = self.paths_through(path_elems) & sig.valid
+            f = self._finding(el, through, links, call)
             if f is not None:
                 if el.type == "host" and metric == "delay":
                     f.evidence["side"] = host_side.get(el.id, "both")
-                found.append((f, self.paths_through(path_elems) & sig.valid))
+                found.append((f, through))
         return self._explain_away(found, call)
 
     def _explain_away(self, found: list[tuple[Finding, np.ndarray]], call: _Call) -> list[Finding]:
@@ -147,15 +158,9 @@ class Rollup:
         own_a, own_b = ta & ~tb & sig.valid, tb & ~ta & sig.valid
         if not own_a.any():
             return False
-        outside = sig.valid & ~(ta | tb)
-        if call.metric == "loss":
-            def figures(mask):  # probes, lost
-                return int(sig.sent[mask].sum()), int(sig.lost[mask].sum())
-            base = max(th.background_loss, figures(outside)[1] / max(1, figures(outside)[0]))
-        else:
-            def figures(mask):  # paths, bad paths
-                return int(mask.sum()), int(call.bad[mask].sum())
-            base = max(1e-6, float(call.bad[outside].mean()) if outside.any() else 0.0)
+        figures = _figures(call)
+        base = _rate(figures, sig.valid & ~(ta | tb))
+        base = max(th.background_loss if call.metric == "loss" else 1e-6, base)
         (na, ka), (nb, kb) = figures(own_a), figures(own_b)
         if binom.sf(ka - 1, na, base) < th.path_alpha:
             return False  # A's own paths show a hint of a fault of their own: a second fault
@@ -227,11 +232,11 @@ class Rollup:
                 reported.update(self.twins(dirs[0]))
         return groups
 
-    def _finding(self, el: Element, path_elems: list[int], links: list[int], call: _Call) -> Finding | None:
+    def _finding(self, el: Element, through: np.ndarray, links: list[int], call: _Call) -> Finding | None:
+        """`through`: the valid paths crossing the group's elements."""
         if call.pooled:
-            return self._pooled_finding(el, path_elems, links, call)
+            return self._pooled_finding(el, through, links, call)
         sig, bad, metric = call.sig, call.bad, call.metric
-        through = self.paths_through(path_elems) & sig.valid
         hit = through & bad
         n_bad, n_through = int(hit.sum()), int(through.sum())
         if n_bad < self.th.min_bad_paths:
@@ -274,14 +279,13 @@ class Rollup:
         return Finding(el, kind, severity(kind, loss_bad, 0.0 if metric == "loss" else excess_bad),
                        confidence, evidence)
 
-    def _pooled_finding(self, el: Element, path_elems: list[int], links: list[int],
+    def _pooled_finding(self, el: Element, through: np.ndarray, links: list[int],
                         call: _Call) -> Finding | None:
         """A loss finding judged on the probes pooled over its paths: its loss against the loss
         of every path not through it. Confidence = (1 - background / loss) * (1 - 0.5^(lost / 4)):
         how far above the rest, and on how many lost probes."""
         sig, th = call.sig, self.th
         probed = np.asarray(sig.valid, dtype=bool)
-        through = self.paths_through(path_elems) & probed
         outside = probed & ~through
         n_t, k_t = int(sig.sent[through].sum()), int(sig.lost[through].sum())
         n_o, k_o = int(sig.sent[outside].sum()), int(sig.lost[outside].sum())
