@@ -217,3 +217,29 @@ def test_the_merge_reads_directories_and_says_why_a_shard_is_left_out(four_shard
     assert "JSON" in why[str(tmp_path / "shard-2" / SHARD_FILE)] or \
         "json" in why[str(tmp_path / "shard-2" / SHARD_FILE)].lower()
     assert merge.unreadable == 1
+
+
+def test_element_columns_from_the_index_are_what_a_scan_of_the_elements_gives():
+    """element_columns (a finding's incidence columns: shard documents, explained findings,
+    jobs) answers from an index built once per topology; the scan it replaced is the reference."""
+    from fleetctl.lens.jobs import element_columns
+
+    def scan(topo, el):
+        t, i, d = el.get("type"), el.get("id"), el.get("direction", "both")
+        out = []
+        for e, x in enumerate(topo.elements):
+            ends = topo.links.get(x.id, ()) if x.type == "link" else ()
+            if (t == "link" and x.type == "link" and x.id == i and
+                    (d in ("", "both", None) or x.direction == d)) or \
+                    (t in ("nic", "switch") and (x.type == t and x.id == i or i in ends)) or \
+                    (t == "host" and x.type in ("nic", "host") and x.id.split(":")[0] == i):
+                out.append(e)
+        return out
+
+    for topo in (fat_tree(4, 2), leaf_spine(3, 2, 3, 2)):
+        asked = [{"type": "clock", "id": "n00001"}, {"type": "nic", "id": "nope"}]
+        for x in topo.elements:
+            asked += [{"type": "link", "id": x.id, "direction": d} for d in (x.direction, "both")] \
+                if x.type == "link" else [{"type": x.type, "id": x.id}]
+        for el in asked:
+            assert element_columns(topo, el) == scan(topo, el), el
