@@ -26,6 +26,7 @@ synthetic agents in one process that speak the real agent protocol; prints JSON.
 
     python benchmarks/lens_harness.py --hosts 128,512,1280 [--duration 90] [--fault-at 40]
     python benchmarks/lens_harness.py --hosts 1280 --duration 3600 --fault-at 0   # a clean soak
+    python benchmarks/lens_harness.py --hosts 512 --shards 2    # two shard coordinators + lens merge
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ TEMPLATES = 8  # fault-free windows drawn, then reused with each window's times 
 
 
 # ---------------------------------------------------------------- the fabric
-def site_text(hosts: int, state_dir: str) -> str:
-    """gen_rail's site file for `hosts` hosts, every cable given a /30 (NIC or lower end .1)."""
-    sus = max(1, math.ceil(hosts / 256))
+def site_text(hosts: int, state_dir: str, shard_max_hosts: int = 0, sus: int = 0) -> str:
+    """gen_rail's site file for `hosts` hosts in `sus` scalable units (default: of up to 256
+    hosts), every cable given a /30 (NIC or lower end .1)."""
+    sus = sus or max(1, math.ceil(hosts / 256))
     text = subprocess.run([sys.executable, str(ROOT / "site_configs" / "gen_rail.py"), "--sus",
                            str(sus), "--nodes-per-su", str(hosts // sus), "--rails", "8",
                            "--spines", "16"], capture_output=True, text=True, check=True).stdout
@@ -82,6 +84,8 @@ def site_text(hosts: int, state_dir: str) -> str:
                     f'b_address = "{ipaddress.ip_address(a + 2)}"']
             link += 1
     out += ["", "[lens]", f'state_dir = "{state_dir}"']
+    if shard_max_hosts:
+        out.append(f"shard_max_hosts = {shard_max_hosts}")
     return "\n".join(out) + "\n"
 
 
@@ -157,7 +161,8 @@ class TraceTransport:
 
 
 # ---------------------------------------------------------------- the coordinator's process
-def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_path: str):
+def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_path: str,
+                     nodes: list[str] | None = None, state_dir: str | None = None):
     from fleetctl.config import load_site
     from fleetctl.lens.coordinator import Coordinator
     from fleetctl.lens.options import LensOptions
@@ -167,6 +172,9 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
     opts = LensOptions.from_site(cluster)
     opts.agents, opts.listen, opts.key_file = "registered", f"127.0.0.1:{port}", key_path
     opts.trace_via = "transport"  # the fabric is synthetic: TraceTransport answers the traces
+    if state_dir:  # one shard of several (its nodes, its own state)
+        opts.state_dir = state_dir
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
     log_file = open(Path(opts.state_dir) / "lens.log", "a")
 
     def log(m):
@@ -220,7 +228,7 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
             rss.append((time.time() - t_start, _rss_mb()))
     threading.Thread(target=sample, daemon=True).start()
     threading.Thread(target=lambda: (stop_evt.wait(), stop.set()), daemon=True).start()
-    c = Timed(cluster, cluster.select(None), TraceTransport(Fabric(cluster)), opts,
+    c = Timed(cluster, nodes or cluster.select(None), TraceTransport(Fabric(cluster)), opts,
               Outputs(opts, log, cluster=cluster), log, None)
     c.run(stop)
     if os.environ.get("HARNESS_TRACEMALLOC"):
@@ -246,8 +254,10 @@ def _rss_mb() -> float:
 class Agents:
     """Every host's agent: registered over TCP, batches synthesized per health window."""
 
-    def __init__(self, fabric: Fabric, key: bytes, port: int, seed: int = 11):
-        self.fabric, self.key, self.port = fabric, key, port
+    def __init__(self, fabric: Fabric, key: bytes, port: int | dict[str, int], seed: int = 11):
+        # the coordinator's port, or each host's (its shard's coordinator)
+        self.fabric, self.key = fabric, key
+        self.port_of = port if isinstance(port, dict) else {h: port for h in fabric.topo.hosts}
         self.topo = fabric.topo
         self.rng = np.random.default_rng(seed)
         self.hosts = self.topo.hosts
@@ -266,7 +276,7 @@ class Agents:
     def register(self, host: str) -> dict:
         from fleetctl.lens.nodeagent import register
 
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s = socket.create_connection(("127.0.0.1", self.port_of[host]), timeout=10)
         cfg = register(s, self.key, host)
         s.settimeout(10)
         self.socks[host] = s
@@ -635,6 +645,115 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
         "harness": harness, "state_dir": str(state)}
 
 
+# ---------------------------------------------------------------- shards
+def merge_main(site_path: str, dirs: list[str], merge_dir: str, stop_evt) -> None:
+    """`lens merge` (the service) in its own process, over the shards' state directories."""
+    from fleetctl.config import load_site
+    from fleetctl.lens.shard import merge_forever
+
+    Path(merge_dir).mkdir(parents=True, exist_ok=True)
+    log_file = open(Path(merge_dir) / "merge.log", "a")
+    stop = threading.Event()
+    threading.Thread(target=lambda: (stop_evt.wait(), stop.set()), daemon=True).start()
+    merge_forever(load_site(site_path), dirs, None, 5.0, merge_dir, 1.0, stop,
+                  lambda m: (log_file.write(f"{time.strftime('%H:%M:%S')} {m}\n"), log_file.flush()))
+    os._exit(0)
+
+
+def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_for: float,
+            restarts: int) -> dict:
+    """The site in `n_shards` shards: a real coordinator per shard (its own process, port and
+    state), `lens merge` in another, every host's agent registered with its shard's coordinator;
+    the fault: a 2 % loss on every link of one spine (shared by every shard)."""
+    from fleetctl.analysis.shards import partition
+    from fleetctl.config.site import parse_site
+    from fleetctl.lens.register import read_key, write_key
+
+    tmp = Path(tempfile.mkdtemp(prefix="fleetctl-harness-shards-"))
+    state = tmp / "state"
+    state.mkdir()
+    max_hosts = math.ceil(hosts / n_shards)
+    site = tmp / "site.toml"
+    site.write_text(site_text(hosts, str(state), max_hosts, sus=n_shards))  # a unit a shard
+    key_path = tmp / "lens.key"
+    write_key(str(key_path))
+    cluster = parse_site(site.read_text())
+    fabric = Fabric(cluster)
+    topo = fabric.topo
+    layout = partition(topo, max_hosts)
+    spine = layout.shared[0]
+    fault_cols = [c for lid, (a, b) in topo.links.items() if spine in (a, b)
+                  for c in (topo.link_dir(lid, a, b), topo.link_dir(lid, b, a))]
+    ctx = multiprocessing.get_context("fork")
+    stop_evt = ctx.Event()
+    base = 20000 + os.getpid() % 15000
+    procs, port_of, dirs, outs = [], {}, [], []
+    for i, shard in enumerate(layout.shards):
+        d, out = state / shard.name, tmp / f"{shard.name}.json"
+        dirs.append(str(d))
+        outs.append(out)
+        procs.append(ctx.Process(target=coordinator_main, args=(
+            str(site), str(key_path), base + i, stop_evt, str(out), list(shard.hosts), str(d))))
+        port_of.update({h: base + i for h in shard.hosts})
+    merge_dir = tmp / "merge"
+    procs.append(ctx.Process(target=merge_main, args=(str(site), dirs, str(merge_dir), stop_evt)))
+    t_begin = time.time()
+    for p in procs:
+        p.start()
+    agents = Agents(fabric, read_key(str(key_path)), port_of)
+    t_reg = time.time()
+    agents.register_all()
+    registered_s = time.time() - t_reg
+    fault = (fault_cols, fault_at, fault_at + fault_for) if fault_at > 0 else None
+    if fault:
+        agents.draw_ahead(fault_cols)
+    harness = drive(agents, duration, fault, restarts)
+    stop_evt.set()
+    for p in procs:
+        p.join(120)
+        if p.is_alive():
+            p.kill()
+            p.join(10)
+    for s in agents.socks.values():
+        s.close()
+
+    def opened(path: Path) -> list[dict]:
+        if not path.exists():
+            return []
+        return [e for e in (json.loads(x) for x in path.read_text().splitlines())
+                if e.get("kind") == "open"]
+
+    def label(e: dict) -> str:
+        return f"{e['element']['type']} {e['element'].get('direction') or e['element']['id']} {e['metric']}"
+    shards = []
+    for shard, d, out in zip(layout.shards, dirs, outs):
+        coord = json.loads(out.read_text())
+        closes = [x for _b, x, _c in coord["closes"]]
+        cpu = [c for _b, _x, c in coord["closes"]]
+        shards.append({"shard": shard.name, "hosts": len(shard.hosts),
+                       "paths": coord["plan"].get("paths"), "windows": len(closes),
+                       "window_s": {"p50": _q(closes, 50), "p99": _q(closes, 99)},
+                       "window_cpu_s": {"p50": _q(cpu, 50), "p99": _q(cpu, 99)},
+                       "windows_skipped": coord["counters"].get("windows_skipped", 0),
+                       "rss_mb_last": coord["rss"][-1][1] if coord["rss"] else None,
+                       "own_events": sorted({label(e) for e in opened(Path(d) / "events.jsonl")})})
+    merged = opened(merge_dir / "events.jsonl")
+    culprit = [e for e in merged if e["element"]["id"] == spine]
+    status = json.loads((merge_dir / "merge-status.json").read_text()) \
+        if (merge_dir / "merge-status.json").exists() else {}
+    return {"hosts": hosts, "shards": len(layout.shards), "shard_hosts": max_hosts,
+            "shared_switches": len(layout.shared), "duration_s": duration,
+            "registration_s": round(registered_s, 2), "per_shard": shards,
+            "fault": {"spine": spine, "link_directions": len(fault_cols), "at_s": fault_at,
+                      "for_s": fault_for, "loss": FAULT_LOSS} if fault else None,
+            "merge_time_to_culprit_s": round(min(_epoch(e) for e in culprit) - harness["fault_started"], 2)
+            if culprit and harness["fault_started"] else None,
+            "merge_culprit_events": len(culprit),
+            "merge_other_events": [label(e) for e in merged if e["element"]["id"] != spine],
+            "merge_last": {k: status.get(k) for k in ("shards_used", "shards_missing", "unreadable")},
+            "harness": harness, "state_dir": str(state), "began": t_begin}
+
+
 def _slope(samples: list) -> float | None:
     """RSS slope (MB a minute) of (seconds, MB) samples; None under 3 samples."""
     if len(samples) < 3:
@@ -657,7 +776,15 @@ def main() -> None:
     ap.add_argument("--fault-at", type=float, default=45.0, help="0: no fault (a clean soak)")
     ap.add_argument("--fault-for", type=float, default=20.0)
     ap.add_argument("--restarts", type=int, default=3)
+    ap.add_argument("--shards", type=int, default=1,
+                    help="run the site as this many lens shards and `lens merge` (the fault: "
+                         "every link of one spine)")
     args = ap.parse_args()
+    if args.shards > 1:
+        for n in (int(x) for x in args.hosts.split(",")):
+            print(json.dumps(sharded(n, args.shards, args.duration, args.fault_at, args.fault_for,
+                                     args.restarts)), flush=True)
+        return
     for n in (int(x) for x in args.hosts.split(",")):
         print(json.dumps(one(n, args.duration, args.fault_at, args.fault_for, args.restarts)),
               flush=True)
