@@ -216,8 +216,25 @@ class ShardMerge:
     def window(self, now: float) -> tuple[MergeResult, dict[str, str]]:
         windows, why = self.read(now)
         result = merge_windows(windows, [s.name for s in self.layout.shards], self.layout.shared,
-                               self.th, links_of=lambda sw: self._links.get(sw, []))
+                               self.th, links_of=self.links_of)
         return result, why
+
+    def links_of(self, switch: str) -> list[str]:
+        return self._links.get(switch, [])
+
+
+def mark_explained(findings: list[dict], open_events: list[dict], links_of) -> None:
+    """A link finding on a switch with an open merged event is that event's fault seen partly
+    (a window where a shard was missing or saw too little to name the switch): marked
+    `explained_by_open_event`, so it opens an event of its own only if it persists
+    (`lens.k_open_gray` windows, events.py), as lens does for a coordinator's findings."""
+    switches = {ev["element"]["id"] for ev in open_events if ev["element"].get("type") == "switch"}
+    if not switches:
+        return
+    links = {lid for sw in switches for lid in links_of(sw)}
+    for f in findings:
+        if f["element"]["type"] == "link" and f["element"]["id"] in links:
+            f["evidence"]["explained_by_open_event"] = True
 
 
 def run_merge(merge: ShardMerge, tracker, outputs, window_s: float, stop, log=print,
@@ -229,6 +246,7 @@ def run_merge(merge: ShardMerge, tracker, outputs, window_s: float, stop, log=pr
     while not stop.wait(max(0.0, next_t - time.time())):
         now = time.time()
         result, why = merge.window(now)
+        mark_explained(result.findings, tracker.open_events(), merge.links_of)
         silent = set(tracker.loc) if result.shards_missing else set()
         for rec in tracker.window(now - window_s, now, result.findings, silent):
             outputs.event(rec)

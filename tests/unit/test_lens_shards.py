@@ -243,3 +243,28 @@ def test_element_columns_from_the_index_are_what_a_scan_of_the_elements_gives():
                 if x.type == "link" else [{"type": x.type, "id": x.id}]
         for el in asked:
             assert element_columns(topo, el) == scan(topo, el), el
+
+
+def test_a_link_of_a_switch_with_an_open_merged_event_waits_before_its_own_event(four_shards):
+    """A window that names only some of a spine's links (a shard missing, or too thin) while
+    the spine's merged event is open: the links are that fault seen partly, and open nothing
+    unless they persist (the event machine's k_open_gray)."""
+    from fleetctl.lens.events import EventRules, EventTracker
+    from fleetctl.lens.shard import mark_explained
+
+    topo, layout, shards = four_shards
+    links = {sw: [lid for lid, ends in topo.links.items() if sw in ends] for sw in layout.shared}
+    tracker = EventTracker(EventRules(), topo.location)
+    rng = np.random.default_rng(1)
+    spine = _loss(topo, _spine_links(topo, "spine3"), 0.02)
+    records = []
+    for w in range(3):  # the spine named: one event
+        res = _merge(topo, layout, [s.window(rng, 40, spine) for s in shards])
+        mark_explained(res.findings, tracker.open_events(), links.get)
+        records += tracker.window(w, w + 1.0, res.findings, now=w + 1.0)
+    assert [(r["kind"], r["element"]["id"]) for r in records] == [("open", "spine3")]
+    res = _merge(topo, layout, [shards[0].window(rng, 40, spine)])  # one shard in: links only
+    assert res.findings and all(f["element"]["type"] == "link" for f in res.findings)
+    mark_explained(res.findings, tracker.open_events(), links.get)
+    assert all(f["evidence"]["explained_by_open_event"] for f in res.findings)
+    assert tracker.window(3, 4.0, res.findings, silent=set(tracker.loc), now=4.0) == []
