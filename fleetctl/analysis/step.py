@@ -27,7 +27,7 @@ from fleetctl.analysis.merge import merge_stats, path_groups
 from fleetctl.analysis.rollup import Rollup
 from fleetctl.analysis.signals import PathSignals, Thresholds, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
-from fleetctl.model.fabric import PathTable, Topology, WindowStats
+from fleetctl.model.fabric import ELEMENT_TYPES, PathTable, Topology, WindowStats
 from fleetctl.model.findings import Finding
 
 Rule = Callable[["WindowStep", PathSignals, int], list[Finding]]
@@ -54,6 +54,20 @@ class WindowStep:
         self.links_only = self.inc[:, self.link_cols].tocsr()
         self.hop_class = np.rint(np.asarray(self.links_only.sum(axis=1)).ravel()).astype(np.int64)
         self.rollup = Rollup(topo, self.inc, self.th)
+        # switches some path crosses, with the positions (in link_cols) of their crossed link
+        # directions: the pooled test weighs a whole switch against its links
+        crossed = np.diff(self.inc.indptr) > 0
+        self.switch_cols = np.flatnonzero((topo.element_types() == ELEMENT_TYPES.index("switch"))
+                                          & crossed)
+        pos = {int(c): i for i, c in enumerate(self.link_cols)}
+        self.switch_links, self.switch_in = [], []  # per crossed switch: its link directions, into it
+        for c in self.switch_cols:
+            sw = topo.elements[c].id
+            mine = sorted(e for e in self.rollup.switch_links[sw] if e in pos)
+            self.switch_links.append(np.array([pos[e] for e in mine], dtype=np.int64))
+            self.switch_in.append(np.array([topo.elements[e].direction.endswith("->" + sw)
+                                            for e in mine], dtype=bool))
+        self.switches_only = self.inc[:, self.switch_cols].tocsr()
 
     # ------------------------------------------------------------------ per window
     def merge(self, stats: WindowStats) -> WindowStats:
@@ -91,9 +105,17 @@ def pooled_loss_blame(step: WindowStep, sig: PathSignals) -> dict[int, float]:
     path through an element, the same probes are thousands: the element's loss is tested against
     the loss of all paths not through it (binomial, `loss_alpha` over the candidates), the most
     concentrated excess (log-likelihood ratio) is blamed, its paths are set aside (they explain
-    the excess of every element they cross: its switch, its twin), and the search repeats."""
+    the excess of every element they cross: its switch, its twin), and the search repeats.
+
+    Switches are candidates beside link directions: a switch losing on every link (a gray spine)
+    shows on each of its links at the same rate, and pooled over all of them it is the most
+    concentrated excess; it is blamed as all its crossed link directions (the roll-up then names
+    the switch) only where `switch_min_links` of them stand out on their own, and half or more
+    of those into it and of those out of it: three lossy cables into a spine raise the loss of
+    every link out of it too (their paths leave through them), but not of its other links in."""
     th = step.th
     a = step.links_only  # merged rows x link directions
+    n_links = a.shape[1]
     rows = np.array(sig.valid, dtype=bool)  # as path by path: a window's thin tail says nothing
     sent, lost = np.asarray(sig.sent, float), np.asarray(sig.lost, float)
     blamed: dict[int, float] = {}
@@ -102,22 +124,35 @@ def pooled_loss_blame(step: WindowStep, sig: PathSignals) -> dict[int, float]:
         total_n, total_k = s.sum(), l.sum()
         if total_k < th.pooled_min_lost:
             break
-        n, k = a.T @ s, a.T @ l
+        n = np.concatenate([a.T @ s, step.switches_only.T @ s])  # links, then switches
+        k = np.concatenate([a.T @ l, step.switches_only.T @ l])
         p0 = np.maximum(th.background_loss, (total_k - k) / np.maximum(total_n - n, 1.0))
         rate = k / np.maximum(n, 1.0)
-        cand = np.flatnonzero((k >= th.pooled_min_lost) & (rate >= np.maximum(2 * p0, th.pooled_min_loss)))
+        stands = (k >= th.pooled_min_lost) & (rate >= np.maximum(2 * p0, th.pooled_min_loss))
+        for j, (links, into) in enumerate(zip(step.switch_links, step.switch_in)):
+            if stands[n_links + j]:
+                own = stands[links]
+                stands[n_links + j] = own.sum() >= th.switch_min_links and \
+                    2 * own[into].sum() >= into.sum() and 2 * own[~into].sum() >= (~into).sum()
+        cand = np.flatnonzero(stands)
         if cand.size == 0:
             break
         p = binom.sf(np.rint(k[cand]) - 1, np.rint(n[cand]), p0[cand])
-        ok = cand[p < th.loss_alpha / max(1, a.shape[1])]
+        ok = cand[p < th.loss_alpha / max(1, n.size)]
         if ok.size == 0:
             break
         r, q = np.minimum(rate[ok], 1 - 1e-12), p0[ok]
         with np.errstate(divide="ignore", invalid="ignore"):
             llr = k[ok] * np.log(r / q) + (n[ok] - k[ok]) * np.log((1 - r) / (1 - q))
         best = int(ok[np.nanargmax(llr)])
-        c = int(step.link_cols[best])
-        blamed[c] = float(-np.log(1 - min(rate[best], 1 - 1e-12)))
+        magnitude = float(-np.log(1 - min(rate[best], 1 - 1e-12)))
+        if best < n_links:
+            c = int(step.link_cols[best])
+            blamed[c] = magnitude
+        else:  # a switch: every link direction of it that paths cross
+            c = int(step.switch_cols[best - n_links])
+            for pos in step.switch_links[best - n_links]:
+                blamed.setdefault(int(step.link_cols[pos]), magnitude)
         # its paths, from the incidence's columns (CSC: a CSR column's indices are all 0, which
         # set aside nothing, so the same element won again and a window named one fault only)
         lo, hi = step.inc.indptr[c], step.inc.indptr[c + 1]

@@ -90,3 +90,26 @@ def test_two_faults_in_one_thin_window_are_both_blamed():
         assert blamed <= {"leaf1->spine2", "leaf3->spine4"}, blamed
         both += blamed == {"leaf1->spine2", "leaf3->spine4"}
     assert both >= 8, both
+
+
+def test_a_spine_losing_on_every_link_is_the_spine_and_three_lossy_cables_are_not():
+    """Pooled, a switch is weighed against its links: a gray spine is the switch in one finding
+    (not four of its links a window, rotating); three lossy cables of one spine stay cables."""
+    topo8 = leaf_spine(8, 2, 2, 2)  # a spine of 16 link directions: 4 a window never named it
+    every = [f"leaf{i}->spine1" for i in range(1, 9)] + [f"spine1->leaf{i}" for i in range(1, 9)]
+    spine = 0
+    for seed in range(10):
+        run, stats = thin_window(topo8, [Fault(x, "loss", 0.01) for x in every], 300 + seed)
+        got = [(f["element"]["type"], f["element"]["id"]) for f in triangulate(topo8, run.paths, stats)]
+        spine += got == [("switch", "spine1")]
+    assert spine >= 7, spine  # before switches were candidates: 0 of 10
+    # 3 of a spine's 8 links in lossy: every link out of it is too (their paths leave by them)
+    cables = [f"leaf{i}->spine1" for i in range(1, 4)]
+    named = 0
+    for seed in range(10):
+        run, stats = thin_window(topo8, [Fault(x, "loss", 0.03) for x in cables], 400 + seed)
+        got = {(f["element"]["type"], f["element"].get("direction") or f["element"]["id"])
+               for f in triangulate(topo8, run.paths, stats)}
+        assert ("switch", "spine1") not in got, got
+        named += bool(got) and got <= {("link", x) for x in cables}
+    assert named >= 8, named
