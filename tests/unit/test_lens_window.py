@@ -416,7 +416,8 @@ def test_no_clock_finding_for_a_host_quiet_within_the_fits_horizon(fabric, mode)
     syn = run(fabric, seed=7, duration=2.0)
     hosts, nic_host = _hosts(fabric)
     tr = ClockTracker(hosts, nic_host, horizon_s=4.0)
-    tr.history["node3"].append((1.0, 900.0, 500.0))  # drift 500 ppm: beyond the bound
+    tr.history["node3"].append((0.5, 800.0, 480.0))
+    tr.history["node3"].append((1.0, 900.0, 500.0))  # drift ~500 ppm, two fits: beyond the bound
     assert [f["element"]["id"] for f in tr.findings(1.0)] == ["node3"]
     tr.add(syn.probes, quiet={"node3"})
     for _ in range(3):  # quiet 4 windows ago at most: still within the horizon
@@ -424,6 +425,18 @@ def test_no_clock_finding_for_a_host_quiet_within_the_fits_horizon(fabric, mode)
         assert tr.findings(1.0) == []
     tr.add(syn.probes)
     assert [f["element"]["id"] for f in tr.findings(1.0)] == ["node3"]
+
+
+def test_a_drift_beyond_the_bound_in_one_fit_only_is_the_fits_error(fabric, mode):
+    hosts, nic_host = _hosts(fabric)
+    tr = ClockTracker(hosts, nic_host)
+    tr.history["node3"].append((1.0, 900.0, -1000.0))  # one odd fit (a thin start)
+    assert tr.findings(1.0) == []
+    tr.history["node3"].append((2.0, 910.0, 3.0))  # the next puts it right
+    assert tr.findings(2.0) == []
+    tr.history["node3"].append((3.0, 910.0, 600.0))
+    tr.history["node3"].append((4.0, 915.0, 620.0))  # two fits in a row: the host's clock
+    assert [f["element"]["id"] for f in tr.findings(4.0)] == ["node3"]
 
 
 def _health_until(hosts: list[str], ends_ns: dict[str, int]) -> dict:
