@@ -597,13 +597,7 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
     if fault:
         agents.draw_ahead(fault_cols)
     harness = drive(agents, duration, fault, restarts)
-    stop_evt.set()
-    proc.join(120)
-    if proc.is_alive():  # its results are written; a thread that outlives run() must not hang us
-        proc.kill()
-        proc.join(10)
-    for s in agents.socks.values():
-        s.close()
+    _stop([proc], stop_evt, agents)
     coord = json.loads(out_path.read_text())
     events = [json.loads(x) for x in (state / "events.jsonl").read_text().splitlines()] \
         if (state / "events.jsonl").exists() else []
@@ -643,6 +637,18 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
         "culprit_events": len(culprit),
         "other_events": others,
         "harness": harness, "state_dir": str(state)}
+
+
+def _stop(procs: list, stop_evt, agents: Agents) -> None:
+    """Stop the coordinators (and the merge) and close the agents' connections."""
+    stop_evt.set()
+    for p in procs:
+        p.join(120)
+        if p.is_alive():  # its results are written; a thread that outlives run() must not hang us
+            p.kill()
+            p.join(10)
+    for s in agents.socks.values():
+        s.close()
 
 
 # ---------------------------------------------------------------- shards
@@ -708,14 +714,7 @@ def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_f
     if fault:
         agents.draw_ahead(fault_cols)
     harness = drive(agents, duration, fault, restarts)
-    stop_evt.set()
-    for p in procs:
-        p.join(120)
-        if p.is_alive():
-            p.kill()
-            p.join(10)
-    for s in agents.socks.values():
-        s.close()
+    _stop(procs, stop_evt, agents)
 
     def opened(path: Path) -> list[dict]:
         if not path.exists():

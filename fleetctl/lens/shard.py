@@ -17,6 +17,7 @@ one of the site's, every switch one the layout says is shared.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -79,8 +80,6 @@ class ShardPublisher:
                 "switches": switches, "findings": findings[:MAX_FINDINGS]}
 
     def publish(self, doc: dict) -> None:
-        import json
-
         write_atomic(self.path, json.dumps(doc, separators=(",", ":"), default=_plain).encode())
 
 
@@ -251,8 +250,6 @@ def run_merge(merge: ShardMerge, tracker, outputs, window_s: float, stop, log=pr
         for rec in tracker.window(now - window_s, now, result.findings, silent):
             outputs.event(rec)
         if status_path is not None:
-            import json
-
             write_atomic(status_path, json.dumps({
                 "t": now, "shards_used": result.shards_used, "shards_missing": result.shards_missing,
                 "why_missing": why, "findings": result.findings, "switches": result.switches,
