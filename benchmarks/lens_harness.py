@@ -565,7 +565,7 @@ def _q(values, q):
 # ---------------------------------------------------------------- one size
 def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts: int) -> dict:
     from fleetctl.config.site import parse_site
-    from fleetctl.lens.register import read_key, write_key
+    from fleetctl.lens.register import write_key
 
     tmp = Path(tempfile.mkdtemp(prefix="fleetctl-harness-"))
     state = tmp / "state"
@@ -588,16 +588,8 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
     proc = ctx.Process(target=coordinator_main, args=(str(site), str(key_path), port, stop_evt,
                                                       str(out_path)))
     t_begin = time.time()
-    proc.start()
-    agents = Agents(fabric, read_key(str(key_path)), port)
-    t_reg = time.time()
-    agents.register_all()
-    registered_s = time.time() - t_reg
-    fault = (fault_cols, fault_at, fault_at + fault_for) if fault_at > 0 else None
-    if fault:
-        agents.draw_ahead(fault_cols)
-    harness = drive(agents, duration, fault, restarts)
-    _stop([proc], stop_evt, agents)
+    agents, registered_s, fault, harness = _run([proc], stop_evt, fabric, key_path, port,
+                                                fault_cols, fault_at, fault_for, duration, restarts)
     coord = json.loads(out_path.read_text())
     events = [json.loads(x) for x in (state / "events.jsonl").read_text().splitlines()] \
         if (state / "events.jsonl").exists() else []
@@ -639,6 +631,26 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
         "harness": harness, "state_dir": str(state)}
 
 
+def _run(procs: list, stop_evt, fabric: Fabric, key_path, port, fault_cols: list[int],
+         fault_at: float, fault_for: float, duration: float, restarts: int):
+    """Start the coordinators' processes, register every agent (`port`: one, or each host's),
+    drive the run, stop. Returns (agents, registration seconds, the fault, the harness's timing)."""
+    from fleetctl.lens.register import read_key
+
+    for p in procs:
+        p.start()
+    agents = Agents(fabric, read_key(str(key_path)), port)
+    t_reg = time.time()
+    agents.register_all()
+    registered_s = time.time() - t_reg
+    fault = (fault_cols, fault_at, fault_at + fault_for) if fault_at > 0 else None
+    if fault:
+        agents.draw_ahead(fault_cols)
+    harness = drive(agents, duration, fault, restarts)
+    _stop(procs, stop_evt, agents)
+    return agents, registered_s, fault, harness
+
+
 def _stop(procs: list, stop_evt, agents: Agents) -> None:
     """Stop the coordinators (and the merge) and close the agents' connections."""
     stop_evt.set()
@@ -673,7 +685,7 @@ def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_f
     the fault: a 2 % loss on every link of one spine (shared by every shard)."""
     from fleetctl.analysis.shards import partition
     from fleetctl.config.site import parse_site
-    from fleetctl.lens.register import read_key, write_key
+    from fleetctl.lens.register import write_key
 
     tmp = Path(tempfile.mkdtemp(prefix="fleetctl-harness-shards-"))
     state = tmp / "state"
@@ -704,17 +716,8 @@ def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_f
     merge_dir = tmp / "merge"
     procs.append(ctx.Process(target=merge_main, args=(str(site), dirs, str(merge_dir), stop_evt)))
     t_begin = time.time()
-    for p in procs:
-        p.start()
-    agents = Agents(fabric, read_key(str(key_path)), port_of)
-    t_reg = time.time()
-    agents.register_all()
-    registered_s = time.time() - t_reg
-    fault = (fault_cols, fault_at, fault_at + fault_for) if fault_at > 0 else None
-    if fault:
-        agents.draw_ahead(fault_cols)
-    harness = drive(agents, duration, fault, restarts)
-    _stop(procs, stop_evt, agents)
+    agents, registered_s, fault, harness = _run(procs, stop_evt, fabric, key_path, port_of,
+                                                fault_cols, fault_at, fault_for, duration, restarts)
 
     def opened(path: Path) -> list[dict]:
         if not path.exists():

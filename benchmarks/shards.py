@@ -122,7 +122,8 @@ def scenarios(topo, seed: int) -> dict[str, tuple[dict[int, float], set[str]]]:
             "gray_spine_and_cable": ({**spine(a, 0.008), **cab2}, {a, lid2})}
 
 
-def one(sus: int, shard_sus: int, windows: int, seed: int) -> dict:
+def fabric_and_layout(sus: int, shard_sus: int) -> tuple[dict, object, object]:
+    """(figures, topology, layout): the generated fabric cut into shards of `shard_sus` units."""
     out: dict = {"sus": sus}
     t0 = time.perf_counter()
     topo = fabric(sus)
@@ -131,8 +132,13 @@ def one(sus: int, shard_sus: int, windows: int, seed: int) -> dict:
     t0 = time.perf_counter()
     layout = partition(topo, 256 * shard_sus)
     out.update(partition_s=round(time.perf_counter() - t0, 3), shards=len(layout.shards),
-               shard_hosts=[len(s.hosts) for s in layout.shards][:3],
                shared_switches=len(layout.shared))
+    return out, topo, layout
+
+
+def one(sus: int, shard_sus: int, windows: int, seed: int) -> dict:
+    out, topo, layout = fabric_and_layout(sus, shard_sus)
+    out["shard_hosts"] = [len(s.hosts) for s in layout.shards][:3]
     sims = [ShardSim(topo, layout, s, seed + i) for i, s in enumerate(layout.shards)]
     out["per_shard"] = {"paths": int(np.median([len(s.paths) for s in sims])),
                         "pairs": int(np.median([len(s.plan.pairs) for s in sims])),
@@ -178,15 +184,8 @@ def one(sus: int, shard_sus: int, windows: int, seed: int) -> dict:
 
 def big(sus: int, shard_sus: int, windows: int, seed: int) -> dict:
     """The partition of a large fabric, and one shard inside it against the same shard alone."""
-    out: dict = {"sus": sus}
-    t0 = time.perf_counter()
-    topo = fabric(sus)
-    out.update(hosts=len(topo.hosts), nics=len(topo.nics), elements=topo.n_elements,
-               fabric_s=round(time.perf_counter() - t0, 2))
-    t0 = time.perf_counter()
-    layout = partition(topo, 256 * shard_sus)
-    out.update(partition_s=round(time.perf_counter() - t0, 3), shards=len(layout.shards),
-               shard_hosts=len(layout.shards[0].hosts), shared_switches=len(layout.shared))
+    out, topo, layout = fabric_and_layout(sus, shard_sus)
+    out["shard_hosts"] = len(layout.shards[0].hosts)
     sim = ShardSim(topo, layout, layout.shards[0], seed)
     out["shard"] = {"pairs": len(sim.plan.pairs), "paths": len(sim.paths),
                     "plan_s": round(sim.plan_s, 2), "trace_s": round(sim.trace_s, 2),

@@ -22,22 +22,25 @@ def test_shards_as_json_and_without_a_size(capsys):
     assert "lens.shard_max_hosts" in err and "Traceback" not in err
 
 
+def _document(directory: Path, lost: float) -> None:
+    """shard-0's window now: 10 probes, `lost` of them."""
+    (directory / "shard-window.json").write_text(json.dumps({
+        "version": 1, "shard": "shard-0", "t_end": time.time(), "window_s": 1.0, "probes": 10.0,
+        "lost": lost, "switches": {}, "findings": []}))
+
+
 def test_merge_once_names_each_shard_left_out(tmp_path, capsys):
     assert run(["--site", SITE, "lens", "merge", "--once", "--max-hosts", "2"]) == 3
     assert "--from" in capsys.readouterr().err
     d = tmp_path / "shard-0"
     d.mkdir()
-    (d / "shard-window.json").write_text(json.dumps({
-        "version": 1, "shard": "shard-0", "t_end": time.time(), "window_s": 1.0, "probes": 10.0,
-        "lost": 11.0, "switches": {}, "findings": []}))
+    _document(d, lost=11.0)
     rc = run(["--site", SITE, "--format", "json", "lens", "merge", "--once", "--max-hosts", "2",
               "--root", str(tmp_path)])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 1 and doc["shards_missing"] == ["shard-0"] and doc["findings"] == []
     assert "lost more probes than it counted" in doc["why_missing"][str(d / "shard-window.json")]
-    (d / "shard-window.json").write_text(json.dumps({
-        "version": 1, "shard": "shard-0", "t_end": time.time(), "window_s": 1.0, "probes": 10.0,
-        "lost": 0.0, "switches": {}, "findings": []}))
+    _document(d, lost=0.0)
     rc = run(["--site", SITE, "--format", "json", "lens", "merge", "--once", "--max-hosts", "2",
               "--from", str(d)])
     doc = json.loads(capsys.readouterr().out)
