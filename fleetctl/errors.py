@@ -91,6 +91,13 @@ class SnapshotError(FleetctlError):
     kind = "snapshot"
 
 
+class RecoveryError(FleetctlError):
+    """The in-job recovery cannot go on as asked: no control store, a replica that is missing or
+    damaged, a plan that cannot be read, options that make no sense."""
+
+    kind = "recovery"
+
+
 class FailoverError(FleetctlError):
     """A drill that cannot run as asked (no harness, a real cluster without a maintenance
     reservation, a node without NICs), or a failover input that cannot be used."""

@@ -42,6 +42,8 @@ COMMANDS = {  # name: (the click command as "module:attribute", its one-line hel
         "An emulated GPU cluster on this machine, with fault injection."),
     "lens": ("fleetctl.cli.lens:lens",
         "Continuous fabric monitoring: events per element, with the jobs they touch."),
+    "run": ("fleetctl.cli.run:run_command",
+        "Launch a training rank that survives a lost node: standbys, peer replicas, no rollback."),
     "site": ("fleetctl.cli.site:site",
         "Discover nodes, classes, NICs and cabling; write or diff a site file."),
     "spares": ("fleetctl.cli.spares:spares",

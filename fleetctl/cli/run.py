@@ -1,0 +1,54 @@
+"""`fleetctl run [OPTIONS] -- COMMAND...`: launch a training process that survives the loss of a
+rank, one launcher per Slurm task (docs/recovery.md, "No rollback"). The work is
+fleetctl.recovery.launch; the training loop uses fleetctl.recovery.resilient.Resilient."""
+
+from __future__ import annotations
+
+import click
+
+from fleetctl.cli.app import Application, common_options, pass_app
+from fleetctl.filekit.read import clean_text
+from fleetctl.cli.params import seconds
+
+
+@click.command("run", context_settings={"allow_interspersed_args": False})
+@common_options
+@click.option("--standbys", type=click.IntRange(0, 100_000), default=0, show_default=True, metavar="K",
+              help="The last K Slurm tasks stand by warm, to take a lost rank's place.")
+@click.option("--store", metavar="HOST[:PORT]",
+              help="The control store, served by task 0's launcher (default: MASTER_ADDR/MASTER_PORT, "
+                   "else the job's first node and port 29400 + job id mod 20000).")
+@click.option("--dead-after", type=seconds(0.5, 3600), default=5.0, show_default=True, metavar="S",
+              help="A process without a heartbeat for S seconds is lost (frozen, or its node is gone).")
+@click.option("--collective-timeout", type=seconds(1, 86_400), default=60.0, show_default=True, metavar="S",
+              help="The process group's timeout: a collective stuck this long fails and the ranks restart.")
+@click.option("--grace", type=seconds(1, 86_400), default=None, metavar="S",
+              help="A rank that neither fails nor reports while the others wait this long is the hung one "
+                   "(default: the collective timeout + 30 s).")
+@click.option("--start-timeout", type=seconds(1, 86_400), default=600.0, show_default=True, metavar="S",
+              help="Every training rank must have started within S seconds.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_app
+def run_command(app: Application, command: tuple[str, ...], standbys: int, store: str | None,
+                dead_after: float, collective_timeout: float, grace: float | None, start_timeout: float) -> int:
+    """Run COMMAND as one rank of a training job that goes on when a rank is lost: a standby takes
+    its place with its state from a peer's memory; no requeue, no disk read, no new allocation.
+
+    \b
+    Run under srun, one task per launcher; N + K tasks give N training ranks and K standbys:
+      sbatch -N5 --no-kill --wrap 'srun --no-kill fleetctl run --standbys 1 -- python train.py'
+    The loop uses fleetctl.recovery.resilient.Resilient (docs/recovery.md).
+    Exit status: 0 training finished (or this task's standby or lost rank was not needed);
+    2 the run ended unfinished (no standby left: requeue; a rank's own error: abort); 3 error.
+    """
+    from fleetctl.recovery.control import Timing
+    from fleetctl.recovery.launch import LaunchOptions, launch
+
+    timing = Timing(dead_after_s=dead_after, grace_s=grace or collective_timeout + 30.0, start_s=start_timeout)
+    result = launch(list(command), LaunchOptions(standbys, store, timing, collective_timeout))
+    if app.json:
+        app.emit({"schema": "fleetctl.run/1", **result.to_dict()})
+    elif result.exit_code:  # the generations were logged as they happened
+        click.echo(f"fleetctl run: slot {result.slot}: the run ended unfinished ({result.end or 'unknown'})",
+                   err=True)
+    return result.exit_code

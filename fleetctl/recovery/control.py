@@ -1,0 +1,377 @@
+"""The control plane of a `fleetctl run` job: who is which rank, and what happens when one is lost.
+
+It lives in one torch TCPStore, served by the launcher of slot 0 (the job's first task; the store is
+torch's own, as torchrun's c10d rendezvous uses). A *slot* is one launched task (SLURM_PROCID); a
+*rank* is a place in the training group. Slots 0..N-1 start as ranks 0..N-1; the others stand by.
+
+Keys (all small JSON or counters):
+    hello/<slot>          the training process is up: its node, replica server address and port
+    beat/<slot>           a counter its heartbeat thread adds to every 0.25 s
+    exit/<slot>           the launcher saw its child end: {"code": C}
+    failed/<gen>/<slot>   a survivor left generation <gen>: why, its own copies, the replicas it holds
+    done/<slot>           training finished on this rank
+    kill/<slot>           the controller asks that slot's launcher to kill its child (a frozen rank)
+    plan/<gen>, gen       the plans, and the number of the newest (written plan first, then gen)
+
+The controller (`Controller.poll`, in the launcher of slot 0) writes plan 0 once the N active slots
+said hello, and a new plan when a rank is lost: a standby takes the lost rank's number, every rank
+resumes from the newest iteration that all of them (the lost one through its replica holder) have.
+With no standby left, or no common iteration, the plan ends the run with "requeue": the job falls back
+to swap + requeue from its disk snapshot. A rank that failed by its own error (not a peer's loss) ends
+the run with "abort": a software bug is not fixed by another node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+from fleetctl.errors import RecoveryError
+
+log = logging.getLogger("fleetctl.recovery")
+PLAN_VERSION = 1
+VALUE_MAX = 8 << 20  # a plan of 100,000 ranks is ~3 MB
+BEAT_EVERY_S = 0.25
+ENDS = ("done", "requeue", "abort")
+
+
+def hello_key(slot: int) -> str: return f"hello/{slot}"
+def beat_key(slot: int) -> str: return f"beat/{slot}"
+def exit_key(slot: int) -> str: return f"exit/{slot}"
+def failed_key(gen: int, slot: int) -> str: return f"failed/{gen}/{slot}"
+def done_key(slot: int) -> str: return f"done/{slot}"
+def kill_key(slot: int) -> str: return f"kill/{slot}"
+def plan_key(gen: int) -> str: return f"plan/{gen}"
+
+
+def encode(doc: dict) -> str:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def decode(raw: bytes | str, what: str) -> dict:
+    """A JSON object from the store, bounded: every value read is input."""
+    if len(raw) > VALUE_MAX:
+        raise RecoveryError(f"{what}: {len(raw)} bytes, over {VALUE_MAX}")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RecoveryError(f"{what}: not JSON") from None
+    if not isinstance(doc, dict):
+        raise RecoveryError(f"{what}: not a JSON object")
+    return doc
+
+
+def _nonneg(value, what: str, high: int = 10 ** 12) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise RecoveryError(f"{what}: must be an integer in [0, {high}], not {value!r}")
+    return value
+
+
+def _iterations(value, what: str) -> set[int]:
+    if not isinstance(value, list) or len(value) > 64:
+        raise RecoveryError(f"{what}: must be a list of at most 64 iterations")
+    out = set()
+    for it in value:
+        if isinstance(it, bool) or not isinstance(it, int) or not -1 <= it <= 10 ** 12:
+            raise RecoveryError(f"{what}: {it!r} is not an iteration")
+        out.add(it)
+    return out
+
+
+@dataclass
+class Hello:
+    slot: int
+    node: str
+    address: str
+    port: int
+
+    @classmethod
+    def parse(cls, raw, slot: int) -> "Hello":
+        doc = decode(raw, f"hello of slot {slot}")
+        node, address = doc.get("node"), doc.get("address")
+        if not isinstance(node, str) or not 0 < len(node) <= 255 or not isinstance(address, str) \
+                or not 0 < len(address) <= 255:
+            raise RecoveryError(f"hello of slot {slot}: node and address must be short strings")
+        return cls(slot, node, address, _nonneg(doc.get("port"), f"hello of slot {slot}: port", 65535))
+
+
+@dataclass
+class Report:
+    """A survivor's account of why it left a generation and what state it can resume from."""
+
+    slot: int
+    kind: str  # "peer" (a collective failed, or a new plan came) | "error" (its own exception)
+    reason: str
+    have: set[int]  # iterations of its own state it kept
+    holds: dict[int, set[int]]  # rank -> iterations of that rank's replica it holds
+
+    @classmethod
+    def parse(cls, raw, slot: int) -> "Report":
+        what = f"failure report of slot {slot}"
+        doc = decode(raw, what)
+        kind = doc.get("kind")
+        if kind not in ("peer", "error"):
+            raise RecoveryError(f"{what}: kind must be peer or error, not {kind!r}")
+        holds_doc = doc.get("holds", {})
+        if not isinstance(holds_doc, dict) or len(holds_doc) > 4096:
+            raise RecoveryError(f"{what}: holds must be an object of at most 4096 ranks")
+        holds = {}
+        for rank, its in holds_doc.items():
+            if not str(rank).isdigit():
+                raise RecoveryError(f"{what}: rank {rank!r} is not a number")
+            holds[int(rank)] = _iterations(its, f"{what}: holds[{rank}]")
+        return cls(slot, kind, str(doc.get("reason", ""))[:300], _iterations(doc.get("have", []), f"{what}: have"),
+                   holds)
+
+
+@dataclass
+class Plan:
+    gen: int
+    world: int
+    ranks: dict[int, int]  # slot -> rank, the active slots
+    holders: dict[int, int]  # rank -> slot that holds its replica
+    resume: int | None = None  # the iteration every rank restores (state after it); None: start fresh
+    lost: dict[int, int] = field(default_factory=dict)  # rank -> slot lost in the generation before
+    sources: dict[int, int] = field(default_factory=dict)  # lost rank -> slot holding its replica
+    end: str | None = None  # None (train), or one of ENDS
+    reason: str = ""
+
+    def to_doc(self) -> dict:
+        return {"version": PLAN_VERSION, "gen": self.gen, "world": self.world,
+                "ranks": {str(s): r for s, r in self.ranks.items()},
+                "holders": {str(r): s for r, s in self.holders.items()}, "resume": self.resume,
+                "lost": {str(r): s for r, s in self.lost.items()},
+                "sources": {str(r): s for r, s in self.sources.items()}, "end": self.end, "reason": self.reason}
+
+    @classmethod
+    def parse(cls, raw, gen: int) -> "Plan":
+        what = f"plan {gen}"
+        doc = decode(raw, what)
+        if doc.get("version") != PLAN_VERSION or doc.get("gen") != gen:
+            raise RecoveryError(f"{what}: version {doc.get('version')!r} / gen {doc.get('gen')!r} unexpected")
+        world = _nonneg(doc.get("world"), f"{what}: world", 10 ** 6)
+
+        def mapping(key: str) -> dict[int, int]:
+            value = doc.get(key)
+            if not isinstance(value, dict) or len(value) > 10 ** 6:
+                raise RecoveryError(f"{what}: {key} must be an object")
+            out = {}
+            for k, v in value.items():
+                if not str(k).isdigit():
+                    raise RecoveryError(f"{what}: {key} key {k!r} is not a number")
+                out[int(k)] = _nonneg(v, f"{what}: {key}[{k}]", 10 ** 7)
+            return out
+        ranks, holders, lost, sources = mapping("ranks"), mapping("holders"), mapping("lost"), mapping("sources")
+        if doc.get("end") is None and sorted(ranks.values()) != list(range(world)):
+            raise RecoveryError(f"{what}: ranks are not 0..{world - 1}")
+        resume = doc.get("resume")
+        if resume is not None and (isinstance(resume, bool) or not isinstance(resume, int) or resume < -1):
+            raise RecoveryError(f"{what}: resume {resume!r} is not an iteration")
+        end = doc.get("end")
+        if end is not None and end not in ENDS:
+            raise RecoveryError(f"{what}: end {end!r} is not one of {', '.join(ENDS)}")
+        return cls(gen, world, ranks, holders, resume, lost, sources, end, str(doc.get("reason", ""))[:500])
+
+    def slot_of(self, rank: int) -> int:
+        return next(s for s, r in self.ranks.items() if r == rank)
+
+
+def holders_for(ranks: dict[int, int], nodes: dict[int, str]) -> dict[int, int]:
+    """rank -> the slot holding its replica: the next rank round the ring on another node (the same
+    node only when the job has one node)."""
+    by_rank = sorted((r, s) for s, r in ranks.items())
+    out = {}
+    for i, (rank, slot) in enumerate(by_rank):
+        others = [by_rank[(i + j) % len(by_rank)] for j in range(1, len(by_rank))]
+        apart = [s for _, s in others if nodes.get(s) != nodes.get(slot)]
+        out[rank] = (apart or [s for _, s in others] or [slot])[0]
+    return out
+
+
+def resume_point(plan: Plan, reports: dict[int, Report], lost: set[int]) -> int | None:
+    """The newest iteration every rank of `plan` can restore: survivors from their own copies, a
+    lost rank from its holder's replicas. None when there is none (or a holder is lost too)."""
+    common: set[int] | None = None
+    for slot, rank in plan.ranks.items():
+        if slot in lost:
+            holder = reports.get(plan.holders.get(rank, -1))
+            its = holder.holds.get(rank, set()) if holder else set()
+        else:
+            its = reports[slot].have
+        common = set(its) if common is None else common & its
+    return max(common) if common else None
+
+
+@dataclass
+class Timing:
+    dead_after_s: float = 5.0  # no heartbeat for this long: the process is gone or frozen
+    grace_s: float = 90.0  # a rank that neither reports nor dies while the others wait: the culprit
+    start_s: float = 600.0  # the active ranks must all say hello within this
+
+
+class Controller:
+    """Decides the generations. `poll()` is called every ~0.1 s by the launcher of slot 0; it returns
+    the end ("done", "requeue", "abort") once the run is over, else None. Stateless toward the store
+    except through the keys above, so its decisions are tested with any store object."""
+
+    def __init__(self, store, active: int, slots: int, timing: Timing | None = None, clock=time.monotonic):
+        if not 0 < active <= slots:
+            raise RecoveryError(f"{active} active ranks of {slots} slots: need 1 <= active <= slots")
+        self.store, self.active, self.slots = store, active, slots
+        self.timing, self.clock = timing or Timing(), clock
+        self.started = clock()
+        self.plan: Plan | None = None
+        self.hellos: dict[int, Hello] = {}
+        self.beats: dict[int, tuple[int, float]] = {}  # slot -> (counter, when it last changed)
+        self.gone: dict[int, str] = {}  # slot -> why (exit, no heartbeat, killed)
+        self.done: set[int] = set()  # active slots whose training finished (their exit is no loss)
+        self.trouble_since: float | None = None
+        self.history: list[dict] = []  # one record per generation change, for the log and the tests
+        self.end: str | None = None
+
+    # ---- what the store says
+    def _has(self, key: str) -> bool:
+        return self.store.check([key])
+
+    def _read_hellos(self) -> None:
+        for slot in range(self.slots):
+            if slot not in self.hellos and self._has(hello_key(slot)):
+                try:
+                    self.hellos[slot] = Hello.parse(self.store.get(hello_key(slot)), slot)
+                except RecoveryError as exc:
+                    self._lose(slot, exc.message)
+
+    def _read_liveness(self, now: float) -> None:
+        for slot in self.hellos:
+            if slot in self.gone or slot in self.done:
+                continue
+            if slot in self.plan.ranks and self._has(done_key(slot)):
+                self.done.add(slot)
+                continue
+            if self._has(exit_key(slot)):
+                self._lose(slot, f"process ended ({_exit_text(self.store.get(exit_key(slot)))})")
+                continue
+            count = int(self.store.add(beat_key(slot), 0))
+            last = self.beats.get(slot)
+            if last is None or last[0] != count:
+                self.beats[slot] = (count, now)
+            elif now - last[1] > self.timing.dead_after_s:
+                self._lose(slot, f"no heartbeat for {now - last[1]:.1f} s (frozen or its node is gone)")
+                self.store.set(kill_key(slot), "no heartbeat")  # its launcher kills it: its peers unblock
+
+    def _lose(self, slot: int, why: str) -> None:
+        if slot not in self.gone:
+            self.gone[slot] = why
+            log.warning("fleetctl run: slot %d lost: %s", slot, why)
+
+    def _reports(self) -> dict[int, Report]:
+        out = {}
+        for slot in self.plan.ranks:
+            key = failed_key(self.plan.gen, slot)
+            if self._has(key):  # also from a slot gone since: its report says why (its own error?)
+                try:
+                    out[slot] = Report.parse(self.store.get(key), slot)
+                except RecoveryError as exc:
+                    self._lose(slot, exc.message)
+        return out
+
+    # ---- decisions
+    def poll(self) -> str | None:
+        if self.end:
+            return self.end
+        now = self.clock()
+        self._read_hellos()
+        if self.plan is None:
+            return self._first_plan(now)
+        self._read_liveness(now)
+        active = set(self.plan.ranks)
+        if active <= self.done:
+            return self._publish_end("done", "training finished")
+        reports = self._reports()
+        lost = active & set(self.gone)
+        if not lost and not reports:
+            self.trouble_since = None
+            return None
+        if self.trouble_since is None:
+            self.trouble_since = now
+        waiting = active - lost - set(reports)
+        if waiting:
+            if now - self.trouble_since < self.timing.grace_s:
+                return None
+            for slot in waiting:  # alive, yet neither failing nor reporting while all others wait
+                self._lose(slot, f"did not leave generation {self.plan.gen} within {self.timing.grace_s:.0f} s "
+                                 "while the others waited (hung)")
+                self.store.set(kill_key(slot), "hung")
+            lost |= waiting
+        return self._next_plan(reports, lost)
+
+    def _first_plan(self, now: float) -> str | None:
+        if not all(s in self.hellos for s in range(self.active)):
+            if now - self.started > self.timing.start_s:
+                missing = [s for s in range(self.active) if s not in self.hellos]
+                return self._publish_end("abort", f"slots {missing[:8]} never started")
+            return None
+        ranks = {s: s for s in range(self.active)}
+        self._publish(Plan(0, self.active, ranks, holders_for(ranks, self._nodes()), reason="start"))
+        return None
+
+    def _next_plan(self, reports: dict[int, Report], lost: set[int]) -> str | None:
+        plan = self.plan
+        errors = [r for r in reports.values() if r.kind == "error"]
+        if errors:
+            return self._publish_end("abort", f"rank {plan.ranks[errors[0].slot]} (slot {errors[0].slot}) "
+                                              f"failed by its own error: {errors[0].reason}")
+        if not lost:  # every rank left, none is lost: a fault under the collective, restart in place
+            if sum(1 for h in self.history if not h["lost"]) >= 3:
+                return self._publish_end("requeue", "3 restarts in place without a lost rank")
+        resume = resume_point(plan, reports, lost)
+        spares = sorted(s for s in self.hellos if s not in plan.ranks and s not in self.gone)
+        lost_ranks = {plan.ranks[s]: s for s in sorted(lost)}
+        if len(spares) < len(lost_ranks):
+            return self._publish_end("requeue", f"{len(lost_ranks)} rank(s) lost, {len(spares)} standby left",
+                                     lost_ranks)
+        if resume is None:
+            return self._publish_end("requeue", "no iteration that every rank (or its replica) has", lost_ranks)
+        ranks = {s: r for s, r in plan.ranks.items() if s not in lost}
+        for rank, spare in zip(sorted(lost_ranks), spares):
+            ranks[spare] = rank
+        why = "; ".join(f"rank {r}: slot {s} {self.gone[s]}" for r, s in lost_ranks.items()) or \
+            "; ".join(sorted({r.reason for r in reports.values()}))[:300]
+        sources = {r: plan.holders[r] for r in lost_ranks}
+        self._publish(Plan(plan.gen + 1, plan.world, ranks, holders_for(ranks, self._nodes()), resume,
+                           lost_ranks, sources, reason=why))
+        return None
+
+    def _nodes(self) -> dict[int, str]:
+        return {s: h.node for s, h in self.hellos.items()}
+
+    def _publish(self, plan: Plan) -> None:
+        self.store.set(plan_key(plan.gen), encode(plan.to_doc()))
+        self.store.set("gen", str(plan.gen))
+        if self.plan is not None:
+            self.history.append({"gen": plan.gen, "at": self.clock(), "since": self.trouble_since,
+                                 "lost": dict(plan.lost), "resume": plan.resume, "end": plan.end,
+                                 "reason": plan.reason})
+            (log.info if plan.end == "done" else log.warning)(
+                "fleetctl run: generation %d%s: %s", plan.gen, f" ({plan.end})" if plan.end else "", plan.reason)
+        self.plan, self.trouble_since = plan, None
+        if plan.end:
+            self.end = plan.end
+
+    def _publish_end(self, end: str, reason: str, lost: dict[int, int] | None = None) -> str:
+        gen = self.plan.gen + 1 if self.plan else 0
+        world = self.plan.world if self.plan else self.active
+        self._publish(Plan(gen, world, {}, {}, None, lost or {}, {}, end=end, reason=reason))
+        return end
+
+
+def _exit_text(raw) -> str:
+    try:
+        code = decode(raw, "exit").get("code")
+    except RecoveryError:
+        return "exit status unreadable"
+    if isinstance(code, int) and code < 0:
+        return f"killed by signal {-code}"
+    return f"exit status {code}"

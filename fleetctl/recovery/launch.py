@@ -1,0 +1,216 @@
+"""`fleetctl run`: one launcher per Slurm task, the training process its child.
+
+    srun --ntasks-per-node=1 fleetctl run --standbys 1 -- python train.py
+
+Slot = SLURM_PROCID of SLURM_NTASKS; the first NTASKS - standbys slots train, the rest stand by. The
+launcher of slot 0 serves the control store (torch's TCPStore) and runs the controller
+(fleetctl.recovery.control) in a thread; it outlives its own child, so losing rank 0's process loses
+nothing. Losing slot 0's node loses the store: the others see it and the job falls back to
+swap + requeue, as with torchrun's c10d store.
+
+Every launcher starts its child in its own process group, with the environment torchrun gives
+(MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE; RANK and WORLD_SIZE are set by the library
+once the slot has a rank) plus FLEETCTL_RUN_*, forwards SIGTERM, SIGINT and SIGUSR2 to it, reports
+its end to the store, and kills it (SIGKILL to its group) when the controller asks: a frozen process
+must close its sockets so that its peers' collectives fail now rather than at their timeout.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from fleetctl.errors import EXIT_FAILURES, EXIT_OK, RecoveryError, UsageError
+from fleetctl.recovery import control
+from fleetctl.recovery.resilient import (ENV_ADDR, ENV_NODE, ENV_RUN, ENV_SLOT, ENV_STORE, ENV_TIMEOUT,
+                                         _route_address)
+
+log = logging.getLogger("fleetctl.recovery")
+POLL_S = 0.05
+BASE_PORT = 29400
+
+
+@dataclass
+class LaunchOptions:
+    standbys: int = 0
+    store: str | None = None  # HOST or HOST:PORT; default MASTER_ADDR/MASTER_PORT, else the first node
+    timing: control.Timing = field(default_factory=control.Timing)
+    collective_timeout_s: float = 60.0
+
+
+@dataclass
+class LaunchResult:
+    slot: int
+    role: str  # "active" | "standby"
+    end: str | None  # the run's end as the controller published it, "replaced" (this slot's rank went
+    # to a standby and training went on), None (not known here)
+    child_code: int | None
+    exit_code: int
+    generations: list[dict] = field(default_factory=list)  # slot 0 only: the controller's history
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def task_geometry(env) -> tuple[int, int]:
+    try:
+        slot, slots = int(env.get("SLURM_PROCID", "0")), int(env.get("SLURM_NTASKS", "1"))
+    except ValueError:
+        raise UsageError("SLURM_PROCID / SLURM_NTASKS are not numbers") from None
+    if not 0 <= slot < slots:
+        raise UsageError(f"SLURM_PROCID={slot} outside SLURM_NTASKS={slots}")
+    return slot, slots
+
+
+def store_address(options: LaunchOptions, env) -> tuple[str, int]:
+    text = options.store or env.get("MASTER_ADDR") or _first_node(env)
+    host, port = text, None
+    if text.count(":") == 1 or text.startswith("["):
+        host, _, tail = text.rpartition(":")
+        if not tail.isdigit() or not 0 < int(tail) < 65536:
+            raise UsageError(f"--store {text!r}: the port must be a number in 1..65535")
+        port = int(tail)
+    if port is None:
+        port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT", "").isdigit() else \
+            BASE_PORT + int(env.get("SLURM_JOB_ID", "0") or 0) % 20000
+    return host.strip("[]"), port
+
+
+def _first_node(env) -> str:
+    nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodes:
+        raise UsageError("no control store address: give --store HOST[:PORT], set MASTER_ADDR, or run under Slurm")
+    from fleetctl.nodeset import expand
+
+    return expand(nodes)[0]
+
+
+def launch(argv: list[str], options: LaunchOptions, env=None) -> LaunchResult:
+    env = dict(os.environ if env is None else env)
+    if not argv:
+        raise UsageError("no training command: fleetctl run [OPTIONS] -- COMMAND ...")
+    slot, slots = task_geometry(env)
+    active = slots - options.standbys
+    if active < 1:
+        raise UsageError(f"--standbys {options.standbys} leaves no training rank of {slots} tasks")
+    host, port = store_address(options, env)
+    store = _store(host, port, is_master=slot == 0)
+    controller = None
+    if slot == 0:
+        store.set("run", secrets.token_hex(8))
+        controller = control.Controller(store.clone(), active, slots, options.timing)
+    run_id = store.get("run").decode()
+    child_env = {**env, ENV_STORE: f"{host}:{port}", ENV_SLOT: str(slot), ENV_RUN: run_id,
+                 ENV_TIMEOUT: str(options.collective_timeout_s), "MASTER_ADDR": host, "MASTER_PORT": str(port),
+                 "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+                 "LOCAL_WORLD_SIZE": env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0],
+                 "FLEETCTL_RUN_SLOTS": str(slots), "FLEETCTL_RUN_ACTIVE": str(active)}
+    child_env.setdefault(ENV_ADDR, _route_address(host, port))
+    if env.get("SLURMD_NODENAME"):
+        child_env.setdefault(ENV_NODE, env["SLURMD_NODENAME"])
+    role = "active" if slot < active else "standby"
+    child = _Child(argv, child_env)
+    code, end = _supervise(child, store, slot, controller, options)
+    exit_code = EXIT_OK if end in ("done", "replaced") or (end is None and code == 0) else EXIT_FAILURES
+    return LaunchResult(slot, role, end, code, exit_code, controller.history if controller else [])
+
+
+def _store(host: str, port: int, *, is_master: bool):
+    import torch.distributed as dist
+
+    try:
+        return dist.TCPStore(host, port, None, is_master, datetime.timedelta(seconds=300), wait_for_workers=False)
+    except Exception as exc:
+        what = "serve" if is_master else "reach"
+        raise RecoveryError(f"cannot {what} the control store on {host}:{port}: {exc}") from None
+
+
+class _Child:
+    def __init__(self, argv: list[str], env: dict):
+        try:
+            self.proc = subprocess.Popen(argv, env=env, start_new_session=True)
+        except OSError as exc:
+            raise UsageError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        self._old = {s: signal.signal(s, self._forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)}
+
+    def _forward(self, signum, _frame) -> None:
+        self.signal(signum)
+
+    def signal(self, signum: int) -> None:
+        try:
+            os.killpg(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def restore_handlers(self) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptions) -> tuple[int | None, str | None]:
+    """Until the child ended and (slot 0) the controller reached an end, or (other slots) the
+    controller decided what the child's end means."""
+    code, end, reported_at_gen = None, None, None
+    next_poll = 0.0
+    try:
+        while True:
+            if controller is not None and time.monotonic() >= next_poll:
+                end = controller.poll() or end
+                next_poll = time.monotonic() + 0.1
+            if code is None:
+                code = child.proc.poll()
+                if code is not None:
+                    store.set(control.exit_key(slot), control.encode({"code": code}))
+                    reported_at_gen = _gen(store)
+                elif store.check([control.kill_key(slot)]):
+                    log.warning("fleetctl run: slot %d: killing the training process (%s)", slot,
+                                store.get(control.kill_key(slot)).decode(errors="replace")[:80])
+                    child.signal(signal.SIGKILL)
+            if code is not None:
+                if controller is not None:
+                    if end is not None:
+                        _await_exits(store, controller.slots, slot)
+                        return code, end
+                else:  # the run's verdict on this slot: the end, or a plan after its child ended
+                    gen = _gen(store)
+                    plan_end = _end_of(store, gen)
+                    if plan_end or code == 0:
+                        return code, plan_end
+                    if gen > reported_at_gen:  # training went on without this slot
+                        return code, "replaced"
+            time.sleep(POLL_S)
+    except RecoveryError:
+        raise
+    except Exception as exc:  # the store (slot 0's launcher) is gone
+        if code is None:
+            child.signal(signal.SIGTERM)
+            code = child.proc.wait()
+        log.warning("fleetctl run: slot %d: control store lost: %s", slot, exc)
+        return code, "requeue"
+    finally:
+        child.restore_handlers()
+
+
+def _await_exits(store, slots: int, own: int, timeout_s: float = 30.0) -> None:
+    """Serve the store until every other launcher saw its child end (they read the end from it)."""
+    deadline = time.monotonic() + timeout_s
+    others = [control.exit_key(s) for s in range(slots) if s != own]
+    while others and time.monotonic() < deadline:
+        others = [k for k in others if not store.check([k])]
+        time.sleep(POLL_S)
+
+
+def _gen(store) -> int:
+    return int(store.get("gen")) if store.check(["gen"]) else -1
+
+
+def _end_of(store, gen: int) -> str | None:
+    if gen < 0:
+        return None
+    return control.Plan.parse(store.get(control.plan_key(gen)), gen).end

@@ -1,0 +1,376 @@
+"""The training side of `fleetctl run`: a loop that survives the loss of a rank without a rollback
+to disk, a requeue or a new allocation (docs/recovery.md, "No rollback").
+
+    job = Resilient(model, optimizer, extra_state={"sampler": sampler})
+    def train(job):                          # called again after each in-process restart
+        ddp = DDP(model)                     # the process group is new each time
+        for it in range(job.start, steps):
+            ...forward, backward, optimizer.step()...
+            job.step(it)                     # every iteration boundary, on every rank
+    job.run(train)
+
+Under `srun fleetctl run --standbys K -- python train.py` the first N tasks train and K stand by:
+their process is up, imports done, model built, joined to the control store, heartbeating. Every
+`every` iterations each rank copies its state (model, optimizer, RNG, extra state; the clone is all
+the loop waits for) and a thread pushes it to the replica server of a rank on another node.
+
+When a rank is lost (its process ended or froze, its node went away), the survivors' collective fails
+(gloo reports the peer's closed connection at once; a frozen peer is killed by its launcher so that it
+does) or `step()` sees a new plan; each survivor reports what it can resume from and waits. The
+controller picks a standby for the lost rank and the newest iteration every rank has (the survivors
+from their own last three copies, the lost rank from its holder's); every rank rebuilds the process
+group, restores that iteration (the standby from the holder's replica, over TCP) and `train` runs
+again from `job.start`. Same seed, same data order: the result is bit-identical to a run without the
+fault (tests/integration/test_run_lab.py checks it).
+
+An exception that is not a collective's failure (a bug in the loop, a bad batch) is the rank's own
+error: the run ends ("abort"), since another node would fail the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import io
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from fleetctl.errors import RecoveryError
+from fleetctl.recovery import control, replica
+from fleetctl.snapshot.rankstate import ExtraState, capture_rng, restore_rng
+
+log = logging.getLogger("fleetctl.recovery")
+ENV_STORE, ENV_SLOT, ENV_RUN, ENV_ADDR, ENV_NODE = ("FLEETCTL_RUN_STORE", "FLEETCTL_RUN_SLOT", "FLEETCTL_RUN_ID",
+                                                    "FLEETCTL_RUN_ADDR", "FLEETCTL_RUN_NODE")
+ENV_TIMEOUT = "FLEETCTL_RUN_TIMEOUT"
+OWN_COPIES = 3  # with one push in flight a lost rank's holder is at most two copies behind a survivor
+# the text of collective failures that torch raises as a plain RuntimeError (gloo's transport errors)
+PEER_FAILURE_WORDS = ("gloo", "nccl", "connection reset", "connection closed", "timed out", "timeout",
+                      "broken pipe", "processgroup", "process group", "socket")
+
+
+class Restart(Exception):
+    """Raised by `step()` when the controller published a new plan: leave at this boundary."""
+
+
+class EndOfRun(Exception):
+    """The controller ended the run (a standby that was never needed, or the end of training)."""
+
+
+def peer_failure(exc: BaseException) -> bool:
+    """Did this exception come from the group (a peer lost, a collective's timeout), not the loop?"""
+    if isinstance(exc, (Restart, getattr(dist, "DistError", Restart))):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(w in text for w in PEER_FAILURE_WORDS)
+
+
+def _clone(value: Any) -> Any:
+    """A copy in host memory that later steps cannot change: tensors cloned, containers rebuilt."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone() if value.device.type == "cpu" else value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone(v) for v in value)
+    if isinstance(value, (int, float, str, bool, bytes, type(None))):
+        return value
+    return copy.deepcopy(value)
+
+
+class Resilient:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+                 extra_state: Any = None, every: int = 1, backend: str = "gloo",
+                 collective_timeout_s: float | None = None, snapshot: dict | None = None,
+                 env: dict | None = None):
+        """`every`: iterations between replicas (1: at most one iteration lost in most faults).
+        `snapshot`: Snapshotter options (directory=...) for the disk fallback (swap + requeue)."""
+        env = os.environ if env is None else env
+        missing = [k for k in (ENV_STORE, ENV_SLOT, ENV_RUN) if not env.get(k)]
+        if missing:
+            raise RecoveryError(f"not started by `fleetctl run` ({', '.join(missing)} unset): launch with "
+                                "`srun fleetctl run [--standbys K] -- python ...`")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise RecoveryError(f"every must be a positive integer, not {every!r}")
+        host, _, port = env[ENV_STORE].rpartition(":")
+        if not host or not port.isdigit():
+            raise RecoveryError(f"{ENV_STORE}={env[ENV_STORE]!r}: expected HOST:PORT")
+        self.store_host, self.store_port = host.strip("[]"), int(port)
+        self.slot, self.run_id = int(env[ENV_SLOT]), env[ENV_RUN]
+        self.node = env.get(ENV_NODE) or socket.gethostname().split(".")[0]
+        self.address = env.get(ENV_ADDR) or _route_address(self.store_host, self.store_port)
+        self.timeout_s = float(collective_timeout_s or env.get(ENV_TIMEOUT) or 60.0)
+        self.model, self.optimizer, self.extra = model, optimizer, ExtraState(extra_state)
+        self.every, self.backend, self.snapshot_options = every, backend, snapshot
+        self.rank, self.world, self.gen, self.start = -1, 0, -1, 0
+        self.plan: control.Plan | None = None
+        self.snapshotter = None
+        self.copies: deque[tuple[int, dict]] = deque(maxlen=OWN_COPIES)  # (iteration, state)
+        self.blocked_s = 0.0  # the loop's time spent on replicas (clone + waiting for the last push)
+        self.waited_s = 0.0  # of which waiting for the previous push to finish
+        self._holder_address: tuple[str, int] | None = None
+        self.replicas, self.push_failures, self.restarts = 0, 0, 0
+        self.history: list[dict] = []  # one record per generation this process trained in
+        self._pushing: threading.Thread | None = None
+        self._seen_gen = -1
+        self._store_error: str | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------ the run
+    def run(self, train: Callable[["Resilient"], Any]) -> str:
+        """Train until done; returns how the run ended ("done"), raises RecoveryError for "requeue"
+        and "abort" (the launcher turns them into its exit status), re-raises the loop's own error."""
+        self._connect()
+        try:
+            gen = -1
+            while True:
+                plan = self._await_plan(gen)
+                if plan.end:
+                    return self._ended(plan)
+                gen = plan.gen
+                t0 = time.monotonic()
+                self._enter(plan)
+                entered = time.monotonic() - t0
+                try:
+                    train(self)
+                except BaseException as exc:
+                    self._leave(exc, entered)
+                    continue
+                self.history.append({"gen": gen, "rank": self.rank, "resume": plan.resume, "enter_s": entered})
+                self._finish_training()
+        finally:
+            self._stop.set()
+            self.server.close()
+
+    def step(self, iteration: int) -> None:
+        """Call at every iteration boundary, on every rank, with the iteration just finished."""
+        if self._store_error:
+            raise RecoveryError(f"control store lost: {self._store_error}")
+        if self.snapshotter is not None:
+            self.snapshotter.step(iteration)
+        if (iteration + 1) % self.every == 0:
+            self._replicate(iteration)
+        if self._seen_gen > self.gen:
+            raise Restart(f"generation {self._seen_gen} published")
+
+    def average_gradients(self, module: torch.nn.Module) -> None:
+        """All-reduce `module`'s gradients as one flat buffer in parameters() order, then divide by
+        the world size. One fixed layout, so the same sums in the same order before and after any
+        restart: bit-identical results. (DDP works too, but a new DDP groups its buckets differently
+        in its first iteration, which changes the order of the sums: equal up to rounding only.)"""
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    # ------------------------------------------------------------ joining and leaving
+    def _connect(self) -> None:
+        self.store = self._client()
+        self.server = replica.ReplicaServer(self.address, self.run_id)
+        self.store.set(control.hello_key(self.slot), control.encode(
+            {"node": self.node, "address": self.address, "port": self.server.port, "pid": os.getpid()}))
+        threading.Thread(target=self._beat, name="fleetctl-run-beat", daemon=True).start()
+
+    def _client(self):
+        try:
+            return dist.TCPStore(self.store_host, self.store_port, None, False,
+                                 datetime.timedelta(seconds=30), wait_for_workers=False)
+        except Exception as exc:  # torch raises several kinds for an unreachable store
+            raise RecoveryError(f"control store {self.store_host}:{self.store_port} unreachable: {exc}") from None
+
+    def _beat(self) -> None:
+        store = self._client()
+        while not self._stop.is_set():
+            try:
+                store.add(control.beat_key(self.slot), 1)
+                if store.check(["gen"]):
+                    self._seen_gen = int(store.get("gen"))
+            except Exception as exc:  # the launcher of slot 0 is gone: no more recovery
+                self._store_error = str(exc)[:200]
+                return
+            self._stop.wait(control.BEAT_EVERY_S)
+
+    def _await_plan(self, after: int) -> control.Plan:
+        """The next plan that names this slot or ends the run (a standby waits here, warm)."""
+        gen = after
+        while True:
+            if self._store_error:
+                raise RecoveryError(f"control store lost: {self._store_error}")
+            newest = self._seen_gen
+            if self.store.check(["gen"]):
+                newest = max(newest, int(self.store.get("gen")))
+            while gen < newest:
+                gen += 1
+                plan = control.Plan.parse(self.store.get(control.plan_key(gen)), gen)
+                if plan.end or self.slot in plan.ranks:
+                    return plan
+            time.sleep(0.02)
+
+    def _enter(self, plan: control.Plan) -> None:
+        was_rank = self.rank
+        self.plan, self.gen, self.rank, self.world = plan, plan.gen, plan.ranks[self.slot], plan.world
+        self._holder_address = None
+        os.environ.update({"RANK": str(self.rank), "WORLD_SIZE": str(self.world), "GROUP_RANK": str(self.rank)})
+        dist.init_process_group(self.backend, store=dist.PrefixStore(f"pg/{plan.gen}", self.store),
+                                rank=self.rank, world_size=self.world,
+                                timeout=datetime.timedelta(seconds=self.timeout_s))
+        if plan.resume is not None:
+            self._restore(plan, own=was_rank == self.rank)
+            self.start = plan.resume + 1
+        else:
+            self.start = 0
+            if self.snapshot_options is not None:
+                self._snapshotter()
+                restored = self.snapshotter.restore()
+                self.start = 0 if restored is None else restored + 1
+        if self.snapshot_options is not None and self.snapshotter is None:
+            self._snapshotter()
+        self._replicate(self.start - 1)  # the holder has this rank's state before its first iteration
+
+    def _snapshotter(self) -> None:
+        from fleetctl.snapshot.snapshotter import Snapshotter
+
+        options = dict(self.snapshot_options)
+        options.setdefault("extra_state", self.extra_spec())
+        self.snapshotter = Snapshotter(self.model, self.optimizer, **options)
+
+    def extra_spec(self):
+        return {name: pair for name, pair in self.extra.items.items()} or None
+
+    def _leave(self, exc: BaseException, entered_s: float) -> None:
+        """A generation ended in an exception: report it, drop the group; re-raise the loop's own."""
+        own = not peer_failure(exc) and not isinstance(exc, RecoveryError)
+        self.restarts += 1
+        report = {"kind": "error" if own else "peer", "reason": f"{type(exc).__name__}: {exc}"[:300],
+                  "have": [it for it, _ in self.copies], "holds": self.server.store.holds()}
+        self.history.append({"gen": self.gen, "rank": self.rank, "left": report["reason"], "enter_s": entered_s})
+        try:
+            self.store.set(control.failed_key(self.gen, self.slot), control.encode(report))
+        except Exception as store_exc:
+            raise RecoveryError(f"control store lost while reporting: {store_exc}") from exc
+        self._drop_group()
+        if own or isinstance(exc, (KeyboardInterrupt, SystemExit, RecoveryError)):
+            raise exc
+
+    def _drop_group(self) -> None:
+        self.snapshotter = None  # its groups die with the default group; a write in flight is abandoned
+        if self._pushing is not None:
+            self._pushing.join()
+        try:
+            dist.destroy_process_group()
+        except Exception as exc:  # a group broken by the lost peer may complain: it is gone either way
+            log.debug("destroy_process_group: %s", exc)
+
+    def _finish_training(self) -> None:
+        if self.snapshotter is not None:
+            self.snapshotter.close()
+            self.snapshotter = None
+        if self._pushing is not None:
+            self._pushing.join()
+        self.store.set(control.done_key(self.slot), "1")
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+
+    def _ended(self, plan: control.Plan) -> str:
+        if plan.end == "done":
+            return "done"
+        raise RecoveryError(f"run ended ({plan.end}): {plan.reason}")
+
+    # ------------------------------------------------------------ state
+    def _capture(self) -> dict:
+        state = {"model": self.model.state_dict()}
+        if self.optimizer is not None:
+            state["optim"] = self.optimizer.state_dict()
+        state = _clone(state)
+        state["rng"] = capture_rng()  # fresh objects already: cloning its 1,250 ints would cost ~1 ms
+        state["extra"] = copy.deepcopy(self.extra.capture())
+        return state
+
+    def _load(self, state: dict) -> None:
+        state = {**state, **_clone({k: state[k] for k in ("model", "optim") if k in state})}  # the
+        # optimizer may keep the tensors it is given: never our copies
+        self.model.load_state_dict(state["model"])
+        self.model.zero_grad(set_to_none=True)  # the abandoned step's gradients would add to the replayed one's
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optim"])
+            self.optimizer.zero_grad(set_to_none=True)
+        restore_rng(state["rng"])
+        self.extra.restore(state["extra"])
+
+    def _replicate(self, iteration: int) -> None:
+        t0 = time.perf_counter()
+        if self._pushing is not None:
+            self._pushing.join()  # one push in flight at most: the holder is never far behind
+            self.waited_s += time.perf_counter() - t0
+        state = self._capture()
+        self.copies.append((iteration, state))
+        holder = self._holder()
+        if holder is not None:
+            self._pushing = threading.Thread(target=self._push, args=(holder, iteration, state), daemon=True,
+                                             name="fleetctl-run-push")
+            self._pushing.start()
+        self.blocked_s += time.perf_counter() - t0
+
+    def _holder(self) -> tuple[str, int] | None:
+        """Where this rank's replicas go in this generation (read once per generation)."""
+        slot = self.plan.holders.get(self.rank)
+        if slot is None or slot == self.slot:
+            return None
+        if self._holder_address is None:
+            hello = control.Hello.parse(self.store.get(control.hello_key(slot)), slot)
+            self._holder_address = (hello.address, hello.port)
+        return self._holder_address
+
+    def _push(self, holder: tuple[str, int], iteration: int, state: dict) -> None:
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        try:
+            replica.push(holder[0], holder[1], self.run_id, self.rank, iteration, buf.getvalue(),
+                         timeout_s=self.timeout_s)
+            self.replicas += 1
+        except RecoveryError as exc:  # the holder died too: its loss shows through the controller
+            self.push_failures += 1
+            log.warning("fleetctl run: rank %d: %s", self.rank, exc.message)
+
+    def _restore(self, plan: control.Plan, own: bool) -> None:
+        if own:
+            state = dict(self.copies).get(plan.resume)
+            if state is None:
+                raise RecoveryError(f"rank {self.rank}: no own copy of iteration {plan.resume}")
+            self._load(state)
+            return
+        source = plan.sources.get(self.rank)
+        if source is None:
+            raise RecoveryError(f"plan {plan.gen}: no replica source for rank {self.rank}")
+        hello = control.Hello.parse(self.store.get(control.hello_key(source)), source)
+        body = replica.fetch(hello.address, hello.port, self.run_id, self.rank, plan.resume,
+                             timeout_s=self.timeout_s)
+        self._load(torch.load(io.BytesIO(body), weights_only=True))
+        self.copies.clear()
+
+
+def _route_address(host: str, port: int) -> str:
+    """The address this node reaches the store from: where its peers reach it back."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, port))
+            return probe.getsockname()[0]
+        except OSError as exc:
+            raise RecoveryError(f"no route to the control store {host}: {exc.strerror}") from None

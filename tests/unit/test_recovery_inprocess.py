@@ -1,0 +1,304 @@
+"""No-rollback recovery's parts: the replica protocol over real sockets (and what it refuses), the
+plans and reports read from the store as input, and the controller's decisions against a real torch
+TCPStore (fleetctl.recovery.replica, control, resilient)."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from fleetctl.errors import RecoveryError  # noqa: E402
+from fleetctl.recovery import control, replica  # noqa: E402
+from fleetctl.recovery.resilient import Resilient, peer_failure  # noqa: E402
+
+
+# ---------------------------------------------------------------- replicas
+@pytest.fixture
+def server():
+    s = replica.ReplicaServer("127.0.0.1", "run-a", max_bytes=1 << 20)
+    yield s
+    s.close()
+
+
+def test_a_replica_goes_to_its_holder_and_comes_back_checked(server):
+    body = bytes(range(256)) * 100
+    replica.push("127.0.0.1", server.port, "run-a", 3, 41, body)
+    replica.push("127.0.0.1", server.port, "run-a", 3, 42, body[::-1])
+    assert server.store.holds() == {3: [41, 42]}
+    assert replica.fetch("127.0.0.1", server.port, "run-a", 3, 41) == body
+    assert replica.fetch("127.0.0.1", server.port, "run-a", 3, 42) == body[::-1]
+    with pytest.raises(RecoveryError, match="no replica of rank 3 at iteration 7"):
+        replica.fetch("127.0.0.1", server.port, "run-a", 3, 7)
+
+
+def _raw(port: int, data: bytes) -> dict:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(data)
+        return json.loads(sock.makefile("rb").readline())
+
+
+@pytest.mark.parametrize("request_bytes, error", [
+    (b'{"op":"put","run":"run-b","rank":0,"iteration":1,"size":1,"sha256":"' + b"0" * 64 + b'"}\nx',
+     "another job"),
+    (b'{"op":"put","run":"run-a","rank":0,"iteration":1,"size":2000000,"sha256":"' + b"0" * 64 + b'"}\n',
+     "size must be"),
+    (b'{"op":"put","run":"run-a","rank":0,"iteration":1,"size":1,"sha256":"' + b"0" * 64 + b'"}\nx',
+     "SHA-256 mismatch"),
+    (b'{"op":"put","run":"run-a","rank":-1,"iteration":1,"size":1,"sha256":"x"}\n', "rank must be"),
+    (b'{"op":"drop","run":"run-a","rank":0,"iteration":1}\n', "unknown op"),
+    (b"not json\n", "not JSON"),
+    (b"[1]\n", "not a JSON object"),
+    (b"x" * 5000, "over 4096 bytes"),
+])
+def test_hostile_replica_requests_are_refused_and_nothing_is_kept(server, request_bytes, error):
+    reply = _raw(server.port, request_bytes)
+    assert reply["ok"] is False and error in reply["error"]
+    assert server.store.holds() == {} and server.refused == 1
+
+
+def test_the_holder_keeps_the_last_three_of_each_rank_within_its_byte_bound():
+    store = replica.ReplicaStore(keep=3, max_total=10_000)
+    for it in range(5):
+        store.put(0, it, b"a" * 1000, "d")
+    assert store.holds() == {0: [2, 3, 4]}
+    for it in range(4):
+        store.put(1, it, b"b" * 3000, "d")  # over the bound: the oldest go first, never a rank's last
+    held = store.holds()
+    assert held[1][-1] == 3 and held[0][-1] == 4
+    assert sum(len(store.get(r, i)[0]) for r, its in held.items() for i in its) <= 10_000
+
+
+# ---------------------------------------------------------------- plans and reports as input
+def _plan_doc(**over) -> str:
+    doc = control.Plan(1, 2, {0: 0, 3: 1}, {0: 3, 1: 0}, 9, {1: 1}, {1: 0}).to_doc()
+    doc.update(over)
+    return json.dumps(doc)
+
+
+def test_a_plan_reads_back_as_written():
+    plan = control.Plan.parse(_plan_doc(), 1)
+    assert (plan.ranks, plan.holders, plan.resume, plan.lost, plan.sources) == \
+        ({0: 0, 3: 1}, {0: 3, 1: 0}, 9, {1: 1}, {1: 0})
+    assert plan.slot_of(1) == 3
+
+
+@pytest.mark.parametrize("over, error", [
+    ({"version": 2}, "version"),
+    ({"gen": 4}, "gen"),
+    ({"ranks": {"0": 0, "3": 0}}, "ranks are not 0..1"),
+    ({"ranks": {"x": 0, "3": 1}}, "is not a number"),
+    ({"resume": "9"}, "is not an iteration"),
+    ({"end": "reboot"}, "is not one of"),
+    ({"holders": [1]}, "must be an object"),
+])
+def test_a_bad_plan_is_refused_by_name(over, error):
+    with pytest.raises(RecoveryError, match=error):
+        control.Plan.parse(_plan_doc(**over), 1)
+
+
+def test_an_oversized_or_broken_store_value_is_refused():
+    with pytest.raises(RecoveryError, match="over"):
+        control.decode("x" * (control.VALUE_MAX + 1), "plan 1")
+    with pytest.raises(RecoveryError, match="not JSON"):
+        control.decode(b"\xff\xfe", "hello of slot 2")
+    with pytest.raises(RecoveryError, match="kind must be"):
+        control.Report.parse('{"kind": "maybe"}', 2)
+    with pytest.raises(RecoveryError, match="at most 64"):
+        control.Report.parse(json.dumps({"kind": "peer", "have": list(range(65))}), 2)
+    with pytest.raises(RecoveryError, match="port"):
+        control.Hello.parse('{"node": "n1", "address": "10.0.0.1", "port": 70000}', 0)
+
+
+def test_replicas_are_held_on_another_node_when_there_is_one():
+    ranks = {0: 0, 1: 1, 2: 2, 3: 3}
+    nodes = {0: "a", 1: "a", 2: "b", 3: "b"}
+    holders = control.holders_for(ranks, nodes)
+    assert all(nodes[holders[r]] != nodes[s] for s, r in ranks.items())
+    assert control.holders_for({0: 0}, {0: "a"}) == {0: 0}
+
+
+def test_the_resume_point_is_the_newest_iteration_every_rank_has():
+    plan = control.Plan(0, 3, {0: 0, 1: 1, 2: 2}, {0: 1, 1: 2, 2: 0})
+    reports = {0: control.Report(0, "peer", "", {61, 62, 63}, {2: {60, 61, 62}}),
+               1: control.Report(1, "peer", "", {62, 63, 64}, {0: {61, 62, 63}})}
+    assert control.resume_point(plan, reports, lost={2}) == 62
+    assert control.resume_point(plan, {1: reports[1]}, lost={0, 2}) is None  # rank 2's holder is lost too
+
+
+def test_a_collective_failure_is_a_peer_failure_and_a_bug_is_not():
+    assert peer_failure(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
+    assert peer_failure(RuntimeError("Timed out waiting 60000ms for recv operation to complete"))
+    assert not peer_failure(ValueError("bad batch"))
+    assert not peer_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+
+
+def test_outside_fleetctl_run_the_library_says_how_to_launch():
+    with pytest.raises(RecoveryError, match="not started by `fleetctl run`"):
+        Resilient(torch.nn.Linear(2, 2), env={})
+
+
+def test_state_restored_from_a_copy_replays_exactly_and_drops_the_abandoned_steps_gradients():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    job = Resilient(model, opt, env={"FLEETCTL_RUN_STORE": "127.0.0.1:1", "FLEETCTL_RUN_SLOT": "0",
+                                     "FLEETCTL_RUN_ID": "x", "FLEETCTL_RUN_ADDR": "127.0.0.1"})
+
+    def step(i, apply=True):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i)) + 0.1 * torch.randn(4, 8)
+        torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+        if apply:
+            opt.step()
+            opt.zero_grad()
+
+    def digest():
+        return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    for i in range(3):
+        step(i)
+    copy = job._capture()
+    for i in range(3, 6):
+        step(i)
+    straight = digest()
+    step(6, apply=False)  # a step abandoned in its all-reduce: its gradients are still there
+    job._load(copy)
+    for i in range(3, 6):
+        step(i)
+    assert digest() == straight
+
+
+# ---------------------------------------------------------------- the controller on a real store
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def store():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return dist.TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=5), wait_for_workers=False)
+
+
+def _hello(store, slot, node):
+    store.set(control.hello_key(slot), control.encode({"node": node, "address": "127.0.0.1", "port": 1}))
+
+
+def _report(store, gen, slot, have, holds=None, kind="peer"):
+    store.set(control.failed_key(gen, slot), control.encode(
+        {"kind": kind, "reason": "x", "have": sorted(have), "holds": {str(r): sorted(i) for r, i in (holds or {}).items()}}))
+
+
+def _plan(store) -> control.Plan:
+    gen = int(store.get("gen"))
+    return control.Plan.parse(store.get(control.plan_key(gen)), gen)
+
+
+def _started(store, clock, active=3, slots=4):
+    ctl = control.Controller(store, active, slots, control.Timing(dead_after_s=5, grace_s=30), clock=clock)
+    for slot in range(slots):
+        _hello(store, slot, f"node{slot}")
+    assert ctl.poll() is None
+    return ctl
+
+
+def test_plan_zero_waits_for_every_training_rank_then_names_them(store):
+    clock = Clock()
+    ctl = control.Controller(store, 3, 4, clock=clock)
+    _hello(store, 0, "node0")
+    _hello(store, 1, "node1")
+    assert ctl.poll() is None and not store.check(["gen"])
+    _hello(store, 2, "node2")
+    ctl.poll()
+    plan = _plan(store)
+    assert plan.gen == 0 and plan.ranks == {0: 0, 1: 1, 2: 2} and plan.resume is None
+    assert all(plan.holders[r] != s for s, r in plan.ranks.items())
+
+
+def test_a_lost_rank_goes_to_the_standby_at_the_newest_common_iteration(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    holder_of_2 = _plan(store).holders[2]
+    store.set(control.exit_key(2), control.encode({"code": -9}))
+    _report(store, 0, 0, {60, 61, 62}, {2: {60, 61, 62}} if holder_of_2 == 0 else {})
+    assert ctl.poll() is None  # slot 1 has not reported yet
+    _report(store, 0, 1, {61, 62, 63}, {2: {60, 61, 62}} if holder_of_2 == 1 else {})
+    ctl.poll()
+    plan = _plan(store)
+    assert plan.gen == 1 and plan.ranks == {0: 0, 1: 1, 3: 2} and plan.resume == 62
+    assert plan.lost == {2: 2} and plan.sources == {2: holder_of_2}
+    assert "killed by signal 9" in plan.reason
+
+
+def test_no_standby_left_ends_the_run_for_requeue(store):
+    clock = Clock()
+    ctl = _started(store, clock, active=3, slots=3)
+    store.set(control.exit_key(1), control.encode({"code": -9}))
+    _report(store, 0, 0, {5})
+    _report(store, 0, 2, {5})
+    assert ctl.poll() == "requeue"
+    assert _plan(store).end == "requeue" and "0 standby left" in _plan(store).reason
+
+
+def test_a_ranks_own_error_ends_the_run(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    _report(store, 0, 1, {5}, kind="error")
+    store.set(control.exit_key(1), control.encode({"code": 1}))
+    _report(store, 0, 0, {5})
+    _report(store, 0, 2, {5})
+    assert ctl.poll() == "abort"
+    assert "own error" in _plan(store).reason
+
+
+def test_a_frozen_rank_is_lost_after_its_heartbeat_stops_and_its_launcher_told_to_kill_it(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    for _ in range(3):
+        for slot in range(4):
+            store.add(control.beat_key(slot), 1)
+        clock.now += 1
+        assert ctl.poll() is None
+    for _ in range(7):  # slot 1 stops beating
+        for slot in (0, 2, 3):
+            store.add(control.beat_key(slot), 1)
+        clock.now += 1
+        ctl.poll()
+    assert store.check([control.kill_key(1)]) and 1 in ctl.gone
+    assert "no heartbeat" in ctl.gone[1]
+
+
+def test_a_rank_that_never_reports_while_the_others_wait_is_the_hung_one(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    assert _plan(store).holders[1] == 2
+    _report(store, 0, 0, {5}, {2: {5}})
+    _report(store, 0, 2, {5}, {1: {5}})  # slot 1 alive (beating) but silent: stuck in its compute
+    for _ in range(4):
+        for slot in range(4):
+            store.add(control.beat_key(slot), 1)
+        clock.now += 10
+        ctl.poll()
+    assert store.check([control.kill_key(1)]) and "hung" in ctl.gone[1]
+    plan = _plan(store)
+    assert plan.ranks == {0: 0, 2: 2, 3: 1} and plan.resume == 5
+
+
+def test_training_done_on_every_rank_ends_the_run(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    for slot in range(3):
+        store.set(control.done_key(slot), "1")
+        store.set(control.exit_key(slot), control.encode({"code": 0}))  # done, then ended: no loss
+    assert ctl.poll() == "done"
+    assert _plan(store).end == "done" and not ctl.gone
