@@ -45,6 +45,8 @@ def pytest_configure(config):
                             "FLEETCTL_TEST_LAB_HOSTS=16 FLEETCTL_TEST_LAB_LEAVES=4 -m mesh16)")
     config.addinivalue_line("markers", "lens: needs the 8-host lab (scripts/test runs them with "
                             "FLEETCTL_TEST_LAB_HOSTS=8 -m lens)")
+    config.addinivalue_line("markers", "lab8: needs 5 to 8 lab hosts (run in the 8-host lens run, "
+                            "-m 'lens or lab8')")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,7 +58,8 @@ def pytest_collection_modifyitems(config, items):
     system_slurm = _slurm_from() == "system"
     keep = [item for item in items
             if (big_lab or item.get_closest_marker("mesh16") is None)
-            and (hosts >= 8 or item.get_closest_marker("lens") is None)
+            and (hosts >= 8 or (item.get_closest_marker("lens") is None
+                                and item.get_closest_marker("lab8") is None))
             and (system_slurm or item.get_closest_marker("system_slurm") is None)]
     if len(keep) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])

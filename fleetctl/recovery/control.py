@@ -11,6 +11,7 @@ Keys (all small JSON or counters):
     failed/<gen>/<slot>   a survivor left generation <gen>: why, its own copies, the replicas it holds
     done/<slot>           training finished on this rank
     kill/<slot>           the controller asks that slot's launcher to kill its child (a frozen rank)
+    leave/<slot>          `fleetctl migrate` asks that rank to leave at its next step boundary
     plan/<gen>, gen       the plans, and the number of the newest (written plan first, then gen)
 
 The controller (`Controller.poll`, in the launcher of slot 0) writes plan 0 once the N active slots
@@ -44,6 +45,7 @@ def failed_key(gen: int, slot: int) -> str: return f"failed/{gen}/{slot}"
 def done_key(slot: int) -> str: return f"done/{slot}"
 def kill_key(slot: int) -> str: return f"kill/{slot}"
 def plan_key(gen: int) -> str: return f"plan/{gen}"
+def leave_key(slot: int) -> str: return f"leave/{slot}"
 
 
 def encode(doc: dict) -> str:
@@ -102,7 +104,8 @@ class Report:
     """A survivor's account of why it left a generation and what state it can resume from."""
 
     slot: int
-    kind: str  # "peer" (a collective failed, or a new plan came) | "error" (its own exception)
+    kind: str  # "peer" (a collective failed, or a new plan came) | "error" (its own exception) |
+    # "migrate" (it left on request at a step boundary; its holder has its state of that step)
     reason: str
     have: set[int]  # iterations of its own state it kept
     holds: dict[int, set[int]]  # rank -> iterations of that rank's replica it holds
@@ -112,8 +115,8 @@ class Report:
         what = f"failure report of slot {slot}"
         doc = decode(raw, what)
         kind = doc.get("kind")
-        if kind not in ("peer", "error"):
-            raise RecoveryError(f"{what}: kind must be peer or error, not {kind!r}")
+        if kind not in ("peer", "error", "migrate"):
+            raise RecoveryError(f"{what}: kind must be peer, error or migrate, not {kind!r}")
         holds_doc = doc.get("holds", {})
         if not isinstance(holds_doc, dict) or len(holds_doc) > 4096:
             raise RecoveryError(f"{what}: holds must be an object of at most 4096 ranks")
@@ -275,6 +278,9 @@ class Controller:
                     out[slot] = Report.parse(self.store.get(key), slot)
                 except RecoveryError as exc:
                     self._lose(slot, exc.message)
+                    continue
+                if out[slot].kind == "migrate":  # planned: its rank goes to a standby like a lost one
+                    self._lose(slot, f"moved to a standby on request ({out[slot].reason})")
         return out
 
     # ---- decisions
@@ -285,11 +291,11 @@ class Controller:
         self._read_hellos()
         if self.plan is None:
             return self._first_plan(now)
+        reports = self._reports()  # first: a rank that left on request then ended was moved, not lost
         self._read_liveness(now)
         active = set(self.plan.ranks)
         if active <= self.done:
             return self._publish_end("done", "training finished")
-        reports = self._reports()
         lost = active & set(self.gone)
         if not lost and not reports:
             self.trouble_since = None

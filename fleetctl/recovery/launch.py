@@ -104,6 +104,7 @@ def launch(argv: list[str], options: LaunchOptions, env=None) -> LaunchResult:
     controller = None
     if slot == 0:
         store.set("run", secrets.token_hex(8))
+        store.set("slots", str(slots))
         controller = control.Controller(store.clone(), active, slots, options.timing)
     run_id = store.get("run").decode()
     child_env = {**env, ENV_STORE: f"{host}:{port}", ENV_SLOT: str(slot), ENV_RUN: run_id,

@@ -34,6 +34,7 @@ import datetime
 import io
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -61,8 +62,8 @@ class Restart(Exception):
     """Raised by `step()` when the controller published a new plan: leave at this boundary."""
 
 
-class EndOfRun(Exception):
-    """The controller ended the run (a standby that was never needed, or the end of training)."""
+class Migrate(Restart):
+    """Raised by `step()` when this rank was asked to move to a standby (`fleetctl migrate`)."""
 
 
 def peer_failure(exc: BaseException) -> bool:
@@ -118,16 +119,21 @@ class Resilient:
         self.waited_s = 0.0  # of which waiting for the previous push to finish
         self._holder_address: tuple[str, int] | None = None
         self.replicas, self.push_failures, self.restarts = 0, 0, 0
-        self.history: list[dict] = []  # one record per generation this process trained in
-        self._pushing: threading.Thread | None = None
+        self.history: list[dict] = []  # one record per generation this process trained in: when it
+        # entered, its first and last step, why it left
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Event()  # no push in flight
+        self._idle.set()
         self._seen_gen = -1
+        self._leave_reason: str | None = None  # set by the heartbeat thread from leave/<slot>
         self._store_error: str | None = None
         self._stop = threading.Event()
 
     # ------------------------------------------------------------ the run
     def run(self, train: Callable[["Resilient"], Any]) -> str:
-        """Train until done; returns how the run ended ("done"), raises RecoveryError for "requeue"
-        and "abort" (the launcher turns them into its exit status), re-raises the loop's own error."""
+        """Train until done; returns how the run ended ("done"; "migrated" in a process whose rank
+        moved to a standby on request), raises RecoveryError for "requeue" and "abort" (the launcher
+        turns them into its exit status), re-raises the loop's own error."""
         self._connect()
         try:
             gen = -1
@@ -138,13 +144,17 @@ class Resilient:
                 gen = plan.gen
                 t0 = time.monotonic()
                 self._enter(plan)
-                entered = time.monotonic() - t0
+                self.history.append({"gen": gen, "rank": self.rank, "resume": plan.resume,
+                                     "enter_s": round(time.monotonic() - t0, 6), "entered_at": time.time(),
+                                     "first_step_at": None, "last_step": None, "last_step_at": None})
                 try:
                     train(self)
+                except Migrate as exc:
+                    self._leave(exc)
+                    return "migrated"
                 except BaseException as exc:
-                    self._leave(exc, entered)
+                    self._leave(exc)
                     continue
-                self.history.append({"gen": gen, "rank": self.rank, "resume": plan.resume, "enter_s": entered})
                 self._finish_training()
         finally:
             self._stop.set()
@@ -154,10 +164,16 @@ class Resilient:
         """Call at every iteration boundary, on every rank, with the iteration just finished."""
         if self._store_error:
             raise RecoveryError(f"control store lost: {self._store_error}")
+        record = self.history[-1]
+        if record["first_step_at"] is None:
+            record["first_step_at"] = time.time()
+        record["last_step"], record["last_step_at"] = iteration, time.time()
         if self.snapshotter is not None:
             self.snapshotter.step(iteration)
         if (iteration + 1) % self.every == 0:
             self._replicate(iteration)
+        if self._leave_reason is not None:
+            raise Migrate(self._leave_reason)
         if self._seen_gen > self.gen:
             raise Restart(f"generation {self._seen_gen} published")
 
@@ -184,6 +200,7 @@ class Resilient:
         self.store.set(control.hello_key(self.slot), control.encode(
             {"node": self.node, "address": self.address, "port": self.server.port, "pid": os.getpid()}))
         threading.Thread(target=self._beat, name="fleetctl-run-beat", daemon=True).start()
+        threading.Thread(target=self._pusher, name="fleetctl-run-push", daemon=True).start()
 
     def _client(self):
         try:
@@ -199,6 +216,8 @@ class Resilient:
                 store.add(control.beat_key(self.slot), 1)
                 if store.check(["gen"]):
                     self._seen_gen = int(store.get("gen"))
+                if self._leave_reason is None and self.rank >= 0 and store.check([control.leave_key(self.slot)]):
+                    self._leave_reason = store.get(control.leave_key(self.slot)).decode(errors="replace")[:200]
             except Exception as exc:  # the launcher of slot 0 is gone: no more recovery
                 self._store_error = str(exc)[:200]
                 return
@@ -251,13 +270,13 @@ class Resilient:
     def extra_spec(self):
         return {name: pair for name, pair in self.extra.items.items()} or None
 
-    def _leave(self, exc: BaseException, entered_s: float) -> None:
+    def _leave(self, exc: BaseException) -> None:
         """A generation ended in an exception: report it, drop the group; re-raise the loop's own."""
         own = not peer_failure(exc) and not isinstance(exc, RecoveryError)
         self.restarts += 1
-        report = {"kind": "error" if own else "peer", "reason": f"{type(exc).__name__}: {exc}"[:300],
+        report = {"kind": "migrate" if isinstance(exc, Migrate) else "error" if own else "peer", "reason": f"{type(exc).__name__}: {exc}"[:300],
                   "have": [it for it, _ in self.copies], "holds": self.server.store.holds()}
-        self.history.append({"gen": self.gen, "rank": self.rank, "left": report["reason"], "enter_s": entered_s})
+        self.history[-1]["left"] = report["reason"]
         try:
             self.store.set(control.failed_key(self.gen, self.slot), control.encode(report))
         except Exception as store_exc:
@@ -268,8 +287,7 @@ class Resilient:
 
     def _drop_group(self) -> None:
         self.snapshotter = None  # its groups die with the default group; a write in flight is abandoned
-        if self._pushing is not None:
-            self._pushing.join()
+        self._idle.wait()
         try:
             dist.destroy_process_group()
         except Exception as exc:  # a group broken by the lost peer may complain: it is gone either way
@@ -279,8 +297,7 @@ class Resilient:
         if self.snapshotter is not None:
             self.snapshotter.close()
             self.snapshotter = None
-        if self._pushing is not None:
-            self._pushing.join()
+        self._idle.wait()
         self.store.set(control.done_key(self.slot), "1")
         try:
             dist.destroy_process_group()
@@ -315,17 +332,25 @@ class Resilient:
 
     def _replicate(self, iteration: int) -> None:
         t0 = time.perf_counter()
-        if self._pushing is not None:
-            self._pushing.join()  # one push in flight at most: the holder is never far behind
+        if not self._idle.is_set():
+            self._idle.wait()  # one push in flight at most: the holder is never far behind
             self.waited_s += time.perf_counter() - t0
         state = self._capture()
         self.copies.append((iteration, state))
         holder = self._holder()
         if holder is not None:
-            self._pushing = threading.Thread(target=self._push, args=(holder, iteration, state), daemon=True,
-                                             name="fleetctl-run-push")
-            self._pushing.start()
+            self._idle.clear()
+            self._outbox.put_nowait((holder, iteration, state))  # a standing thread: starting one per
+            # push cost milliseconds on a busy machine, waiting to be scheduled
         self.blocked_s += time.perf_counter() - t0
+
+    def _pusher(self) -> None:
+        while True:
+            holder, iteration, state = self._outbox.get()
+            try:
+                self._push(holder, iteration, state)
+            finally:
+                self._idle.set()
 
     def _holder(self) -> tuple[str, int] | None:
         """Where this rank's replicas go in this generation (read once per generation)."""

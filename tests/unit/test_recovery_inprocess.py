@@ -302,3 +302,31 @@ def test_training_done_on_every_rank_ends_the_run(store):
         store.set(control.exit_key(slot), control.encode({"code": 0}))  # done, then ended: no loss
     assert ctl.poll() == "done"
     assert _plan(store).end == "done" and not ctl.gone
+
+
+def test_a_rank_that_left_on_request_goes_to_the_standby_at_its_boundary(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    holder_of_1 = _plan(store).holders[1]
+    _report(store, 0, 1, {40, 41, 42}, kind="migrate")
+    store.set(control.exit_key(1), control.encode({"code": 0}))
+    for slot in (0, 2):
+        _report(store, 0, slot, {41, 42}, {1: {40, 41, 42}} if slot == holder_of_1 else {})
+    ctl.poll()
+    plan = _plan(store)
+    assert plan.ranks == {0: 0, 2: 2, 3: 1} and plan.resume == 42 and "on request" in plan.reason
+
+
+def test_migrate_refuses_a_node_without_ranks_and_a_job_without_standbys(store):
+    from fleetctl.errors import UsageError
+    from fleetctl.recovery.migrate import migrate
+
+    clock = Clock()
+    _started(store, clock, active=3, slots=4)
+    store.set("slots", "4")
+    with pytest.raises(UsageError, match="no training rank on node9"):
+        migrate(store, "node9", "test", timeout_s=1)
+    store.set(control.exit_key(3), control.encode({"code": 0}))  # the standby is gone
+    with pytest.raises(RecoveryError, match="1 rank\\(s\\) on node1 and 0 standby left"):
+        migrate(store, "node1", "test", timeout_s=1)
+    assert not store.check([control.leave_key(1)])  # nothing was asked of the rank

@@ -7,7 +7,6 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
-from fleetctl.filekit.read import clean_text
 from fleetctl.cli.params import seconds
 
 
@@ -40,6 +39,12 @@ def run_command(app: Application, command: tuple[str, ...], standbys: int, store
     The loop uses fleetctl.recovery.resilient.Resilient (docs/recovery.md).
     Exit status: 0 training finished (or this task's standby or lost rank was not needed);
     2 the run ended unfinished (no standby left: requeue; a rank's own error: abort); 3 error.
+
+    \b
+    Examples:
+      fleetctl run --standbys 1 -- python train.py
+      fleetctl run --standbys 2 --dead-after 10 --collective-timeout 120 -- python train.py --config big.yaml
+      fleetctl run --store 10.0.0.1:29400 --format json -- python train.py
     """
     from fleetctl.recovery.control import Timing
     from fleetctl.recovery.launch import LaunchOptions, launch
