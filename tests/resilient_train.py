@@ -2,7 +2,8 @@
 benchmarks/recovery_inprocess.py. Same seed, same data: two runs end with bit-identical parameters,
 whatever rank was lost and replaced on the way.
 
-Writes into --out: `pid-<slot>` (this process, at start), `progress` (the newest iteration rank 0 finished, every 5 iterations), and at the
+Writes into --out: `pid-<slot>` (this process, at start), `restored` (the disk snapshot's iteration,
+when a fresh start restored one), `progress` (the newest iteration rank 0 finished, every 5 iterations), and at the
 end `final.json` from whichever process is rank 0 (the parameters' SHA-256, its history) and
 `rank-<R>.json` from every rank (what the replicas cost it). TRACE=1 in the environment adds
 `trace-<R>.txt`: per iteration the parameters' and momentum's digests, the RNG's and the batch's sums.
@@ -19,6 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fleetctl.errors import RecoveryError  # noqa: E402
 from fleetctl.recovery.resilient import Resilient  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -28,6 +30,7 @@ parser.add_argument("--every", type=int, default=1)
 parser.add_argument("--width", type=int, default=64)
 parser.add_argument("--reduce", choices=("flat", "ddp"), default="flat",
                     help="flat: job.average_gradients (bit-identical across restarts); ddp: DDP")
+parser.add_argument("--snap", help="also take disk snapshots here every second (the swap + requeue fallback)")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 torch.set_num_threads(1)
@@ -38,7 +41,8 @@ position = {"samples": 0}  # a data position, restored like a loader's
 with open(os.path.join(args.out, f"pid-{os.environ.get('FLEETCTL_RUN_SLOT', 'x')}"), "w") as f:
     f.write(str(os.getpid()))  # for the tests: the process to kill
 job = Resilient(model, optimizer, every=args.every,
-                extra_state={"data": (lambda: dict(position), lambda v: position.update(v))})
+                extra_state={"data": (lambda: dict(position), lambda v: position.update(v))},
+                snapshot={"directory": args.snap, "interval_s": 1.0} if args.snap else None)
 iteration_times = []
 
 
@@ -52,6 +56,8 @@ def write(name, text):
 def train(job):
     if job.start == 0:
         torch.manual_seed(1000 + job.rank)  # each rank's own noise, restored with its state
+    elif job.gen == 0 and job.rank == 0:  # a fresh start that restored a disk snapshot (after a requeue)
+        write("restored", str(job.start - 1))
     net = DDP(model) if args.reduce == "ddp" else model
     for it in range(job.start, args.steps):
         t0 = time.perf_counter()
@@ -81,7 +87,10 @@ def train(job):
             write("progress", str(it))
 
 
-end = job.run(train)
+try:
+    end = job.run(train)
+except RecoveryError as exc:  # the run ended unfinished (requeue, abort): one line, no traceback
+    sys.exit(f"resilient_train: {exc.message}")
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 mean_iteration = sum(iteration_times) / max(1, len(iteration_times))
 if job.rank >= 0:  # a standby never needed has no rank

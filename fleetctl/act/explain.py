@@ -156,7 +156,8 @@ def _metric_words(metric: str, ev: dict) -> str:
     if metric == "delay":
         return "added delay" + (f" of {ev['excess_us']} us" if isinstance(ev.get("excess_us"), (int, float)) else "")
     return {"down": "the element is down", "flapping": "the element goes down and up repeatedly",
-            "clock": "clock offset beyond its limit"}.get(metric, metric)
+            "clock": "clock offset beyond its limit",
+            "rank_lost": "a training rank on the node was lost with no standby left (fleetctl run)"}.get(metric, metric)
 
 
 # ---------------------------------------------------------------- nodes and jobs

@@ -26,10 +26,16 @@ from fleetctl.cli.params import seconds
                    "(default: the collective timeout + 30 s).")
 @click.option("--start-timeout", type=seconds(1, 86_400), default=600.0, show_default=True, metavar="S",
               help="Every training rank must have started within S seconds.")
+@click.option("--events", metavar="FILE", envvar="FLEETCTL_RUN_EVENTS",
+              help="lens's event log: when the run ends for requeue, task 0 writes a `rank_lost` event on "
+                   "each lost rank's node there, for an act policy to swap the job (env FLEETCTL_RUN_EVENTS).")
+@click.option("--requeue-wait", type=seconds(0, 3600), default=0.0, show_default=True, metavar="S",
+              help="Then keep the job running up to S seconds, so that act's swap can requeue it.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_app
 def run_command(app: Application, command: tuple[str, ...], standbys: int, store: str | None,
-                dead_after: float, collective_timeout: float, grace: float | None, start_timeout: float) -> int:
+                dead_after: float, collective_timeout: float, grace: float | None, start_timeout: float,
+                events: str | None, requeue_wait: float) -> int:
     """Run COMMAND as one rank of a training job that goes on when a rank is lost: a standby takes
     its place with its state from a peer's memory; no requeue, no disk read, no new allocation.
 
@@ -50,7 +56,7 @@ def run_command(app: Application, command: tuple[str, ...], standbys: int, store
     from fleetctl.recovery.launch import LaunchOptions, launch
 
     timing = Timing(dead_after_s=dead_after, grace_s=grace or collective_timeout + 30.0, start_s=start_timeout)
-    result = launch(list(command), LaunchOptions(standbys, store, timing, collective_timeout))
+    result = launch(list(command), LaunchOptions(standbys, store, timing, collective_timeout, events, requeue_wait))
     if app.json:
         app.emit({"schema": "fleetctl.run/1", **result.to_dict()})
     elif result.exit_code:  # the generations were logged as they happened

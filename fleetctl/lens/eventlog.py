@@ -50,7 +50,8 @@ MAX_JOB_FIELDS = 16  # keys of one job object
 KINDS = ("open", "update", "close")
 STATES = ("open", "closed")
 ELEMENT_TYPES = ("link", "switch", "nic", "host", "port", "clock")
-METRICS = ("loss", "delay", "down", "flapping", "clock", "hang", "straggler")  # the last two: recovery.signals
+METRICS = ("loss", "delay", "down", "flapping", "clock", "hang", "straggler",  # hang, straggler: recovery.signals
+           "rank_lost")  # fleetctl run: a training rank lost with no standby left (recovery.launch)
 SEVERITIES = EVENT_SEVERITIES
 _ID = re.compile(r"ev-\d{8}T\d{6}-\d{4}")
 _ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z")

@@ -302,6 +302,11 @@ class Controller:
             return None
         if self.trouble_since is None:
             self.trouble_since = now
+        if len(self._standbys()) < len(lost) and not any(r.kind == "error" for r in reports.values()):
+            # decided without the survivors' reports: they may be stuck in a collective with the lost
+            # rank (a disk snapshot's writer), and the disk fallback needs none of their state
+            return self._publish_end("requeue", f"{len(lost)} rank(s) lost, {len(self._standbys())} standby left",
+                                     {self.plan.ranks[s]: s for s in sorted(lost)})
         waiting = active - lost - set(reports)
         if waiting:
             if now - self.trouble_since < self.timing.grace_s:
@@ -333,7 +338,7 @@ class Controller:
             if sum(1 for h in self.history if not h["lost"]) >= 3:
                 return self._publish_end("requeue", "3 restarts in place without a lost rank")
         resume = resume_point(plan, reports, lost)
-        spares = sorted(s for s in self.hellos if s not in plan.ranks and s not in self.gone)
+        spares = self._standbys()
         lost_ranks = {plan.ranks[s]: s for s in sorted(lost)}
         if len(spares) < len(lost_ranks):
             return self._publish_end("requeue", f"{len(lost_ranks)} rank(s) lost, {len(spares)} standby left",
@@ -349,6 +354,9 @@ class Controller:
         self._publish(Plan(plan.gen + 1, plan.world, ranks, holders_for(ranks, self._nodes()), resume,
                            lost_ranks, sources, reason=why))
         return None
+
+    def _standbys(self) -> list[int]:
+        return sorted(s for s in self.hellos if s not in self.plan.ranks and s not in self.gone)
 
     def _nodes(self) -> dict[int, str]:
         return {s: h.node for s, h in self.hellos.items()}

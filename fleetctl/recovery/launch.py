@@ -33,6 +33,7 @@ from fleetctl.recovery.resilient import (ENV_ADDR, ENV_NODE, ENV_RUN, ENV_SLOT, 
 
 log = logging.getLogger("fleetctl.recovery")
 POLL_S = 0.05
+END_GRACE_S = 10.0  # a training process still running this long after the run ended is killed
 BASE_PORT = 29400
 
 
@@ -42,6 +43,8 @@ class LaunchOptions:
     store: str | None = None  # HOST or HOST:PORT; default MASTER_ADDR/MASTER_PORT, else the first node
     timing: control.Timing = field(default_factory=control.Timing)
     collective_timeout_s: float = 60.0
+    events: str | None = None  # lens's event log: a `rank_lost` event per node when the run ends for requeue
+    requeue_wait_s: float = 0.0  # then task 0 keeps the job running this long for act's swap to requeue it
 
 
 @dataclass
@@ -117,9 +120,41 @@ def launch(argv: list[str], options: LaunchOptions, env=None) -> LaunchResult:
         child_env.setdefault(ENV_NODE, env["SLURMD_NODENAME"])
     role = "active" if slot < active else "standby"
     child = _Child(argv, child_env)
-    code, end = _supervise(child, store, slot, controller, options)
+    code, end = _supervise(child, store, slot, controller, options, env.get("SLURM_JOB_ID", ""))
+    if controller is not None and end == "requeue" and controller.plan.lost and options.requeue_wait_s:
+        _wait_for_requeue(options.requeue_wait_s)
     exit_code = EXIT_OK if end in ("done", "replaced") or (end is None and code == 0) else EXIT_FAILURES
     return LaunchResult(slot, role, end, code, exit_code, controller.history if controller else [])
+
+
+def _rank_lost_events(controller: control.Controller, job: str, path: str) -> None:
+    """The disk fallback: a `rank_lost` event on each lost rank's node for act. A policy on
+    `host.rank_lost` with `swap` drains the node, releases a spare and requeues the job, which then
+    restores its newest snapshot."""
+    from fleetctl.lens.eventlog import EventLog, new_event_id, utc_iso
+
+    events = EventLog(path)
+    now = time.time()
+    for rank, slot in sorted(controller.plan.lost.items()):
+        hello = controller.hellos.get(slot)
+        if hello is None:
+            continue
+        message = f"job {job}: rank {rank} (task {slot}) lost, no standby left: {controller.plan.reason}"[:480]
+        events.append({"id": new_event_id(now), "kind": "open", "state": "open", "time": utc_iso(now),
+                       "element": {"type": "host", "id": hello.node}, "metric": "rank_lost",
+                       "severity": "critical", "confidence": 0.9,
+                       "evidence": {"job": job, "rank": rank, "slot": slot, "message": message,
+                                    "why": controller.gone.get(slot, "")[:300]},
+                       "first_seen": utc_iso(now), "last_seen": utc_iso(now), "flap": None,
+                       "jobs": [{"job_id": job}] if job else []})
+        log.warning("fleetctl run: %s (event for act in %s)", message, path)
+
+
+def _wait_for_requeue(seconds: float) -> None:
+    """Keep the job running: a swap moves a running job; its requeue ends this process (SIGTERM)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def _store(host: str, port: int, *, is_master: bool):
@@ -154,16 +189,21 @@ class _Child:
             signal.signal(s, handler)
 
 
-def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptions) -> tuple[int | None, str | None]:
+def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptions,
+               job: str) -> tuple[int | None, str | None]:
     """Until the child ended and (slot 0) the controller reached an end, or (other slots) the
     controller decided what the child's end means."""
     code, end, reported_at_gen = None, None, None
-    next_poll = 0.0
+    next_poll = next_end_check = 0.0
+    ended_at = None
     try:
         while True:
             if controller is not None and time.monotonic() >= next_poll:
+                first = end is None
                 end = controller.poll() or end
                 next_poll = time.monotonic() + 0.1
+                if first and end == "requeue" and controller.plan.lost and options.events:
+                    _rank_lost_events(controller, job, options.events)  # act may swap while we wind down
             if code is None:
                 code = child.proc.poll()
                 if code is not None:
@@ -185,6 +225,14 @@ def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptio
                         return code, plan_end
                     if gen > reported_at_gen:  # training went on without this slot
                         return code, "replaced"
+            elif time.monotonic() >= next_end_check:  # a run that ended for requeue or abort: a child
+                # stuck in a collective with a lost peer would otherwise linger until Slurm ends the job
+                next_end_check = time.monotonic() + 1.0
+                gen = _gen(store)
+                if _end_of(store, gen) in ("requeue", "abort"):
+                    ended_at = ended_at or time.monotonic()
+                    if time.monotonic() - ended_at > END_GRACE_S:
+                        child.signal(signal.SIGKILL)
             time.sleep(POLL_S)
     except RecoveryError:
         raise

@@ -265,6 +265,10 @@ class Resilient:
 
         options = dict(self.snapshot_options)
         options.setdefault("extra_state", self.extra_spec())
+        # An asynchronous save's collectives run in a writer thread, on a group with torch's 30-minute
+        # default timeout: when a peer is lost mid-save the survivors wait there and never report
+        # (seen in the lab). Saved in the loop, a lost peer fails the save's collective at once.
+        options.setdefault("use_async", False)
         self.snapshotter = Snapshotter(self.model, self.optimizer, **options)
 
     def extra_spec(self):

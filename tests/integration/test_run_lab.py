@@ -2,14 +2,14 @@
 training ranks (gloo over the lab's management network) and 1 warm standby. Rank 2's process on
 node3 is SIGKILLed mid-run: the standby on node5 takes rank 2 with its state from a peer's memory,
 training goes on in the same job step (no requeue, no disk read), and the parameters at the end are
-bit-identical to a run without the fault. A second kill, with no standby left, ends the run for
-requeue (every task exits 2), and the launcher of task 0 names the lost rank."""
+bit-identical to a run without the fault. The fallback: in a job that also takes disk snapshots, a
+second kill with no standby left ends the run for requeue; task 0 writes a `rank_lost` event on the
+node, act's swap policy drains it, releases a spare and requeues the job, which restores its newest
+snapshot on the new nodes and ends bit-identical too."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,31 +27,37 @@ STEPS = 300
 JOB = """#!/bin/bash
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ["LAB_ADDRS"])[sys.argv[1]])' "$first")
-export MASTER_PORT=$((22000 + SLURM_JOB_ID % 10000))
-srun --no-kill --output="$OUT/launcher-%t.json" --error="$OUT/launcher-%t.log" \\
-    "$PY" -m fleetctl run --standbys 1 --dead-after 3 --format json -- \\
-    "$PY" "$TRAIN" --out "$OUT" --steps $STEPS --sleep 0.02
-echo $? > "$OUT/srun.rc"
+export MASTER_PORT=$((22000 + SLURM_JOB_ID % 10000 + 7 * ${SLURM_RESTART_COUNT:-0}))
+srun --no-kill --output="$OUT/launcher-%t.json" --error="$OUT/launcher-%t.log" --open-mode=append \\
+    "$PY" -m fleetctl run --standbys 1 --dead-after 3 --format json @RUN@ -- \\
+    "$PY" "$TRAIN" --out "$OUT" --steps $STEPS --sleep 0.02 @TRAIN@
+echo $? > "$OUT/srun.rc.${SLURM_RESTART_COUNT:-0}"
 """
 
 
-def _submit(lab, out: Path) -> str:
+def _submit(lab, out: Path, requeue: bool = False, run: str = "", train: str = "") -> str:
     out.mkdir(parents=True)
     script = out / "job.sh"
-    script.write_text(JOB)
+    script.write_text(JOB.replace("@RUN@", run).replace("@TRAIN@", train))
     env = {**lab.command_env(), "PY": sys.executable, "TRAIN": str(REPO / "tests" / "resilient_train.py"),
            "LAB_ADDRS": json.dumps(lab.state["addresses"]["mgmt"]), "GLOO_SOCKET_IFNAME": MGMT_DEV,
            "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "OUT": str(out), "STEPS": str(STEPS)}
     return subprocess.run(["sbatch", "--parsable", "-N5", "-w", "node[1-5]", "--ntasks-per-node=1", "--no-kill",
+                           *(["--requeue"] if requeue else []), "--open-mode=append",
                            "--output", str(out / "batch.log"), "--export=ALL", str(script)],
                           env=env, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
 
 
-def test_a_killed_rank_goes_to_the_standby_without_a_requeue_and_the_run_ends_for_requeue_when_none_is_left(lab, tmp_path):
-    reference = launch(tmp_path / "ref", 4, 0, STEPS, sleep=0.0)  # the same job without a fault, locally
-    assert wait_all(reference) == [0, 0, 0, 0]
-    expected = json.loads((tmp_path / "ref" / "final.json").read_text())["sha256"]
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory) -> str:
+    """The parameters' digest of the same job without a fault (run locally: the result does not depend
+    on where the ranks run)."""
+    out = tmp_path_factory.mktemp("reference")
+    assert wait_all(launch(out, 4, 0, STEPS, sleep=0.0)) == [0, 0, 0, 0]
+    return json.loads((out / "final.json").read_text())["sha256"]
 
+
+def test_a_killed_rank_goes_to_the_standby_without_a_requeue(lab, tmp_path, expected):
     out = tmp_path / "job"
     job = _submit(lab, out)
     try:
@@ -59,7 +65,7 @@ def test_a_killed_rank_goes_to_the_standby_without_a_requeue_and_the_run_ends_fo
         killed = time.monotonic()
         resumed = wait_for(lambda: _generations(out), timeout=60, step=0.2)
         print(f"generation 1 published {time.monotonic() - killed:.1f} s after the kill: {resumed}")
-        rc = wait_for(lambda: (out / "srun.rc").exists() and (out / "srun.rc").read_text().strip(), timeout=240)
+        rc = wait_for(lambda: (out / "srun.rc.0").exists() and (out / "srun.rc.0").read_text().strip(), timeout=240)
         logs = [(out / f"launcher-{t}.log").read_text()[-400:] for t in range(5)]
         assert rc == "0", logs
         final = json.loads((out / "final.json").read_text())
@@ -74,19 +80,64 @@ def test_a_killed_rank_goes_to_the_standby_without_a_requeue_and_the_run_ends_fo
     finally:
         subprocess.run(["scancel", job], env=lab.command_env(), capture_output=True, timeout=30)
 
-    out = tmp_path / "second"  # standby used up by the first kill, then a second kill: requeue
-    job = _submit(lab, out)
-    try:
-        kill_when(out, 1, 30)
-        wait_for(lambda: _generations(out), timeout=60, step=0.2)
-        os.kill(int((out / "pid-3").read_text()), signal.SIGKILL)
-        rc = wait_for(lambda: (out / "srun.rc").exists() and (out / "srun.rc").read_text().strip(), timeout=240)
-        assert rc != "0"
-        ends = {json.loads((out / f"launcher-{t}.json").read_text())["end"] for t in (0, 2)}
-        assert ends == {"requeue"}
-        assert "0 standby left" in (out / "launcher-0.log").read_text()
-    finally:
-        subprocess.run(["scancel", job], env=lab.command_env(), capture_output=True, timeout=30)
+
+
+RESERVATION = "fleetctl-spares"
+POLICY = ["", "[[act.policies]]", 'name = "rank-lost"', 'source = "lens"', 'element_types = ["host"]',
+          'metrics = ["rank_lost"]', 'actions = ["swap"]', "cooldown_s = 0"]
+
+
+@pytest.fixture
+def fallback_lab(lab, tmp_path, monkeypatch):
+    """The lab's site file plus [spares] and [act] with a swap policy on `host.rank_lost`."""
+    lines = [lab.site_file.read_text(), "", "[spares]", f'state_dir = "{tmp_path / "spares"}"',
+             "max_audit_age_s = 600", "", "[act]", "enabled = true", f'state_dir = "{tmp_path / "act"}"',
+             f'lens_events = "{tmp_path / "events.jsonl"}"', "max_drain_pct = 50", "max_drains_per_hour = 4",
+             *POLICY]
+    site = tmp_path / "site.toml"
+    site.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("FLEETCTL_SITE", str(site))
+    jobs: list[str] = []
+    yield jobs
+    env = lab.command_env()
+    for job in jobs:
+        subprocess.run(["scancel", job], env=env, capture_output=True, timeout=30)
+    subprocess.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], env=env, capture_output=True, timeout=30)
+    subprocess.run(["scontrol", "update", f"NodeName={','.join(lab.nodes)}", "State=RESUME"], env=env,
+                   capture_output=True, timeout=30)
+
+
+def test_with_no_standby_left_act_swaps_the_job_and_it_restores_its_disk_snapshot(lab, tmp_path, capsys,
+                                                                                  fallback_lab, expected):
+    from fleetctl.cli import run as cli_run
+
+    capsys.readouterr()
+    assert cli_run(["--format", "json", "spares", "add", "node[6-7]"]) == 0  # audited as they join
+
+    out, events = tmp_path / "job", tmp_path / "events.jsonl"
+    job = _submit(lab, out, requeue=True, run=f"--events {events} --requeue-wait 120",
+                  train=f"--snap {tmp_path / 'snap'}")
+    fallback_lab.append(job)
+    kill_when(out, 1, 30)  # the standby takes rank 1
+    wait_for(lambda: _generations(out), timeout=60, step=0.2)
+    kill_when(out, 3, 80)  # and now no standby is left (a disk snapshot of generation 1 exists by then)
+    [event] = wait_for(lambda: events.exists() and [json.loads(l) for l in events.read_text().splitlines()],
+                       timeout=60, step=0.2)
+    assert (event["metric"], event["element"]["id"], event["evidence"]["rank"]) == ("rank_lost", "node4", 3)
+    assert event["jobs"] == [{"job_id": job}]
+
+    capsys.readouterr()
+    cli_run(["--format", "json", "act", "run", "--once"])
+    decisions = json.loads(capsys.readouterr().out)["decisions"]
+    assert [(d["action"], d["phase"]) for d in decisions] == [("swap", "done")], decisions
+
+    rc = wait_for(lambda: (out / "srun.rc.1").exists() and (out / "srun.rc.1").read_text().strip(), timeout=300)
+    assert rc == "0", (out / "launcher-0.log").read_text()[-600:]
+    record = subprocess.run(["scontrol", "show", "job", job], env=lab.command_env(), capture_output=True,
+                            text=True, timeout=30).stdout
+    assert "Restarts=1" in record and "node4" not in record.split("NodeList=")[1].split()[0], record
+    assert int((out / "restored").read_text()) >= 40  # its newest disk snapshot, after the first kill
+    assert json.loads((out / "final.json").read_text())["sha256"] == expected
 
 
 def _generations(out: Path):
