@@ -22,6 +22,8 @@ class ActConfig:
     gpu_reset_command: tuple[str, ...] = ("nvidia-smi", "--gpu-reset", "-i", "{gpu}")
     remedy_timeout_s: float = 120.0
     snapshot_timeout_s: float = 30.0
+    migrate_timeout_s: float = 60.0
+    migrate_connect_s: float = 2.0
     webhook_timeout_s: float = 5.0
     poll_s: float = 1.0
 

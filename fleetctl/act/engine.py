@@ -211,6 +211,32 @@ class Engine(Ladder):
                 uid = None
         return uid
 
+    def _act_migrate(self, policy, det, jobs, _done) -> list[dict]:
+        """Each `fleetctl run` job on the node: its ranks there go to its standbys at their next
+        step (docs/recovery.md). A job that is not one, or has no standby left, is a refusal: the
+        policy's swap, if any, then moves the whole job."""
+        from fleetctl.recovery.launch import BASE_PORT
+        from fleetctl.recovery.migrate import check_movable, connect, migrate, store_of_job
+
+        out = []
+        for node in det.nodes:
+            for job in jobs:
+                if node not in job.get("node_list", [node]):
+                    continue
+                targets = {"nodes": [node], "jobs": [job["job_id"]]}
+                try:
+                    host, port = store_of_job(self.backend, job["job_id"], BASE_PORT)
+                    store = connect(host, port, timeout_s=self.config.migrate_connect_s)
+                    check_movable(store, node)
+                except FleetctlError as exc:
+                    out.append(self._refuse(policy, det, "migrate", targets, f"cannot migrate: {exc.message}"))
+                    continue
+                out += self._take(policy, det, "migrate", targets,
+                                  lambda aid, store=store, node=node: migrate(
+                                      store, node, f"{aid} {det.message}"[:200], self.config.migrate_timeout_s),
+                                  f"move job {job['job_id']}'s ranks on {node} to its standbys", pass_id=True)
+        return [r for r in out if r]
+
     def _act_drain(self, policy, det, jobs, _done) -> list[dict]:
         if not det.nodes:
             return [r for r in [self._refuse(policy, det, "drain", {}, "no node to drain: the element "
@@ -241,6 +267,12 @@ class Engine(Ladder):
                 if node not in job.get("node_list", [node]):
                     continue
                 targets = {"nodes": [node], "jobs": [job["job_id"]]}
+                moved = next((r for r in done if r["action"] == "migrate" and r["phase"] in ("done", "dry-run")
+                              and r["targets"] == targets), None)
+                if moved is not None:  # its ranks left the node for standbys: nothing to swap
+                    out.append(self._refuse(policy, det, "swap", targets,
+                                            f"not needed: {moved['id']} moved the job's ranks to standbys"))
+                    continue
                 if node not in drained_now:
                     why = self._drain_refusal(node, allow_ours=True, allow_operators=True)
                     if why:

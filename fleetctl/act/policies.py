@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fleetctl.act.detections import Detection
 from fleetctl.errors import ConfigError
 
-ACTIONS = ("snapshot", "drain", "swap", "reset-gpu", "reboot", "resume", "service-request", "notify")
+ACTIONS = ("snapshot", "migrate", "drain", "swap", "reset-gpu", "reboot", "resume", "service-request", "notify")
 REMEDIATION = ("drain", "swap", "reset-gpu", "reboot", "resume")  # paused by the circuit breaker
 RUNGS = ("reset-gpu", "reboot")  # the ladder's repairs: a re-audit after each decides the resume
 SOURCES = ("audit", "lens", "hook")

@@ -56,17 +56,9 @@ def migrate_command(app: Application, job_id: str, node: str, store: str | None,
 
 
 def _store_address(app: Application, job_id: str, store: str | None, base_port: int) -> tuple[str, int]:
-    from fleetctl.errors import UsageError
     from fleetctl.recovery.launch import LaunchOptions, store_address
+    from fleetctl.recovery.migrate import store_of_job
 
     if store:
         return store_address(LaunchOptions(store=store), {"SLURM_JOB_ID": job_id.split("_")[0]})
-    record = app.slurm_backend().job_record(job_id)
-    if not record:
-        raise UsageError(f"job {job_id}: Slurm does not know it")
-    from fleetctl.nodeset import expand
-
-    nodes = expand(record.get("NodeList", ""))
-    if not nodes:
-        raise UsageError(f"job {job_id} has no nodes yet (state {record.get('JobState', '?')})")
-    return nodes[0], base_port + int(job_id.split("_")[0]) % 20000
+    return store_of_job(app.slurm_backend(), job_id, base_port)

@@ -28,6 +28,38 @@ def connect(host: str, port: int, timeout_s: float = 10.0):
         raise RecoveryError(f"control store {host}:{port} unreachable: {exc}") from None
 
 
+def store_of_job(backend, job_id: str, base_port: int) -> tuple[str, int]:
+    """Where a `fleetctl run` job's control store is when it was left to its default: the job's
+    first node (its NodeAddr as Slurm has it), port base_port + job id mod 20000."""
+    record = backend.job_record(job_id)
+    if not record:
+        raise UsageError(f"job {job_id}: Slurm does not know it")
+    from fleetctl.nodeset import expand
+
+    nodes = expand(record.get("NodeList", ""))
+    if not nodes:
+        raise UsageError(f"job {job_id} has no nodes yet (state {record.get('JobState', '?')})")
+    found = backend.nodes([nodes[0]])
+    address = (found[0].address if found else "") or nodes[0]
+    return address, base_port + int(job_id.split("_")[0]) % 20000
+
+
+def check_movable(store, node: str) -> tuple[control.Plan, dict[int, control.Hello], list[int]]:
+    """(plan, live slots, slots to move) when the ranks on `node` can go to standbys; else the
+    error that says why not."""
+    plan = current_plan(store)
+    live = hellos(store)
+    movers = sorted(s for s in plan.ranks if s in live and live[s].node == node)
+    if not movers:
+        raise UsageError(f"the job has no training rank on {node} (its ranks are on "
+                         f"{', '.join(sorted({live[s].node for s in plan.ranks if s in live})[:8]) or 'no node yet'})")
+    standbys = sorted(s for s in live if s not in plan.ranks)
+    if len(standbys) < len(movers):
+        raise RecoveryError(f"{len(movers)} rank(s) on {node} and {len(standbys)} standby left: nothing to move "
+                            "them to", hint="`fleetctl spares swap JOBID NODE` moves the whole job to a spare")
+    return plan, live, movers
+
+
 def current_plan(store) -> control.Plan:
     if not store.check(["gen"]):
         raise RecoveryError("the job's control store has no plan yet (still starting?)")
@@ -49,16 +81,7 @@ def hellos(store) -> dict[int, control.Hello]:
 
 def migrate(store, node: str, reason: str, timeout_s: float = 120.0, clock=time.monotonic) -> dict:
     """Ask the ranks on `node` to move; wait for the plan that gives them to standbys."""
-    plan = current_plan(store)
-    live = hellos(store)
-    movers = sorted(s for s in plan.ranks if s in live and live[s].node == node)
-    if not movers:
-        raise UsageError(f"the job has no training rank on {node} (its ranks are on "
-                         f"{', '.join(sorted({live[s].node for s in plan.ranks if s in live})[:8]) or 'no node yet'})")
-    standbys = sorted(s for s in live if s not in plan.ranks)
-    if len(standbys) < len(movers):
-        raise RecoveryError(f"{len(movers)} rank(s) on {node} and {len(standbys)} standby left: nothing to move "
-                            "them to", hint="`fleetctl spares swap JOBID NODE` moves the whole job to a spare")
+    plan, live, movers = check_movable(store, node)
     started = clock()
     for slot in movers:
         store.set(control.leave_key(slot), reason or "fleetctl migrate")

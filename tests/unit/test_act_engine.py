@@ -269,3 +269,12 @@ def test_lens_element_nodes():
     assert detections.from_lens_event(lens_event(eid="node1:eth0--leaf1")).nodes == ["node1"]
     assert detections.from_lens_event(lens_event(eid="leaf1--spine2")).nodes == []
     assert detections.from_lens_event(lens_event(etype="host", eid="node3")).nodes == ["node3"]
+
+
+def test_migrate_is_refused_for_a_job_without_a_control_store_and_the_swap_goes_on(tmp_path):
+    slurm, engine = make(tmp_path, spares=("node3", "node4"),
+                         policies=({**XID, "actions": ["migrate", "drain", "swap"]},), migrate_connect_s=0.2)
+    slurm.run_job("12", ["node1", "node2"])
+    decisions = handle_report(engine, audit_report({"node2": "xid.79"}))
+    assert phases(decisions) == [("migrate", "refused"), ("drain", "done"), ("swap", "done")]
+    assert decisions[0]["why"].startswith("cannot migrate: control store node1:")  # not a `fleetctl run` job
