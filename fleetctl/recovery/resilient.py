@@ -143,11 +143,12 @@ class Resilient:
                     return self._ended(plan)
                 gen = plan.gen
                 t0 = time.monotonic()
-                self._enter(plan)
-                self.history.append({"gen": gen, "rank": self.rank, "resume": plan.resume,
-                                     "enter_s": round(time.monotonic() - t0, 6), "entered_at": time.time(),
-                                     "first_step_at": None, "last_step": None, "last_step_at": None})
+                record = {"gen": gen, "rank": plan.ranks[self.slot], "resume": plan.resume, "enter_s": None,
+                          "entered_at": None, "first_step_at": None, "last_step": None, "last_step_at": None}
+                self.history.append(record)
                 try:
+                    self._enter(plan)  # inside: a peer lost while the group forms is a restart too
+                    record.update(enter_s=round(time.monotonic() - t0, 6), entered_at=time.time())
                     train(self)
                 except Migrate as exc:
                     self._leave(exc)
@@ -224,13 +225,16 @@ class Resilient:
             self._stop.wait(control.BEAT_EVERY_S)
 
     def _await_plan(self, after: int) -> control.Plan:
-        """The next plan that names this slot or ends the run (a standby waits here, warm)."""
-        gen = after
+        """The next plan that names this slot or ends the run (a standby waits here, warm). A
+        standby, and a rank in its first 10 s of waiting (a restart in progress), ask the store every
+        20 ms: the new group forms only once the standby joins. A rank still waiting after that
+        (a controller deciding at its grace) is content with the heartbeat thread's look every 0.25 s."""
+        gen, started = after, time.monotonic()
         while True:
             if self._store_error:
                 raise RecoveryError(f"control store lost: {self._store_error}")
             newest = self._seen_gen
-            if self.store.check(["gen"]):
+            if (self.rank < 0 or time.monotonic() - started < 10) and self.store.check(["gen"]):
                 newest = max(newest, int(self.store.get("gen")))
             while gen < newest:
                 gen += 1
