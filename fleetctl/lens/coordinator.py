@@ -359,9 +359,15 @@ class Coordinator:
 
     def _publish_shard(self, res, a: float, b: float) -> None:
         """The window's shard document for `lens merge` (lens/shard.py). A window with hosts
-        blind or overloaded still publishes: their paths are already set aside."""
-        counts = None if res.signals is None else \
-            self.shard.counts(self.analyzer.step, res.signals, res.findings)
+        blind or overloaded still publishes: their paths are already set aside. A window that
+        measured nothing at all (no probe data kept) does not replace the last document: it would
+        tell the merge "no loss anywhere, no counts" (a loaded CI lab: the merge saw no shared
+        switch for seconds, and missed a lossy spine). The last one ages out by `lens merge
+        --stale`, and the merge then names the shard as missing."""
+        if res.signals is None:
+            self.counters["shard_windows_unmeasured"] = self.counters.get("shard_windows_unmeasured", 0) + 1
+            return
+        counts = self.shard.counts(self.analyzer.step, res.signals, res.findings)
         doc = self.shard.document(b, b - a, counts, res.findings)
         try:
             self.shard.publish(doc)

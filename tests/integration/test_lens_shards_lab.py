@@ -25,7 +25,7 @@ from labutil import wait_for
 from fleetctl.lab import faults
 
 pytestmark = [pytest.mark.lab, pytest.mark.mesh16]
-FOUND_WITHIN_S = 30.0
+FOUND_WITHIN_S = 60.0  # a loaded 2-core CI machine: the shards opened events 27 s after the fault once
 
 
 class Shards:
@@ -75,6 +75,8 @@ def shards(lab, tmp_path_factory):
             r = S.run("lens", "run", *args, "--rate", "50")
             assert r.returncode == 0, r.stderr
         wait_for(lambda: all((d / "shard-window.json").exists() for d in S.dirs), 90, 0.5)
+        # measured windows from both shards (a loaded machine takes a while to the first)
+        wait_for(lambda: {s["switch"] for s in S.merge_once()[1]["switches"]} == {"spine1", "spine2"}, 120, 1.0)
         yield S
     finally:
         for d in S.dirs:
