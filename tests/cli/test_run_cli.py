@@ -1,5 +1,5 @@
 """`fleetctl run`'s refusals, each one line with exit 3 before anything starts (the runs themselves:
-tests/integration/test_run_local.py and test_run_lab.py)."""
+tests/integration/test_run_lab.py)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ snapshot on the new nodes and ends bit-identical too."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ STEPS = 300
 JOB = """#!/bin/bash
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ["LAB_ADDRS"])[sys.argv[1]])' "$first")
-export MASTER_PORT=$((22000 + SLURM_JOB_ID % 10000 + 7 * ${SLURM_RESTART_COUNT:-0}))
+# MASTER_PORT left to `fleetctl run`'s default (29400 + job id mod 20000): where act's migrate looks
 srun --no-kill --output="$OUT/launcher-%t.json" --error="$OUT/launcher-%t.log" --open-mode=append \\
     "$PY" -m fleetctl run --standbys 1 --dead-after 3 --format json @RUN@ -- \\
     "$PY" "$TRAIN" --out "$OUT" --steps $STEPS --sleep 0.02 @TRAIN@
@@ -87,13 +88,18 @@ POLICY = ["", "[[act.policies]]", 'name = "rank-lost"', 'source = "lens"', 'elem
           'metrics = ["rank_lost"]', 'actions = ["swap"]', "cooldown_s = 0"]
 
 
+MIGRATE_POLICY = ["", "[[act.policies]]", 'name = "move-off"', 'source = "lens"', 'element_types = ["host"]',
+                  'metrics = ["straggler"]', 'actions = ["migrate", "swap"]', "cooldown_s = 0"]
+
+
 @pytest.fixture
 def fallback_lab(lab, tmp_path, monkeypatch):
-    """The lab's site file plus [spares] and [act] with a swap policy on `host.rank_lost`."""
+    """The lab's site file plus [spares] and [act] with a swap policy on `host.rank_lost` and a
+    migrate-else-swap policy on `host.straggler`."""
     lines = [lab.site_file.read_text(), "", "[spares]", f'state_dir = "{tmp_path / "spares"}"',
              "max_audit_age_s = 600", "", "[act]", "enabled = true", f'state_dir = "{tmp_path / "act"}"',
              f'lens_events = "{tmp_path / "events.jsonl"}"', "max_drain_pct = 50", "max_drains_per_hour = 4",
-             *POLICY]
+             *POLICY, *MIGRATE_POLICY]
     site = tmp_path / "site.toml"
     site.write_text("\n".join(lines) + "\n")
     monkeypatch.setenv("FLEETCTL_SITE", str(site))
@@ -107,28 +113,42 @@ def fallback_lab(lab, tmp_path, monkeypatch):
                    capture_output=True, timeout=30)
 
 
-def test_with_no_standby_left_act_swaps_the_job_and_it_restores_its_disk_snapshot(lab, tmp_path, capsys,
-                                                                                  fallback_lab, expected):
+def test_act_migrates_then_swaps_when_no_standby_is_left_and_the_job_restores_its_snapshot(
+        lab, tmp_path, capsys, fallback_lab, expected):
+    """One job, act's two paths: a `straggler` event on node2 and the policy ["migrate", "swap"]: the
+    rank goes to the standby, no swap; then rank 3's process killed with no standby left: the run
+    ends for requeue, task 0 writes `rank_lost` on node4, the policy ["swap"] moves the whole job onto
+    a spare, where it restores its newest disk snapshot."""
     from fleetctl.cli import run as cli_run
+
+    def act_once() -> list[dict]:
+        capsys.readouterr()
+        cli_run(["--format", "json", "act", "run", "--once"])
+        return json.loads(capsys.readouterr().out)["decisions"]
 
     capsys.readouterr()
     assert cli_run(["--format", "json", "spares", "add", "node[6-7]"]) == 0  # audited as they join
-
     out, events = tmp_path / "job", tmp_path / "events.jsonl"
     job = _submit(lab, out, requeue=True, run=f"--events {events} --requeue-wait 120",
                   train=f"--snap {tmp_path / 'snap'}")
     fallback_lab.append(job)
-    kill_when(out, 1, 30)  # the standby takes rank 1
-    wait_for(lambda: _generations(out), timeout=60, step=0.2)
-    kill_when(out, 3, 80)  # and now no standby is left (a disk snapshot of generation 1 exists by then)
-    [event] = wait_for(lambda: events.exists() and [json.loads(l) for l in events.read_text().splitlines()],
-                       timeout=60, step=0.2)
-    assert (event["metric"], event["element"]["id"], event["evidence"]["rank"]) == ("rank_lost", "node4", 3)
-    assert event["jobs"] == [{"job_id": job}]
+    wait_for(lambda: (out / "progress").exists() and int((out / "progress").read_text() or 0) >= 30, timeout=120)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    events.write_text(json.dumps({  # the event `fleetctl job watch` writes for a slow rank
+        "v": 1, "id": "ev-20261204T070000-0007", "kind": "open", "time": now, "state": "open",
+        "element": {"type": "host", "id": "node2"}, "metric": "straggler", "severity": "critical",
+        "confidence": 0.95, "evidence": {"rank": 1, "job": job, "slower_pct": 31.0, "message": "rank 1 slow"},
+        "first_seen": now, "last_seen": now, "flap": None, "jobs": [{"job_id": job}]}) + "\n")
+    decisions = act_once()
+    assert [(d["action"], d["phase"]) for d in decisions] == [("migrate", "done"), ("swap", "refused")], decisions
+    assert decisions[0]["result"]["moved"] == {"1": {"from_slot": 1, "to_slot": 4, "to_node": "node5"}}
+    assert "not needed" in decisions[1]["why"]
 
-    capsys.readouterr()
-    cli_run(["--format", "json", "act", "run", "--once"])
-    decisions = json.loads(capsys.readouterr().out)["decisions"]
+    kill_when(out, 3, 80)  # no standby left now (a disk snapshot of generation 1 exists by then)
+    lost = wait_for(lambda: [r for r in map(json.loads, events.read_text().splitlines())
+                             if r["metric"] == "rank_lost"], timeout=60, step=0.2)
+    assert [(r["element"]["id"], r["evidence"]["rank"], r["jobs"]) for r in lost] == [("node4", 3, [{"job_id": job}])]
+    decisions = act_once()
     assert [(d["action"], d["phase"]) for d in decisions] == [("swap", "done")], decisions
 
     rc = wait_for(lambda: (out / "srun.rc.1").exists() and (out / "srun.rc.1").read_text().strip(), timeout=300)
@@ -136,8 +156,30 @@ def test_with_no_standby_left_act_swaps_the_job_and_it_restores_its_disk_snapsho
     record = subprocess.run(["scontrol", "show", "job", job], env=lab.command_env(), capture_output=True,
                             text=True, timeout=30).stdout
     assert "Restarts=1" in record and "node4" not in record.split("NodeList=")[1].split()[0], record
-    assert int((out / "restored").read_text()) >= 40  # its newest disk snapshot, after the first kill
+    assert int((out / "restored").read_text()) >= 40  # its newest disk snapshot, after the migration
     assert json.loads((out / "final.json").read_text())["sha256"] == expected
+
+
+def test_fleetctl_migrate_moves_a_rank_at_a_step_boundary_and_loses_nothing(tmp_path, expected):
+    """`fleetctl migrate` from the command line, on the same job run by local launchers (each task its
+    own "node"; no Slurm needed, so the store is given): nothing lost, bit-identical."""
+    out = tmp_path / "migrate"
+    procs = launch(out, 5, 1, STEPS, sleep=0.03)  # ~10 s: `fleetctl migrate` starts (imports torch) meanwhile
+    wait_for(lambda: (out / "progress").exists() and int((out / "progress").read_text() or 0) >= 20, timeout=120)
+    store = f"127.0.0.1:{(out / 'port').read_text()}"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    moved = subprocess.run([sys.executable, "-m", "fleetctl", "migrate", "1", "local1", "--store", store,
+                            "--format", "json"], capture_output=True, text=True, timeout=120, env=env)
+    assert moved.returncode == 0, moved.stderr
+    doc = json.loads(moved.stdout)
+    assert doc["moved"] == {"1": {"from_slot": 1, "to_slot": 4, "to_node": "local4"}} and doc["seconds"] < 10
+    assert wait_all(procs) == [0] * 5
+    assert json.loads((out / "final.json").read_text())["sha256"] == expected
+    histories = [json.loads(p.read_text())["history"] for p in out.glob("rank-*.json")]
+    assert doc["resume"] == max(h["last_step"] for hist in histories for h in hist if h["gen"] == 0)  # nothing lost
+    again = subprocess.run([sys.executable, "-m", "fleetctl", "migrate", "1", "local0", "--store", store],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert again.returncode == 3 and "unreachable" in again.stderr  # the job is over, its store gone
 
 
 def _generations(out: Path):
