@@ -33,7 +33,6 @@ import os
 import platform
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,39 +41,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TRAIN = REPO / "tests" / "resilient_train.py"
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+from runutil import launch as launch_tasks, wait_all, wait_for_progress  # noqa: E402  the tests' launchers
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(out: Path, tasks: int, standbys: int, args, width: int) -> list[subprocess.Popen]:
-    out.mkdir(parents=True)
-    port = free_port()
-    (out / "port").write_text(str(port))
-    procs = []
-    for slot in range(tasks):
-        env = {**os.environ, "SLURM_PROCID": str(slot), "SLURM_NTASKS": str(tasks), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(REPO), "SLURMD_NODENAME": f"local{slot}"}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "fleetctl", "run", "--standbys", str(standbys), "--store", f"127.0.0.1:{port}",
-             "--dead-after", "3", "--format", "json", "--", sys.executable, str(TRAIN), "--out", str(out),
-             "--steps", str(args.steps), "--sleep", str(args.sleep), "--width", str(width)],
-            env=env, stdout=open(out / f"launcher-{slot}.json", "w"), stderr=open(out / f"launcher-{slot}.log", "w")))
-    return procs
-
-
-def wait_all(procs, timeout=600) -> list[int]:
-    deadline = time.monotonic() + timeout
-    try:
-        return [p.wait(timeout=max(1, deadline - time.monotonic())) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+def launch(out: Path, tasks: int, standbys: int, args, width: int):
+    return launch_tasks(out, tasks, standbys, args.steps, args.sleep, train_args=("--width", str(width)))
 
 
 def ranks(out: Path) -> list[dict]:
@@ -83,7 +55,7 @@ def ranks(out: Path) -> list[dict]:
 
 def reference(work: Path, args, width: int) -> dict:
     out = work / f"ref-{width}"
-    codes = wait_all(launch(out, args.ranks, 0, args, width))
+    codes = wait_all(launch(out, args.ranks, 0, args, width), 600)
     per_rank = ranks(out)
     busy = [r["mean_iteration_s"] * r["iterations"] for r in per_rank]
     return {"codes": codes, "sha256": json.loads((out / "final.json").read_text())["sha256"],
@@ -101,26 +73,15 @@ def _state_bytes(width: int) -> int:
     return 4 * params * 2  # parameters and SGD momentum, float32
 
 
-def wait_progress(out: Path, at: int) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        progress = out / "progress"
-        text = progress.read_text().strip() if progress.exists() else ""
-        if text and int(text) >= at:
-            return
-        time.sleep(0.01)
-    raise SystemExit(f"{out}: training never reached iteration {at}")
-
-
 def migration(work: Path, n: int, args, expected: str, rng: random.Random) -> dict:
     out = work / f"migration-{n}"
     procs = launch(out, args.ranks + 1, 1, args, args.widths[0])
     mover = rng.randrange(args.ranks)
-    wait_progress(out, rng.randrange(args.steps // 5, args.steps // 2))
+    wait_for_progress(out, rng.randrange(args.steps // 5, args.steps // 2))
     moved = subprocess.run([sys.executable, "-m", "fleetctl", "migrate", "1", f"local{mover}", "--store",
                             f"127.0.0.1:{(out / 'port').read_text()}", "--format", "json"],
                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
-    codes = wait_all(procs)
+    codes = wait_all(procs, 600)
     if moved.returncode != 0:
         return {"mover_slot": mover, "error": moved.stderr[-300:], "codes": codes}
     doc = json.loads(moved.stdout)
@@ -139,10 +100,10 @@ def trial(work: Path, n: int, args, expected: str, rng: random.Random) -> dict:
     procs = launch(out, args.ranks + 1, 1, args, args.widths[0])
     victim = rng.randrange(args.ranks)
     at = rng.randrange(args.steps // 5, args.steps // 2)
-    wait_progress(out, at)
+    wait_for_progress(out, at)
     killed_at = time.time()
     os.kill(int((out / f"pid-{victim}").read_text()), signal.SIGKILL)
-    codes = wait_all(procs)
+    codes = wait_all(procs, 600)
     per_rank = ranks(out)
     final = json.loads((out / "final.json").read_text())
     generations = json.loads((out / "launcher-0.json").read_text())["generations"]

@@ -1,4 +1,5 @@
-"""Helpers of the `fleetctl run` tests: launchers started as srun would start them, on localhost."""
+"""Helpers of the `fleetctl run` tests and benchmarks/recovery_inprocess.py: launchers started as
+srun would start them, on localhost."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out: Path, tasks: int, standbys: int, steps: int, sleep: float = 0.01) -> list[subprocess.Popen]:
+def launch(out: Path, tasks: int, standbys: int, steps: int, sleep: float = 0.01,
+           train_args: tuple[str, ...] = ()) -> list[subprocess.Popen]:
+    """One `fleetctl run` launcher per task (tests/resilient_train.py under it), as srun starts them;
+    also benchmarks/recovery_inprocess.py's."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     (out / "port").write_text(str(port))
@@ -31,7 +35,7 @@ def launch(out: Path, tasks: int, standbys: int, steps: int, sleep: float = 0.01
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "fleetctl", "run", "--standbys", str(standbys), "--store", f"127.0.0.1:{port}",
              "--dead-after", "3", "--format", "json", "--", sys.executable, str(TRAIN), "--out", str(out),
-             "--steps", str(steps), "--sleep", str(sleep)],
+             "--steps", str(steps), "--sleep", str(sleep), *train_args],
             env=env, stdout=open(out / f"launcher-{slot}.json", "w"), stderr=open(out / f"launcher-{slot}.log", "w")))
     return procs
 
