@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""What `fleetctl run`'s controller costs as a job grows: one `Controller.poll()` (it runs every 0.1 s in
+task 0's launcher) against a real TCPStore, with every slot said hello and beating, no trouble. Prints
+JSON.
+
+    python benchmarks/recovery_controller.py [--sizes 64,512,2048] [--polls 20]
+
+The poll reads each slot's keys (done, exit, beat) one round trip each: its cost grows linearly with
+the slots, and the store serves all of them from one thread in task 0's launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch.distributed as dist  # noqa: E402
+
+from fleetctl.recovery import control  # noqa: E402
+
+
+def one_size(slots: int, polls: int) -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=30), wait_for_workers=False)
+    active = slots - max(1, slots // 64)
+    ctl = control.Controller(store, active, slots)
+    for slot in range(slots):
+        store.set(control.hello_key(slot), control.encode({"node": f"n{slot}", "address": "127.0.0.1", "port": 1}))
+    ctl.poll()  # plan 0
+    times = []
+    for _ in range(polls):
+        for slot in range(slots):
+            store.add(control.beat_key(slot), 1)
+        t0 = time.perf_counter()
+        assert ctl.poll() is None
+        times.append(time.perf_counter() - t0)
+    return {"slots": slots, "poll_s_p50": round(statistics.median(times), 4), "poll_s_max": round(max(times), 4),
+            "us_per_slot": round(statistics.median(times) / slots * 1e6, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="64,512,2048")
+    parser.add_argument("--polls", type=int, default=20)
+    args = parser.parse_args()
+    rows = [one_size(int(n), args.polls) for n in args.sizes.split(",")]
+    print(json.dumps({"benchmark": "recovery_controller", "when": time.strftime("%Y-%m-%d"), "sizes": rows},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()
