@@ -262,7 +262,27 @@ def merge_windows(windows: list[ShardWindow], expected: list[str], shared: list[
                        "confidence": row["confidence"],
                        "evidence": {"merge": row, "links": folded_links,
                                     "shards": sorted(set(row["shards"]) | set(folded_shards))}}
+    _mark_suspects(merged, shared, links_of, {n for n, _ in named})
     return MergeResult(sorted(merged.values(), key=sort_key), used, missing, rows)
+
+
+def _mark_suspects(merged: dict, shared: list[str], links_of, named: set[str]) -> None:
+    """Link findings on two links or more of one shared switch not (yet) named: a spine's
+    fault as it starts, each shard seeing a link or two of it before enough are in to name the
+    switch. Marked `evidence.suspect_switch`, so the event machine opens them only if they
+    persist (`EventRules.k_open_suspect` windows): one fault, one event on the switch, not a
+    few short-lived link events ahead of it. Two faulty cables on one spine still open, late."""
+    if links_of is None:
+        return
+    for sw in shared:
+        if sw in named:
+            continue
+        links = set(links_of(sw))
+        on = [f for f in merged.values() if f["metric"] in ("loss", "down")
+              and f["element"]["type"] == "link" and f["element"]["id"] in links]
+        if len({f["element"]["id"] for f in on}) >= 2:
+            for f in on:
+                f["evidence"]["suspect_switch"] = sw
 
 
 def _switches_by_links(merged: dict, shared: list[str], th: Thresholds, links_of,

@@ -12,7 +12,9 @@ confidence, evidence) or, by its absence, good. Per location:
   good for `m_close` windows and three periods;
 - explained: a finding whose bad paths nearly all cross the element of an open event
   (`explained_by_open_event`, window.py) opens its own event only after `k_open_gray` bad windows
-  in a row: one window naming a twin of the open fault is not a second fault;
+  in a row: one window naming a twin of the open fault is not a second fault; a link of a
+  shared switch that the shards' merge suspects (`suspect_switch`, analysis/shards.py) only
+  after `k_open_suspect`: the switch's fault is usually named whole within a few windows;
 - escalation: an open event whose metric or severity changes gets an `update` record (also when
   the flap count passes 10, 30, 100, ...), never a second event;
 - refinement: a finding on a finer element inside an open event's (a link of the switch the
@@ -49,6 +51,9 @@ class EventRules:
     k_open: int = 1
     k_open_down: int = 1
     k_open_gray: int = 2  # delay and clock: judged against learnt baselines, noisier than loss
+    # links of a shared switch the merge suspects (analysis/shards.py): a spine's fault took up
+    # to 4 windows to be named whole in the lab (each shard sees its links of it one by one)
+    k_open_suspect: int = 6
     m_close: int = 3
     flap_count: int = 3
     flap_window_s: float = 30.0
@@ -150,9 +155,11 @@ class EventTracker:
         if ev is None:
             need = r.k_open_down if f["metric"] == "down" else \
                 r.k_open_gray if f["metric"] in ("delay", "clock") else r.k_open
-            if (f.get("evidence") or {}).get("explained_by_open_event") and \
-                    st["bad"] < max(need, r.k_open_gray):
+            evidence = f.get("evidence") or {}
+            if evidence.get("explained_by_open_event") and st["bad"] < max(need, r.k_open_gray):
                 return []  # its bad paths are an open event's: a new fault only if it persists
+            if evidence.get("suspect_switch") and st["bad"] < max(need, r.k_open_suspect):
+                return []  # part of a switch's fault being named: a fault of its own if it stays
             if flap is None and st["bad"] < need:
                 return []
             metric = "flapping" if flap else f["metric"]

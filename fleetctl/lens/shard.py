@@ -37,6 +37,7 @@ from fleetctl.model.severity import SEVERITY_RANK
 SHARD_FILE = "shard-window.json"
 VERSION = 1
 MAX_DOC_BYTES = 4 << 20
+SUSPECT_WINDOWS = 6  # windows a suspected shared switch stays so (events.EventRules.k_open_suspect)
 MAX_FINDINGS = 500
 MAX_COUNT = 1e13  # probes in one window of one shard, far above any plan
 METRICS = ("loss", "delay", "down")
@@ -188,6 +189,14 @@ class ShardMerge:
                 if end in topo.switch_tier:
                     self._links.setdefault(end, []).append(lid)
         self.unreadable = 0
+        shared = set(layout.shared)
+        self._switches_of_link: dict[str, list[str]] = {}
+        for sw, lids in self._links.items():
+            if sw in shared:
+                for lid in lids:
+                    self._switches_of_link.setdefault(lid, []).append(sw)
+        self._tick = 0
+        self._suspected: dict[str, int] = {}  # shared switch -> the last window it was suspected
 
     def read(self, now: float) -> tuple[list[ShardWindow], dict[str, str]]:
         """The fresh windows, and why each source gave none (its path -> reason)."""
@@ -216,7 +225,27 @@ class ShardMerge:
         windows, why = self.read(now)
         result = merge_windows(windows, [s.name for s in self.layout.shards], self.layout.shared,
                                self.th, links_of=self.links_of)
+        self._keep_suspects(result.findings)
         return result, why
+
+    def _keep_suspects(self, findings: list[dict]) -> None:
+        """A switch suspected in one of the last SUSPECT_WINDOWS windows stays suspected: a
+        window that names only one of its links (the shards' findings come and go while a
+        spine's fault is being named) marks that link too, rather than opening it at once."""
+        self._tick += 1
+        for f in findings:
+            sw = f["evidence"].get("suspect_switch")
+            if sw:
+                self._suspected[sw] = self._tick
+        self._suspected = {sw: t for sw, t in self._suspected.items()
+                           if self._tick - t < SUSPECT_WINDOWS}
+        for f in findings:
+            el = f["element"]
+            if el["type"] != "link" or f["metric"] not in ("loss", "down"):
+                continue
+            for sw in self._switches_of_link.get(el["id"], ()):
+                if sw in self._suspected:
+                    f["evidence"].setdefault("suspect_switch", sw)
 
     def links_of(self, switch: str) -> list[str]:
         return self._links.get(switch, [])

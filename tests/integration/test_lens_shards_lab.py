@@ -93,10 +93,17 @@ def test_the_lab_is_two_shards_of_two_leaves_sharing_the_spines(shards):
     assert layout["unmeasured_uplinks"] == []
 
 
+def _all_in(result: tuple[int, dict]) -> tuple[int, dict] | None:
+    return None if result[1]["shards_missing"] else result
+
+
 def test_clean_shards_merge_to_nothing(shards):
     time.sleep(5)
     for _ in range(3):
-        rc, doc = shards.merge_once()
+        # a shard whose window is late on a loaded 2-core machine is left out and said (once
+        # both were 6.8 s behind): that is the merge's answer, checked in the unit tests; here,
+        # a merge with both shards in
+        rc, doc = wait_for(lambda: _all_in(shards.merge_once()), 30, 1.0)
         assert (rc, doc["findings"], doc["shards_missing"]) == (0, [], []), \
             json.dumps(doc)[:3000] + shards.logs()
         assert doc["shards_used"] == ["shard-0", "shard-1"]

@@ -268,3 +268,73 @@ def test_a_link_of_a_switch_with_an_open_merged_event_waits_before_its_own_event
     mark_explained(res.findings, tracker.open_events(), links.get)
     assert all(f["evidence"]["explained_by_open_event"] for f in res.findings)
     assert tracker.window(3, 4.0, res.findings, silent=set(tracker.loc), now=4.0) == []
+
+
+def _run_windows(tracker, topo, layout, shards, rng, loss, windows, t0=0):
+    records, seen = [], []
+    for w in range(t0, t0 + windows):
+        res = _merge(topo, layout, [s.window(rng, 40, loss) for s in shards])
+        seen.append(res.findings)
+        records += tracker.window(w, w + 1.0, res.findings, now=w + 1.0)
+    return records, seen
+
+
+def test_a_spine_fault_named_link_by_link_first_opens_one_event_on_the_spine(four_shards):
+    """A spine's fault as it starts: two shards each name one of its links before enough are in
+    to name the spine. The links are marked `suspect_switch` and open nothing; once the spine
+    is named, its one event is all there is (a CI run once saw three short link events first)."""
+    from fleetctl.lens.events import EventRules, EventTracker
+
+    topo, layout, shards = four_shards
+    tracker = EventTracker(EventRules(), topo.location)
+    rng = np.random.default_rng(3)
+    partial = _loss(topo, ["leaf1->spine3", "spine3->leaf1", "leaf3->spine3", "spine3->leaf3"], 0.05)
+    records, seen = _run_windows(tracker, topo, layout, shards, rng, partial, 3)
+    links = [f for fs in seen for f in fs]
+    assert {f["element"]["id"] for f in links} == {"leaf1--spine3", "leaf3--spine3"}
+    assert all(f["evidence"]["suspect_switch"] == "spine3" for f in links)
+    assert records == []
+    spine = _loss(topo, _spine_links(topo, "spine3"), 0.05)
+    more, _ = _run_windows(tracker, topo, layout, shards, rng, spine, 2, t0=3)
+    assert [(r["kind"], r["element"]["id"]) for r in more] == [("open", "spine3")]
+
+
+def test_two_faulty_cables_on_one_spine_still_open_once_they_persist(four_shards):
+    from fleetctl.lens.events import EventRules, EventTracker
+
+    topo, layout, shards = four_shards
+    rules = EventRules()
+    tracker = EventTracker(rules, topo.location)
+    rng = np.random.default_rng(4)
+    two = _loss(topo, ["leaf1->spine3", "spine3->leaf1", "leaf3->spine3", "spine3->leaf3"], 0.05)
+    records, _ = _run_windows(tracker, topo, layout, shards, rng, two, rules.k_open_suspect)
+    assert sorted((r["kind"], r["element"]["id"]) for r in records) == \
+        [("open", "leaf1--spine3"), ("open", "leaf3--spine3")]
+
+
+def test_the_merge_service_keeps_a_switch_suspected_for_a_few_windows(four_shards, tmp_path):
+    """A window naming only one link of a switch suspected a window before marks that link too:
+    the shards' findings come and go while a spine's fault is being named."""
+    from fleetctl.lens.shard import SUSPECT_WINDOWS
+
+    topo, layout, shards = four_shards
+    dirs = [tmp_path / s.shard.name for s in shards]
+    merge = ShardMerge(topo, layout, [str(d) for d in dirs])
+    rng = np.random.default_rng(5)
+
+    def publish(loss, now):
+        for s, d in zip(shards, dirs):
+            d.mkdir(exist_ok=True)
+            (d / SHARD_FILE).write_text(json.dumps(s.window(rng, 40, loss, t_end=now)))
+        return merge.window(now)[0].findings
+
+    two = _loss(topo, ["leaf1->spine3", "spine3->leaf1", "leaf3->spine3", "spine3->leaf3"], 0.05)
+    one = _loss(topo, ["leaf1->spine3", "spine3->leaf1"], 0.05)
+    assert all(f["evidence"].get("suspect_switch") == "spine3" for f in publish(two, 1000.0))
+    for w in range(1, SUSPECT_WINDOWS):
+        f = publish(one, 1000.0 + w)
+        assert [x["element"]["id"] for x in f] == ["leaf1--spine3"]
+        assert f[0]["evidence"]["suspect_switch"] == "spine3"
+    f = publish(one, 1000.0 + SUSPECT_WINDOWS)  # suspicion over: a link fault of its own
+    assert [x["element"]["id"] for x in f] == ["leaf1--spine3"]
+    assert "suspect_switch" not in f[0]["evidence"]
