@@ -216,7 +216,7 @@ class Engine(Ladder):
         step (docs/recovery.md). A job that is not one, or has no standby left, is a refusal: the
         policy's swap, if any, then moves the whole job."""
         from fleetctl.recovery.launch import BASE_PORT
-        from fleetctl.recovery.migrate import check_movable, connect, migrate, store_of_job
+        from fleetctl.recovery.migrate import check_movable, connect, migrate, ranks_on, store_of_job
 
         out = []
         for node in det.nodes:
@@ -227,6 +227,15 @@ class Engine(Ladder):
                 try:
                     host, port = store_of_job(self.backend, job["job_id"], BASE_PORT)
                     store = connect(host, port, timeout_s=self.config.migrate_connect_s)
+                    if not ranks_on(store, node)[2]:
+                        # the job's own controller already gave the rank lost there to a standby (a
+                        # hung or dead process is found in seconds), or only a standby is there: the
+                        # job runs on; swapping it would requeue it for nothing
+                        out += self._take(policy, det, "migrate", targets,
+                                          lambda node=node: {"node": node, "moved": {}},
+                                          f"nothing to move: job {job['job_id']} has no training rank "
+                                          f"on {node} (lost there and replaced in the job, or a standby)")
+                        continue
                     check_movable(store, node)
                 except FleetctlError as exc:
                     out.append(self._refuse(policy, det, "migrate", targets, f"cannot migrate: {exc.message}"))

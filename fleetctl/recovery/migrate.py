@@ -44,12 +44,17 @@ def store_of_job(backend, job_id: str, base_port: int) -> tuple[str, int]:
     return address, base_port + int(job_id.split("_")[0]) % 20000
 
 
+def ranks_on(store, node: str) -> tuple[control.Plan, dict[int, control.Hello], list[int]]:
+    """(plan, live slots, the training slots on `node`)."""
+    plan = current_plan(store)
+    live = hellos(store)
+    return plan, live, sorted(s for s in plan.ranks if s in live and live[s].node == node)
+
+
 def check_movable(store, node: str) -> tuple[control.Plan, dict[int, control.Hello], list[int]]:
     """(plan, live slots, slots to move) when the ranks on `node` can go to standbys; else the
     error that says why not."""
-    plan = current_plan(store)
-    live = hellos(store)
-    movers = sorted(s for s in plan.ranks if s in live and live[s].node == node)
+    plan, live, movers = ranks_on(store, node)
     if not movers:
         raise UsageError(f"the job has no training rank on {node} (its ranks are on "
                          f"{', '.join(sorted({live[s].node for s in plan.ranks if s in live})[:8]) or 'no node yet'})")

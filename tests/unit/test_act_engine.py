@@ -278,3 +278,38 @@ def test_migrate_is_refused_for_a_job_without_a_control_store_and_the_swap_goes_
     decisions = handle_report(engine, audit_report({"node2": "xid.79"}))
     assert phases(decisions) == [("migrate", "refused"), ("drain", "done"), ("swap", "done")]
     assert decisions[0]["why"].startswith("cannot migrate: control store node1:")  # not a `fleetctl run` job
+
+
+def test_a_rank_the_job_already_replaced_needs_no_migrate_nor_swap(tmp_path):
+    """The job's own controller gave the rank lost on node2 to its standby within seconds (a hung
+    or dead process); act's audit finds the Xid after: nothing to move, and swapping the job would
+    requeue it for nothing. The node is still drained. (A real TCPStore, where act looks for it.)"""
+    import datetime
+
+    import torch.distributed as dist
+
+    from fleetctl.recovery import control
+    from fleetctl.recovery.launch import BASE_PORT
+
+    slurm, engine = make(tmp_path, spares=("node4",), nodes=("node1", "node2", "node3", "node4", "node5"),
+                         policies=({**XID, "actions": ["migrate", "drain", "swap"]},), migrate_connect_s=2)
+    job = "7341"
+    slurm.run_job(job, ["node1", "node2", "node3"])
+    slurm.node_map["node1"].address = "127.0.0.1"
+    try:
+        store = dist.TCPStore("127.0.0.1", BASE_PORT + int(job) % 20000, None, True,
+                              datetime.timedelta(seconds=5), wait_for_workers=False)
+    except Exception as exc:  # the port is taken on this machine: a real conflict, said plainly
+        pytest.fail(f"cannot serve a store on port {BASE_PORT + int(job) % 20000}: {exc}")
+    store.set("slots", "3")
+    for slot, node in enumerate(("node1", "node2", "node3")):
+        store.set(control.hello_key(slot), control.encode({"node": node, "address": "127.0.0.1", "port": 1}))
+    control.post_exit(store, 1, -9)  # its launcher killed the hung process
+    plan = control.Plan(1, 2, {0: 0, 2: 1}, {0: 2, 1: 0}, resume=40, lost={1: 1}, sources={1: 0})
+    store.set(control.plan_key(1), control.encode(plan.to_doc()))
+    store.set("gen", "1")
+    decisions = handle_report(engine, audit_report({"node2": "xid.79"}))
+    assert phases(decisions) == [("migrate", "done"), ("drain", "done"), ("swap", "refused")], decisions
+    assert decisions[0]["result"] == {"node": "node2", "moved": {}}
+    assert "not needed" in decisions[2]["why"]
+    assert slurm.job_map[job]["state"] == "RUNNING" and slurm.node_map["node2"].flags == ["DRAIN"]
