@@ -30,7 +30,10 @@ parser.add_argument("--every", type=int, default=1)
 parser.add_argument("--width", type=int, default=64)
 parser.add_argument("--reduce", choices=("flat", "ddp"), default="flat",
                     help="flat: job.average_gradients (bit-identical across restarts); ddp: DDP")
-parser.add_argument("--snap", help="also take disk snapshots here every second (the swap + requeue fallback)")
+parser.add_argument("--snap", help="also take disk snapshots here (the swap + requeue fallback)")
+parser.add_argument("--snap-interval", type=float, default=1.0, help="seconds between disk snapshots")
+parser.add_argument("--hang", metavar="RANK:IT", help="rank RANK hangs in its own work at iteration IT (first "
+                    "generation only): its process and heartbeat live on, its loop never moves again")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 torch.set_num_threads(1)
@@ -42,7 +45,7 @@ with open(os.path.join(args.out, f"pid-{os.environ.get('FLEETCTL_RUN_SLOT', 'x')
     f.write(str(os.getpid()))  # for the tests: the process to kill
 job = Resilient(model, optimizer, every=args.every,
                 extra_state={"data": (lambda: dict(position), lambda v: position.update(v))},
-                snapshot={"directory": args.snap, "interval_s": 1.0} if args.snap else None)
+                snapshot={"directory": args.snap, "interval_s": args.snap_interval} if args.snap else None)
 iteration_times = []
 
 
@@ -67,6 +70,9 @@ def train(job):
         y = x.sum(1, keepdim=True) * 0.1
         loss = torch.nn.functional.mse_loss(net(x), y)
         loss.backward()
+        if args.hang and job.gen == 0 and args.hang == f"{job.rank}:{it}":
+            while True:  # a deadlock in the rank's own code: only its progress shows it
+                time.sleep(1)
         if args.reduce == "flat":
             job.average_gradients(model)
         optimizer.step()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
-from fleetctl.cli.params import seconds
+from fleetctl.cli.params import FiniteFloatRange, seconds
 
 
 @click.command("run", context_settings={"allow_interspersed_args": False})
@@ -26,16 +26,21 @@ from fleetctl.cli.params import seconds
                    "(default: the collective timeout + 30 s).")
 @click.option("--start-timeout", type=seconds(1, 86_400), default=600.0, show_default=True, metavar="S",
               help="Every training rank must have started within S seconds.")
+@click.option("--hang-factor", type=FiniteFloatRange(1, 100), default=3.0, show_default=True, metavar="X",
+              help="A hang: no iteration for X times the median iteration time + the floor; the rank still in "
+                   "its own work while the others wait is lost and its rank goes to a standby.")
+@click.option("--hang-floor", type=seconds(0, 86400), default=10.0, show_default=True, metavar="S")
 @click.option("--events", metavar="FILE", envvar="FLEETCTL_RUN_EVENTS",
-              help="lens's event log: when the run ends for requeue, task 0 writes a `rank_lost` event on "
-                   "each lost rank's node there, for an act policy to swap the job (env FLEETCTL_RUN_EVENTS).")
+              help="lens's event log: task 0 writes the job's `hang` and `straggler` events there (as "
+                   "`fleetctl job watch`) and, when the run ends for requeue, a `rank_lost` event on each "
+                   "lost rank's node, for an act policy to swap the job (env FLEETCTL_RUN_EVENTS).")
 @click.option("--requeue-wait", type=seconds(0, 3600), default=0.0, show_default=True, metavar="S",
               help="Then keep the job running up to S seconds, so that act's swap can requeue it.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_app
 def run_command(app: Application, command: tuple[str, ...], standbys: int, store: str | None,
                 dead_after: float, collective_timeout: float, grace: float | None, start_timeout: float,
-                events: str | None, requeue_wait: float) -> int:
+                hang_factor: float, hang_floor: float, events: str | None, requeue_wait: float) -> int:
     """Run COMMAND as one rank of a training job that goes on when a rank is lost: a standby takes
     its place with its state from a peer's memory; no requeue, no disk read, no new allocation.
 
@@ -54,9 +59,11 @@ def run_command(app: Application, command: tuple[str, ...], standbys: int, store
     """
     from fleetctl.recovery.control import Timing
     from fleetctl.recovery.launch import LaunchOptions, launch
+    from fleetctl.recovery.signals import Thresholds
 
     timing = Timing(dead_after_s=dead_after, grace_s=grace or collective_timeout + 30.0, start_s=start_timeout)
-    result = launch(list(command), LaunchOptions(standbys, store, timing, collective_timeout, events, requeue_wait))
+    result = launch(list(command), LaunchOptions(standbys, store, timing, collective_timeout, events, requeue_wait,
+                                                 Thresholds(hang_factor=hang_factor, hang_floor_s=hang_floor)))
     if app.json:
         app.emit({"schema": "fleetctl.run/1", **result.to_dict()})
     elif result.exit_code:  # the generations were logged as they happened

@@ -12,7 +12,11 @@ Keys (all small JSON or counters):
     done/<slot>           training finished on this rank
     kill/<slot>           the controller asks that slot's launcher to kill its child (a frozen rank)
     leave/<slot>          `fleetctl migrate` asks that rank to leave at its next step boundary
+    progress/<slot>       its rank's progress (recovery.progress's document, with "gen"), sent on change
     plan/<gen>, gen       the plans, and the number of the newest (written plan first, then gen)
+    count/exit, count/done, count/failed/<gen>
+                          counters added to after each exit, done and failed key (`post_*`): the
+                          controller scans those keys only when a counter moved
 
 The controller (`Controller.poll`, in the launcher of slot 0) writes plan 0 once the N active slots
 said hello, and a new plan when a rank is lost: a standby takes the lost rank's number, every rank
@@ -20,6 +24,12 @@ resumes from the newest iteration that all of them (the lost one through its rep
 With no standby left, or no common iteration, the plan ends the run with "requeue": the job falls back
 to swap + requeue from its disk snapshot. A rank that failed by its own error (not a peer's loss) ends
 the run with "abort": a software bug is not fixed by another node.
+
+A hang is judged from the ranks' progress as `fleetctl job watch` judges it (recovery.signals: no
+iteration for 3x the median iteration time + 10 s): a rank stuck in its own work while the others wait
+in the collective is lost like a dead one (its launcher kills it, a standby takes its rank). Cost: one
+store read a second (rank 0's progress) while the job moves; every rank's every 10 s (stragglers) and
+when rank 0 stalls. Wall clocks of the nodes are compared (NTP's milliseconds against a 10 s floor).
 """
 
 from __future__ import annotations
@@ -27,14 +37,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fleetctl.errors import RecoveryError
+from fleetctl.recovery import signals
 
 log = logging.getLogger("fleetctl.recovery")
 PLAN_VERSION = 1
 VALUE_MAX = 8 << 20  # a plan of 100,000 ranks is ~3 MB
 BEAT_EVERY_S = 0.25
+LOOK_EVERY_S = 1.0  # rank 0's progress: is the job moving?
+FULL_LOOK_EVERY_S = 10.0  # every rank's progress: stragglers (a hang is looked at as soon as rank 0 stalls)
 ENDS = ("done", "requeue", "abort")
 
 
@@ -46,6 +59,27 @@ def done_key(slot: int) -> str: return f"done/{slot}"
 def kill_key(slot: int) -> str: return f"kill/{slot}"
 def plan_key(gen: int) -> str: return f"plan/{gen}"
 def leave_key(slot: int) -> str: return f"leave/{slot}"
+def progress_key(slot: int) -> str: return f"progress/{slot}"
+def failed_count_key(gen: int) -> str: return f"count/failed/{gen}"
+
+
+EXITS, DONES = "count/exit", "count/done"
+
+
+def post_exit(store, slot: int, code: int) -> None:
+    """A launcher saw its child end (the key, then the counter the controller watches)."""
+    store.set(exit_key(slot), encode({"code": code}))
+    store.add(EXITS, 1)
+
+
+def post_done(store, slot: int) -> None:
+    store.set(done_key(slot), "1")
+    store.add(DONES, 1)
+
+
+def post_report(store, gen: int, slot: int, report: dict) -> None:
+    store.set(failed_key(gen, slot), encode(report))
+    store.add(failed_count_key(gen), 1)
 
 
 def encode(doc: dict) -> str:
@@ -219,11 +253,18 @@ class Controller:
     the end ("done", "requeue", "abort") once the run is over, else None. Stateless toward the store
     except through the keys above, so its decisions are tested with any store object."""
 
-    def __init__(self, store, active: int, slots: int, timing: Timing | None = None, clock=time.monotonic):
+    def __init__(self, store, active: int, slots: int, timing: Timing | None = None, clock=time.monotonic,
+                 thresholds: signals.Thresholds | None = None, wall=time.time):
         if not 0 < active <= slots:
             raise RecoveryError(f"{active} active ranks of {slots} slots: need 1 <= active <= slots")
         self.store, self.active, self.slots = store, active, slots
-        self.timing, self.clock = timing or Timing(), clock
+        self.timing, self.clock, self.wall = timing or Timing(), clock, wall
+        self.thresholds = thresholds or signals.Thresholds()
+        self.signals: list[signals.Signal] = []  # hang and straggler, from the last look at every rank
+        self._next_look = self._next_full_look = 0.0
+        self._gen_wall = wall()  # when the current plan was published: a pause before it is no hang
+        self._counters: dict[str, int] = {}  # the count/* values last seen
+        self._reported: dict[int, Report] = {}  # this generation's reports read so far
         self.started = clock()
         self.plan: Plan | None = None
         self.hellos: dict[int, Hello] = {}
@@ -238,25 +279,42 @@ class Controller:
     def _has(self, key: str) -> bool:
         return self.store.check([key])
 
+    def _moved(self, counter: str) -> bool:
+        """Whether a count/* counter moved since the last look (one store round trip)."""
+        n = int(self.store.add(counter, 0))
+        if n == self._counters.get(counter, 0):
+            return False
+        self._counters[counter] = n
+        return True
+
     def _read_hellos(self) -> None:
+        if len(self.hellos) + len(self.gone) >= self.slots:
+            return
         for slot in range(self.slots):
-            if slot not in self.hellos and self._has(hello_key(slot)):
+            if slot not in self.hellos and slot not in self.gone and self._has(hello_key(slot)):
                 try:
                     self.hellos[slot] = Hello.parse(self.store.get(hello_key(slot)), slot)
+                    self.store.add(beat_key(slot), 0)  # the key exists from now on: read in one batch
                 except RecoveryError as exc:
                     self._lose(slot, exc.message)
 
     def _read_liveness(self, now: float) -> None:
-        for slot in self.hellos:
-            if slot in self.gone or slot in self.done:
-                continue
-            if slot in self.plan.ranks and self._has(done_key(slot)):
-                self.done.add(slot)
-                continue
-            if self._has(exit_key(slot)):
-                self._lose(slot, f"process ended ({_exit_text(self.store.get(exit_key(slot)))})")
-                continue
-            count = int(self.store.add(beat_key(slot), 0))
+        """Done, exit and heartbeat of every watched slot: the done and exit keys only when their
+        counters moved, the heartbeats in one batched read. A few round trips a poll, whatever the
+        job's size (benchmarks/recovery_controller.py)."""
+        exits = self._moved(EXITS)  # read before the done counter: a slot posts done before its exit
+        dones = self._moved(DONES)
+        watched = [s for s in self.hellos if s not in self.gone and s not in self.done]
+        if dones:
+            for slot in watched:
+                if slot in self.plan.ranks and self._has(done_key(slot)):
+                    self.done.add(slot)
+        if exits:
+            for slot in watched:
+                if slot not in self.done and self._has(exit_key(slot)):
+                    self._lose(slot, f"process ended ({_exit_text(self.store.get(exit_key(slot)))})")
+        watched = [s for s in watched if s not in self.gone and s not in self.done]
+        for slot, count in zip(watched, self._beat_counts(watched)):
             last = self.beats.get(slot)
             if last is None or last[0] != count:
                 self.beats[slot] = (count, now)
@@ -264,24 +322,79 @@ class Controller:
                 self._lose(slot, f"no heartbeat for {now - last[1]:.1f} s (frozen or its node is gone)")
                 self.store.set(kill_key(slot), "no heartbeat")  # its launcher kills it: its peers unblock
 
+    def _beat_counts(self, slots: list[int]) -> list[int]:
+        if not slots:
+            return []
+        keys = [beat_key(s) for s in slots]
+        if hasattr(self.store, "multi_get"):  # torch >= 2.5: one round trip
+            values = self.store.multi_get(keys)
+        else:
+            values = [self.store.add(k, 0) for k in keys]
+        try:
+            return [int(v) for v in values]
+        except ValueError:
+            raise RecoveryError("a heartbeat counter in the control store is not a number") from None
+
+    def _look_at_progress(self, now: float) -> None:
+        """Hang and straggler signals (recovery.signals.judge) from the ranks' progress; a rank
+        hung in its own work while the others wait is lost (killed by its launcher)."""
+        if now < self._next_look:
+            return
+        self._next_look = now + LOOK_EVERY_S
+        wall = self.wall()
+        if now < self._next_full_look:
+            first = self._progress(self.plan.slot_of(0), wall) if 0 in self.plan.ranks.values() else None
+            if first is None or first.iteration_s is None or \
+                    wall - first.progress_time <= signals.hang_limit(first.iteration_s, self.thresholds):
+                return  # moving (or not started): nothing to judge
+        self._next_full_look = now + FULL_LOOK_EVERY_S
+        ranks = [r for slot in self.plan.ranks if slot not in self.gone and slot not in self.done
+                 for r in [self._progress(slot, wall)] if r is not None]
+        self.signals = signals.judge(ranks, wall, self.thresholds)
+        for sig in self.signals:
+            if sig.metric == "hang" and sig.rank is not None and sig.rank in self.plan.ranks.values():
+                slot = self.plan.slot_of(sig.rank)
+                if slot not in self.gone:
+                    self._lose(slot, f"hung: {sig.message}")
+                    self.store.set(kill_key(slot), "hung")  # its launcher kills it: its peers unblock
+                    self._next_full_look = 0.0  # look again at once: the signal ends with the rank
+
+    def _progress(self, slot: int, wall: float) -> signals.Rank | None:
+        """The slot's progress in this generation; alive (its heartbeat says so), and no older than
+        the plan (restoring is no iteration). None when it has sent none yet, or a bad one."""
+        key = progress_key(slot)
+        if not self._has(key):
+            return None
+        try:
+            doc = decode(self.store.get(key), key)
+        except RecoveryError:
+            return None
+        rank = signals.parse_rank(doc)
+        if rank is None or doc.get("gen") != self.plan.gen or rank.rank != self.plan.ranks.get(slot):
+            return None
+        return replace(rank, time=wall, progress_time=max(rank.progress_time, self._gen_wall))
+
     def _lose(self, slot: int, why: str) -> None:
         if slot not in self.gone:
             self.gone[slot] = why
             log.warning("fleetctl run: slot %d lost: %s", slot, why)
 
     def _reports(self) -> dict[int, Report]:
-        out = {}
+        """This generation's reports (read again only when its counter moved)."""
+        if not self._moved(failed_count_key(self.plan.gen)):
+            return dict(self._reported)
         for slot in self.plan.ranks:
             key = failed_key(self.plan.gen, slot)
-            if self._has(key):  # also from a slot gone since: its report says why (its own error?)
-                try:
-                    out[slot] = Report.parse(self.store.get(key), slot)
-                except RecoveryError as exc:
-                    self._lose(slot, exc.message)
-                    continue
-                if out[slot].kind == "migrate":  # planned: its rank goes to a standby like a lost one
-                    self._lose(slot, f"moved to a standby on request ({out[slot].reason})")
-        return out
+            if slot in self._reported or not self._has(key):
+                continue  # (also from a slot gone since: its report says why: its own error?)
+            try:
+                report = self._reported[slot] = Report.parse(self.store.get(key), slot)
+            except RecoveryError as exc:
+                self._lose(slot, exc.message)
+                continue
+            if report.kind == "migrate":  # planned: its rank goes to a standby like a lost one
+                self._lose(slot, f"moved to a standby on request ({report.reason})")
+        return dict(self._reported)
 
     # ---- decisions
     def poll(self) -> str | None:
@@ -293,6 +406,7 @@ class Controller:
             return self._first_plan(now)
         reports = self._reports()  # first: a rank that left on request then ended was moved, not lost
         self._read_liveness(now)
+        self._look_at_progress(now)
         active = set(self.plan.ranks)
         if active <= self.done:
             return self._publish_end("done", "training finished")
@@ -371,6 +485,7 @@ class Controller:
             (log.info if plan.end == "done" else log.warning)(
                 "fleetctl run: generation %d%s: %s", plan.gen, f" ({plan.end})" if plan.end else "", plan.reason)
         self.plan, self.trouble_since = plan, None
+        self._gen_wall, self.signals, self._reported = self.wall(), [], {}
         if plan.end:
             self.end = plan.end
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, RecoveryError, UsageError
-from fleetctl.recovery import control
+from fleetctl.recovery import control, signals
 from fleetctl.recovery.resilient import (ENV_ADDR, ENV_NODE, ENV_RUN, ENV_SLOT, ENV_STORE, ENV_TIMEOUT,
                                          _route_address)
 
@@ -45,6 +45,7 @@ class LaunchOptions:
     collective_timeout_s: float = 60.0
     events: str | None = None  # lens's event log: a `rank_lost` event per node when the run ends for requeue
     requeue_wait_s: float = 0.0  # then task 0 keeps the job running this long for act's swap to requeue it
+    thresholds: signals.Thresholds = field(default_factory=signals.Thresholds)  # hang and straggler
 
 
 @dataclass
@@ -108,7 +109,8 @@ def launch(argv: list[str], options: LaunchOptions, env=None) -> LaunchResult:
     if slot == 0:
         store.set("run", secrets.token_hex(8))
         store.set("slots", str(slots))
-        controller = control.Controller(store.clone(), active, slots, options.timing)
+        controller = control.Controller(store.clone(), active, slots, options.timing,
+                                        thresholds=options.thresholds)
     run_id = store.get("run").decode()
     child_env = {**env, ENV_STORE: f"{host}:{port}", ENV_SLOT: str(slot), ENV_RUN: run_id,
                  ENV_TIMEOUT: str(options.collective_timeout_s), "MASTER_ADDR": host, "MASTER_PORT": str(port),
@@ -148,6 +150,17 @@ def _rank_lost_events(controller: control.Controller, job: str, path: str) -> No
                        "first_seen": utc_iso(now), "last_seen": utc_iso(now), "flap": None,
                        "jobs": [{"job_id": job}] if job else []})
         log.warning("fleetctl run: %s (event for act in %s)", message, path)
+
+
+def _signal_writer(options: LaunchOptions, job: str):
+    """The controller's hang and straggler signals as lens events in --events (as `fleetctl job
+    watch` writes them): act and `fleetctl explain` see a `fleetctl run` job's trouble too."""
+    if not options.events:
+        return None
+    from fleetctl.lens.eventlog import EventLog
+    from fleetctl.recovery.watch import JobWatcher
+
+    return JobWatcher("", job or "local", EventLog(options.events))
 
 
 def _wait_for_requeue(seconds: float) -> None:
@@ -196,18 +209,21 @@ def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptio
     code, end, reported_at_gen = None, None, None
     next_poll = next_end_check = 0.0
     ended_at = None
+    watcher = _signal_writer(options, job) if controller is not None else None
     try:
         while True:
             if controller is not None and time.monotonic() >= next_poll:
                 first = end is None
                 end = controller.poll() or end
                 next_poll = time.monotonic() + 0.1
+                if watcher is not None:
+                    watcher.update(controller.signals, time.time())
                 if first and end == "requeue" and controller.plan.lost and options.events:
                     _rank_lost_events(controller, job, options.events)  # act may swap while we wind down
             if code is None:
                 code = child.proc.poll()
                 if code is not None:
-                    store.set(control.exit_key(slot), control.encode({"code": code}))
+                    control.post_exit(store, slot, code)
                     reported_at_gen = _gen(store)
                 elif store.check([control.kill_key(slot)]):
                     log.warning("fleetctl run: slot %d: killing the training process (%s)", slot,

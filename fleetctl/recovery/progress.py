@@ -35,6 +35,60 @@ RECENT_COMPUTE = 128  # iterations kept for the mean compute time (straggler): a
 # among 128 iterations moves it little
 
 
+class ProgressRecord:
+    """One rank's progress in memory: what a progress file holds (`document`), and what
+    `fleetctl run`'s heartbeat publishes to its control store (recovery.resilient)."""
+
+    def __init__(self, rank: int, node: str = ""):
+        self.rank = rank
+        self.node = node or socket.gethostname().split(".")[0]
+        self.started = time.time()
+        self._mark = time.monotonic()  # start of the current iteration
+        self._compute: deque[float] = deque(maxlen=RECENT_COMPUTE)
+        self._iteration: deque[float] = deque(maxlen=RECENT)
+        self.iteration = -1
+        self.progress_time = 0.0  # when the last iteration completed (wall clock)
+        self.phase, self.phase_since = "compute", time.time()  # compute | collective
+        self.version = 0  # moves with every change: a publisher sends only what changed
+        self._lock = threading.Lock()
+
+    def compute_done(self) -> None:
+        """This rank's own work of the iteration is done (before the collective)."""
+        with self._lock:
+            self._compute.append(time.monotonic() - self._mark)
+            self.phase, self.phase_since = "collective", time.time()
+            self.version += 1
+
+    def step(self, iteration: int) -> None:
+        """Iteration `iteration` is complete."""
+        now = time.monotonic()
+        with self._lock:
+            self._iteration.append(now - self._mark)
+            self._mark = now
+            self.iteration = iteration
+            self.progress_time = time.time()
+            self.phase, self.phase_since = "compute", self.progress_time
+            self.version += 1
+
+    def resume(self, rank: int, iteration: int) -> None:
+        """Training starts again (a new generation of `fleetctl run`), as `rank`, after `iteration`:
+        the pause is no iteration's time."""
+        with self._lock:
+            self.rank, self.iteration = rank, iteration
+            self._mark = time.monotonic()
+            self.progress_time = time.time()
+            self.phase, self.phase_since = "compute", self.progress_time
+            self.version += 1
+
+    def document(self, **extra) -> dict:
+        with self._lock:
+            return {"v": 1, **extra, "rank": self.rank, "node": self.node, "pid": os.getpid(),
+                    "iteration": self.iteration, "time": time.time(), "started": self.started,
+                    "progress_time": self.progress_time or self.started, "phase": self.phase,
+                    "phase_since": self.phase_since, "iteration_s": _median(self._iteration),
+                    "compute_s": _mean(self._compute), "samples": len(self._iteration)}
+
+
 class Progress:
     def __init__(self, directory: str, job: str, rank: int, node: str = "", interval_s: float = 1.0):
         if not job or not str(job).replace("_", "").replace(".", "").isalnum() or len(str(job)) > 64:
@@ -45,15 +99,9 @@ class Progress:
         os.makedirs(self.dir, exist_ok=True)
         self.path = os.path.join(self.dir, f"rank-{rank}.json")
         self.job, self.rank = str(job), rank
-        self.node = node or socket.gethostname().split(".")[0]
+        self.record = ProgressRecord(rank, node)
+        self.node = self.record.node
         self.interval_s = interval_s
-        self.started = time.time()
-        self._mark = time.monotonic()  # start of the current iteration
-        self._compute: deque[float] = deque(maxlen=RECENT_COMPUTE)
-        self._iteration: deque[float] = deque(maxlen=RECENT)
-        self.iteration = -1
-        self.phase, self.phase_since = "compute", time.time()  # compute | collective
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="fleetctl-progress", daemon=True)
         self._thread.start()
@@ -71,19 +119,11 @@ class Progress:
 
     def compute_done(self) -> None:
         """This rank's own work of the iteration is done (before the collective)."""
-        with self._lock:
-            self._compute.append(time.monotonic() - self._mark)
-            self.phase, self.phase_since = "collective", time.time()
+        self.record.compute_done()
 
     def step(self, iteration: int) -> None:
         """Iteration `iteration` is complete."""
-        now = time.monotonic()
-        with self._lock:
-            self._iteration.append(now - self._mark)
-            self._mark = now
-            self.iteration = iteration
-            self.progress_time = time.time()
-            self.phase, self.phase_since = "compute", self.progress_time
+        self.record.step(iteration)
 
     def close(self) -> None:
         """Stop the writer (the file stays: the watcher sees the rank stopped)."""
@@ -98,15 +138,8 @@ class Progress:
             except OSError:
                 pass  # a full or unreachable directory must never stop training
 
-    progress_time = 0.0  # when the last iteration completed (wall clock)
-
     def write(self) -> None:
-        with self._lock:
-            doc = {"v": 1, "job": self.job, "rank": self.rank, "node": self.node, "pid": os.getpid(),
-                   "iteration": self.iteration, "time": time.time(), "started": self.started,
-                   "progress_time": self.progress_time or self.started, "phase": self.phase,
-                   "phase_since": self.phase_since, "iteration_s": _median(self._iteration),
-                   "compute_s": _mean(self._compute), "samples": len(self._iteration)}
+        doc = self.record.document(job=self.job)
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w") as fh:
             fh.write(json.dumps(doc))

@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from fleetctl.errors import RecoveryError
 from fleetctl.recovery import control, replica
+from fleetctl.recovery.progress import ProgressRecord
 from fleetctl.snapshot.rankstate import ExtraState, capture_rng, restore_rng
 
 log = logging.getLogger("fleetctl.recovery")
@@ -128,6 +129,8 @@ class Resilient:
         self._leave_reason: str | None = None  # set by the heartbeat thread from leave/<slot>
         self._store_error: str | None = None
         self._stop = threading.Event()
+        self.progress = ProgressRecord(-1, self.node)  # sent to the controller: hangs, stragglers
+        self._progress_sent = -1
 
     # ------------------------------------------------------------ the run
     def run(self, train: Callable[["Resilient"], Any]) -> str:
@@ -165,6 +168,7 @@ class Resilient:
         """Call at every iteration boundary, on every rank, with the iteration just finished."""
         if self._store_error:
             raise RecoveryError(f"control store lost: {self._store_error}")
+        self.progress.step(iteration)
         record = self.history[-1]
         if record["first_step_at"] is None:
             record["first_step_at"] = time.time()
@@ -183,6 +187,7 @@ class Resilient:
         the world size. One fixed layout, so the same sums in the same order before and after any
         restart: bit-identical results. (DDP works too, but a new DDP groups its buckets differently
         in its first iteration, which changes the order of the sums: equal up to rounding only.)"""
+        self.progress.compute_done()
         grads = [p.grad for p in module.parameters() if p.grad is not None]
         if not grads:
             return
@@ -193,6 +198,12 @@ class Resilient:
         for g in grads:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
+
+    def compute_done(self) -> None:
+        """This rank's own work of the iteration is done, its collective next (average_gradients
+        says so itself). A loop that marks it lets a hang name its culprit: the rank still in its
+        own work while the others wait; without it, a hang ends at the collective's timeout."""
+        self.progress.compute_done()
 
     # ------------------------------------------------------------ joining and leaving
     def _connect(self) -> None:
@@ -219,6 +230,11 @@ class Resilient:
                     self._seen_gen = int(store.get("gen"))
                 if self._leave_reason is None and self.rank >= 0 and store.check([control.leave_key(self.slot)]):
                     self._leave_reason = store.get(control.leave_key(self.slot)).decode(errors="replace")[:200]
+                version = self.progress.version
+                if self.rank >= 0 and version != self._progress_sent:
+                    store.set(control.progress_key(self.slot),
+                              control.encode(self.progress.document(gen=self.gen)))
+                    self._progress_sent = version
             except Exception as exc:  # the launcher of slot 0 is gone: no more recovery
                 self._store_error = str(exc)[:200]
                 return
@@ -262,6 +278,7 @@ class Resilient:
                 self.start = 0 if restored is None else restored + 1
         if self.snapshot_options is not None and self.snapshotter is None:
             self._snapshotter()
+        self.progress.resume(self.rank, self.start - 1)
         self._replicate(self.start - 1)  # the holder has this rank's state before its first iteration
 
     def _snapshotter(self) -> None:
@@ -286,7 +303,7 @@ class Resilient:
                   "have": [it for it, _ in self.copies], "holds": self.server.store.holds()}
         self.history[-1]["left"] = report["reason"]
         try:
-            self.store.set(control.failed_key(self.gen, self.slot), control.encode(report))
+            control.post_report(self.store, self.gen, self.slot, report)
         except Exception as store_exc:
             raise RecoveryError(f"control store lost while reporting: {store_exc}") from exc
         self._drop_group()
@@ -306,7 +323,7 @@ class Resilient:
             self.snapshotter.close()
             self.snapshotter = None
         self._idle.wait()
-        self.store.set(control.done_key(self.slot), "1")
+        control.post_done(self.store, self.slot)
         try:
             dist.destroy_process_group()
         except Exception:

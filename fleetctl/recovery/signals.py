@@ -97,6 +97,11 @@ def _read_rank(path: str) -> Rank | None:
         doc = json.loads(data) if len(data) <= MAX_FILE else None
     except (OSError, ValueError):
         return None
+    return parse_rank(doc)
+
+
+def parse_rank(doc) -> Rank | None:
+    """A rank's progress document (a file, or `fleetctl run`'s store key), validated; None if bad."""
     if not isinstance(doc, dict) or doc.get("v") != 1:
         return None
     try:
@@ -126,12 +131,17 @@ def _opt(value) -> float | None:
     return None if value is None else _num(value)
 
 
+def hang_limit(iteration_s: float, th: Thresholds) -> float:
+    """Seconds without an iteration that make a hang: 3x the median iteration time + 10 s."""
+    return th.hang_factor * iteration_s + th.hang_floor_s
+
+
 def judge(ranks: list[Rank], now: float, th: Thresholds = Thresholds()) -> list[Signal]:
     """The job's hang and straggler signals now."""
     timed = [r.iteration_s for r in ranks if r.iteration_s is not None and r.samples >= 2]
     if not ranks or not timed:
         return []  # the job has not started iterating: nothing to judge yet
-    limit = th.hang_factor * statistics.median(timed) + th.hang_floor_s
+    limit = hang_limit(statistics.median(timed), th)
     newest = max(r.progress_time for r in ranks)
     if now - newest > limit:
         return _hang(ranks, now, now - newest, limit)

@@ -1,5 +1,7 @@
 """`fleetctl job watch`: follow one job's progress files, turn its hang and straggler signals into
-lens events (opened once, closed when the condition clears) for act and `fleetctl explain`."""
+lens events (opened once, closed when the condition clears) for act and `fleetctl explain`. A
+`fleetctl run` job's controller judges the same signals from its store; its launcher writes them
+through `JobWatcher.update` (`fleetctl run --events`)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,12 @@ class JobWatcher:
         ranks, skipped = read_ranks(self.directory, self.job)
         self.skipped += skipped
         now = self.clock()
-        signals = {s.key: s for s in judge(ranks, now, self.thresholds)}
+        return self.update(judge(ranks, now, self.thresholds), now)
+
+    def update(self, judged: list[Signal], now: float) -> list[dict]:
+        """The job's signals now (from its files, or `fleetctl run`'s controller): events opened
+        for new ones, closed for those gone."""
+        signals = {s.key: s for s in judged}
         out = []
         for key, sig in signals.items():
             if key not in self.open:

@@ -22,7 +22,7 @@ def free_port() -> int:
 
 
 def launch(out: Path, tasks: int, standbys: int, steps: int, sleep: float = 0.01,
-           train_args: tuple[str, ...] = ()) -> list[subprocess.Popen]:
+           train_args: tuple[str, ...] = (), run_args: tuple[str, ...] = ()) -> list[subprocess.Popen]:
     """One `fleetctl run` launcher per task (tests/resilient_train.py under it), as srun starts them;
     also benchmarks/recovery_inprocess.py's."""
     out.mkdir(parents=True, exist_ok=True)
@@ -34,7 +34,7 @@ def launch(out: Path, tasks: int, standbys: int, steps: int, sleep: float = 0.01
                "PYTHONPATH": str(REPO), "SLURMD_NODENAME": f"local{slot}"}  # one "node" per task
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "fleetctl", "run", "--standbys", str(standbys), "--store", f"127.0.0.1:{port}",
-             "--dead-after", "3", "--format", "json", "--", sys.executable, str(TRAIN), "--out", str(out),
+             "--dead-after", "3", "--format", "json", *run_args, "--", sys.executable, str(TRAIN), "--out", str(out),
              "--steps", str(steps), "--sleep", str(sleep), *train_args],
             env=env, stdout=open(out / f"launcher-{slot}.json", "w"), stderr=open(out / f"launcher-{slot}.log", "w")))
     return procs

@@ -182,6 +182,25 @@ def test_fleetctl_migrate_moves_a_rank_at_a_step_boundary_and_loses_nothing(tmp_
     assert again.returncode == 3 and "unreachable" in again.stderr  # the job is over, its store gone
 
 
+def test_a_rank_hung_in_its_own_work_is_killed_and_its_rank_goes_to_the_standby(tmp_path, expected):
+    """A deadlock in rank 1's loop (process and heartbeat alive, no iteration): the controller judges
+    the hang from the ranks' progress (3 x the median iteration + the floor, 2 s here), kills it, and
+    the standby takes rank 1; the hang is an event in the log for act. Bit-identical at the end."""
+    out = tmp_path / "hang"
+    events = tmp_path / "events.jsonl"
+    procs = launch(out, 5, 1, STEPS, sleep=0.01, train_args=("--hang", "1:40"),
+                   run_args=("--hang-floor", "2", "--events", str(events)))
+    assert wait_all(procs) == [0] * 5
+    assert json.loads((out / "final.json").read_text())["sha256"] == expected
+    log = (out / "launcher-0.log").read_text()
+    assert "slot 1 lost: hung: rank 1 is stuck in its own work" in log, log[-3000:]
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    hangs = [(r["kind"], r["element"]["id"], r["evidence"]["rank"]) for r in records if r["metric"] == "hang"]
+    assert hangs == [("open", "local1", 1), ("close", "local1", 1)], records
+    stalled = [r for r in records if r["metric"] == "hang"][0]["evidence"]["seconds_without_progress"]
+    assert 2.0 < stalled < 6.0  # judged within a look (1 s) of its threshold
+
+
 def _generations(out: Path):
     """The history rank 0's process keeps is written at the end; the launcher logs each change."""
     log = out / "launcher-0.log"

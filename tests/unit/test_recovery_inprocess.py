@@ -195,8 +195,8 @@ def _hello(store, slot, node):
 
 
 def _report(store, gen, slot, have, holds=None, kind="peer"):
-    store.set(control.failed_key(gen, slot), control.encode(
-        {"kind": kind, "reason": "x", "have": sorted(have), "holds": {str(r): sorted(i) for r, i in (holds or {}).items()}}))
+    control.post_report(store, gen, slot, {"kind": kind, "reason": "x", "have": sorted(have),
+                                           "holds": {str(r): sorted(i) for r, i in (holds or {}).items()}})
 
 
 def _plan(store) -> control.Plan:
@@ -229,7 +229,7 @@ def test_a_lost_rank_goes_to_the_standby_at_the_newest_common_iteration(store):
     clock = Clock()
     ctl = _started(store, clock)
     holder_of_2 = _plan(store).holders[2]
-    store.set(control.exit_key(2), control.encode({"code": -9}))
+    control.post_exit(store, 2, -9)
     _report(store, 0, 0, {60, 61, 62}, {2: {60, 61, 62}} if holder_of_2 == 0 else {})
     assert ctl.poll() is None  # slot 1 has not reported yet
     _report(store, 0, 1, {61, 62, 63}, {2: {60, 61, 62}} if holder_of_2 == 1 else {})
@@ -243,7 +243,7 @@ def test_a_lost_rank_goes_to_the_standby_at_the_newest_common_iteration(store):
 def test_no_standby_left_ends_the_run_for_requeue(store):
     clock = Clock()
     ctl = _started(store, clock, active=3, slots=3)
-    store.set(control.exit_key(1), control.encode({"code": -9}))
+    control.post_exit(store, 1, -9)
     _report(store, 0, 0, {5})
     _report(store, 0, 2, {5})
     assert ctl.poll() == "requeue"
@@ -254,7 +254,7 @@ def test_a_ranks_own_error_ends_the_run(store):
     clock = Clock()
     ctl = _started(store, clock)
     _report(store, 0, 1, {5}, kind="error")
-    store.set(control.exit_key(1), control.encode({"code": 1}))
+    control.post_exit(store, 1, 1)
     _report(store, 0, 0, {5})
     _report(store, 0, 2, {5})
     assert ctl.poll() == "abort"
@@ -294,12 +294,116 @@ def test_a_rank_that_never_reports_while_the_others_wait_is_the_hung_one(store):
     assert plan.ranks == {0: 0, 2: 2, 3: 1} and plan.resume == 5
 
 
+def _progress(store, slot, rank, phase, progress_time, gen=0, iteration=10):
+    store.set(control.progress_key(slot), control.encode(
+        {"v": 1, "gen": gen, "rank": rank, "node": f"node{slot}", "pid": 100 + slot, "iteration": iteration,
+         "time": progress_time, "progress_time": progress_time, "phase": phase, "iteration_s": 0.1,
+         "compute_s": 0.05, "samples": 20}))
+
+
+def _beat_all(store, ctl, clock, seconds, slots=range(4)):
+    for _ in range(int(seconds)):
+        for slot in slots:
+            store.add(control.beat_key(slot), 1)
+        clock.now += 1
+        ctl.poll()
+
+
+def test_a_rank_stuck_in_its_own_work_while_the_others_wait_is_the_hang_and_goes_to_the_standby(store):
+    """The hang as `fleetctl job watch` judges it (3 x 0.1 s + 10 s without an iteration), from the
+    progress the ranks send: the rank still computing is the culprit, killed, and its rank moves."""
+    clock = Clock()
+    ctl = control.Controller(store, 3, 4, control.Timing(dead_after_s=5, grace_s=90), clock=clock, wall=clock)
+    for slot in range(4):
+        _hello(store, slot, f"node{slot}")
+    ctl.poll()
+    clock.now += 1
+    t = clock.now
+    _progress(store, 0, 0, "collective", t)
+    _progress(store, 1, 1, "compute", t)
+    _progress(store, 2, 2, "collective", t)
+    _beat_all(store, ctl, clock, 9)  # within 10.3 s: not yet
+    assert not ctl.gone and not ctl.signals
+    _beat_all(store, ctl, clock, 3)
+    assert "hung" in ctl.gone[1] and "stuck in its own work" in ctl.gone[1]
+    assert store.get(control.kill_key(1)) == b"hung" and not store.check([control.kill_key(0)])
+    _report(store, 0, 0, {9}, {2: {9}})  # the killed rank's peers leave their collective
+    _report(store, 0, 2, {9}, {1: {9}})
+    _beat_all(store, ctl, clock, 1, slots=(0, 2, 3))
+    plan = _plan(store)
+    assert plan.ranks == {0: 0, 2: 2, 3: 1} and plan.resume == 9 and "hung" in plan.reason
+
+
+def test_no_hang_is_judged_while_rank_0_moves_nor_blamed_when_no_rank_stands_out(store):
+    clock = Clock()
+    ctl = control.Controller(store, 3, 4, control.Timing(dead_after_s=5, grace_s=300), clock=clock, wall=clock)
+    for slot in range(4):
+        _hello(store, slot, f"node{slot}")
+    ctl.poll()
+    for _ in range(20):  # training moves: rank 0's progress is fresh every second
+        for slot in range(3):
+            _progress(store, slot, slot, "compute", clock.now)
+        _beat_all(store, ctl, clock, 1)
+    assert not ctl.gone and not ctl.signals
+    t = clock.now
+    for slot in range(3):  # all wait in the collective (a network fault under it): nobody to blame
+        _progress(store, slot, slot, "collective", t)
+    _beat_all(store, ctl, clock, 40)
+    assert not ctl.gone
+    assert [(s.metric, s.rank) for s in ctl.signals] == [("hang", None)]
+    assert ctl.signals[0].evidence["culprit_unknown"]
+    _progress(store, 1, 1, "compute", t, gen=5)  # another generation's (or a forged) progress: ignored
+    _beat_all(store, ctl, clock, 11)
+    assert not ctl.gone
+
+
+class CountingStore:
+    """A real TCPStore, its round trips counted."""
+
+    def __init__(self, store):
+        self.store, self.calls = store, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.store, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return attr(*args, **kwargs)
+        return counted
+
+
+def test_a_quiet_poll_takes_the_same_few_round_trips_at_any_size(store):
+    """The controller reads the done, exit and report keys only when their counters move and the
+    heartbeats in one batch: a poll's round trips do not grow with the job."""
+    calls = {}
+    for slots in (8, 64):
+        counting = CountingStore(store)
+        prefix = dist.PrefixStore(f"size{slots}", store)
+        counting.store = prefix
+        clock = Clock()
+        ctl = control.Controller(counting, slots - 1, slots, clock=clock, wall=clock)
+        for slot in range(slots):
+            _hello(prefix, slot, f"node{slot}")
+        ctl.poll()
+        for slot in range(slots):
+            prefix.add(control.beat_key(slot), 1)
+        clock.now += 0.5
+        ctl.poll()  # looks at progress too (none sent yet)
+        counting.calls = 0
+        clock.now += 0.1
+        ctl.poll()
+        calls[slots] = counting.calls
+    assert calls[8] == calls[64] <= 5, calls
+
+
 def test_training_done_on_every_rank_ends_the_run(store):
     clock = Clock()
     ctl = _started(store, clock)
     for slot in range(3):
-        store.set(control.done_key(slot), "1")
-        store.set(control.exit_key(slot), control.encode({"code": 0}))  # done, then ended: no loss
+        control.post_done(store, slot)
+        control.post_exit(store, slot, 0)  # done, then ended: no loss
     assert ctl.poll() == "done"
     assert _plan(store).end == "done" and not ctl.gone
 
@@ -309,7 +413,7 @@ def test_a_rank_that_left_on_request_goes_to_the_standby_at_its_boundary(store):
     ctl = _started(store, clock)
     holder_of_1 = _plan(store).holders[1]
     _report(store, 0, 1, {40, 41, 42}, kind="migrate")
-    store.set(control.exit_key(1), control.encode({"code": 0}))
+    control.post_exit(store, 1, 0)
     for slot in (0, 2):
         _report(store, 0, slot, {41, 42}, {1: {40, 41, 42}} if slot == holder_of_1 else {})
     ctl.poll()
@@ -326,7 +430,7 @@ def test_migrate_refuses_a_node_without_ranks_and_a_job_without_standbys(store):
     store.set("slots", "4")
     with pytest.raises(UsageError, match="no training rank on node9"):
         migrate(store, "node9", "test", timeout_s=1)
-    store.set(control.exit_key(3), control.encode({"code": 0}))  # the standby is gone
+    control.post_exit(store, 3, 0)  # the standby is gone
     with pytest.raises(RecoveryError, match="1 rank\\(s\\) on node1 and 0 standby left"):
         migrate(store, "node1", "test", timeout_s=1)
     assert not store.check([control.leave_key(1)])  # nothing was asked of the rank
