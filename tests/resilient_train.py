@@ -34,16 +34,19 @@ parser.add_argument("--snap", help="also take disk snapshots here (the swap + re
 parser.add_argument("--snap-interval", type=float, default=1.0, help="seconds between disk snapshots")
 parser.add_argument("--hang", metavar="RANK:IT", help="rank RANK hangs in its own work at iteration IT (first "
                     "generation only): its process and heartbeat live on, its loop never moves again")
+parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                    help="nccl: one GPU per task (LOCAL_RANK); benchmarks/device/inprocess_nccl.py")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 torch.set_num_threads(1)
 torch.manual_seed(1234)
-model = torch.nn.Sequential(torch.nn.Linear(32, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 1))
+device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if args.backend == "nccl" else torch.device("cpu")
+model = torch.nn.Sequential(torch.nn.Linear(32, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 1)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 position = {"samples": 0}  # a data position, restored like a loader's
 with open(os.path.join(args.out, f"pid-{os.environ.get('FLEETCTL_RUN_SLOT', 'x')}"), "w") as f:
     f.write(str(os.getpid()))  # for the tests: the process to kill
-job = Resilient(model, optimizer, every=args.every,
+job = Resilient(model, optimizer, every=args.every, backend=args.backend,
                 extra_state={"data": (lambda: dict(position), lambda v: position.update(v))},
                 snapshot={"directory": args.snap, "interval_s": args.snap_interval} if args.snap else None)
 iteration_times = []
@@ -66,7 +69,7 @@ def train(job):
         t0 = time.perf_counter()
         g = torch.Generator().manual_seed(job.rank * 100_003 + it)
         x = torch.randn(16, 32, generator=g)
-        x = x + 0.01 * torch.randn_like(x)
+        x = (x + 0.01 * torch.randn_like(x)).to(device)
         y = x.sum(1, keepdim=True) * 0.1
         loss = torch.nn.functional.mse_loss(net(x), y)
         loss.backward()
@@ -83,8 +86,8 @@ def train(job):
         iteration_times.append(time.perf_counter() - t0)
         if os.environ.get("TRACE"):
             with open(os.path.join(args.out, f"trace-{job.rank}.txt"), "a") as f:
-                h = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
-                m = hashlib.sha256(b"".join(v["momentum_buffer"].numpy().tobytes()
+                h = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters()))
+                m = hashlib.sha256(b"".join(v["momentum_buffer"].cpu().numpy().tobytes()
                                             for v in optimizer.state.values()))
                 f.write(f"{it} {h.hexdigest()[:10]} {m.hexdigest()[:10]} {torch.get_rng_state().sum().item()} "
                         f"{x.sum().item():.6f}\n")
@@ -97,7 +100,7 @@ try:
     end = job.run(train)
 except RecoveryError as exc:  # the run ended unfinished (requeue, abort): one line, no traceback
     sys.exit(f"resilient_train: {exc.message}")
-digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+digest = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())).hexdigest()
 mean_iteration = sum(iteration_times) / max(1, len(iteration_times))
 if job.rank >= 0:  # a standby never needed has no rank
     write(f"rank-{job.rank}.json", json.dumps({

@@ -13,6 +13,7 @@ Keys (all small JSON or counters):
     kill/<slot>           the controller asks that slot's launcher to kill its child (a frozen rank)
     leave/<slot>          `fleetctl migrate` asks that rank to leave at its next step boundary
     progress/<slot>       its rank's progress (recovery.progress's document, with "gen"), sent on change
+    trouble/<gen>         a rank of generation <gen> is lost: survivors abort a collective stuck on it (NCCL)
     plan/<gen>, gen       the plans, and the number of the newest (written plan first, then gen)
     count/exit, count/done, count/failed/<gen>
                           counters added to after each exit, done and failed key (`post_*`): the
@@ -61,6 +62,7 @@ def plan_key(gen: int) -> str: return f"plan/{gen}"
 def leave_key(slot: int) -> str: return f"leave/{slot}"
 def progress_key(slot: int) -> str: return f"progress/{slot}"
 def failed_count_key(gen: int) -> str: return f"count/failed/{gen}"
+def trouble_key(gen: int) -> str: return f"trouble/{gen}"
 
 
 EXITS, DONES = "count/exit", "count/done"
@@ -265,6 +267,7 @@ class Controller:
         self._gen_wall = wall()  # when the current plan was published: a pause before it is no hang
         self._counters: dict[str, int] = {}  # the count/* values last seen
         self._reported: dict[int, Report] = {}  # this generation's reports read so far
+        self._trouble_gen = -1  # the last generation whose trouble key was posted
         self.started = clock()
         self.plan: Plan | None = None
         self.hellos: dict[int, Hello] = {}
@@ -416,6 +419,11 @@ class Controller:
             return None
         if self.trouble_since is None:
             self.trouble_since = now
+        if lost and self._trouble_gen < self.plan.gen:  # survivors waiting in a collective on the lost
+            # rank leave it (an NCCL collective waits until its timeout otherwise)
+            self._trouble_gen = self.plan.gen
+            self.store.set(trouble_key(self.plan.gen),
+                           "; ".join(f"slot {s}: {self.gone[s]}" for s in sorted(lost))[:300])
         if len(self._standbys()) < len(lost) and not any(r.kind == "error" for r in reports.values()):
             # decided without the survivors' reports: they may be stuck in a collective with the lost
             # rank (a disk snapshot's writer), and the disk fallback needs none of their state

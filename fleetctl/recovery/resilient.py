@@ -25,6 +25,15 @@ fault (tests/integration/test_run_lab.py checks it).
 
 An exception that is not a collective's failure (a bug in the loop, a bad batch) is the rank's own
 error: the run ends ("abort"), since another node would fail the same way.
+
+NCCL (`backend="nccl"`, one GPU per task at LOCAL_RANK): a collective with a lost peer does not fail
+on its own; it waits in its kernel until the group's timeout. So the controller posts
+`trouble/<gen>` once it knows a rank is lost, and each survivor's heartbeat thread aborts the
+process group (torch's `_abort_process_group`, ncclCommAbort underneath) when its loop is still in
+that generation ABORT_AFTER_S later: the collective raises, the survivor reports, and the restart
+goes on as with gloo. TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (abort the communicator, keep the process)
+is set unless given. Written for a GPU machine and not yet run on one (benchmarks/device/README.md);
+replicas are host memory either way (`_clone` copies tensors to the CPU).
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ log = logging.getLogger("fleetctl.recovery")
 ENV_STORE, ENV_SLOT, ENV_RUN, ENV_ADDR, ENV_NODE = ("FLEETCTL_RUN_STORE", "FLEETCTL_RUN_SLOT", "FLEETCTL_RUN_ID",
                                                     "FLEETCTL_RUN_ADDR", "FLEETCTL_RUN_NODE")
 ENV_TIMEOUT = "FLEETCTL_RUN_TIMEOUT"
+ABORT_AFTER_S = 0.5  # a survivor still in a troubled generation this long: its group is aborted
 OWN_COPIES = 3  # with one push in flight a lost rank's holder is at most two copies behind a survivor
 # the text of collective failures that torch raises as a plain RuntimeError (gloo's transport errors)
 PEER_FAILURE_WORDS = ("gloo", "nccl", "connection reset", "connection closed", "timed out", "timeout",
@@ -111,7 +121,10 @@ class Resilient:
         self.address = env.get(ENV_ADDR) or _route_address(self.store_host, self.store_port)
         self.timeout_s = float(collective_timeout_s or env.get(ENV_TIMEOUT) or 60.0)
         self.model, self.optimizer, self.extra = model, optimizer, ExtraState(extra_state)
+        if backend not in ("gloo", "nccl"):
+            raise RecoveryError(f"backend {backend!r}: gloo or nccl")
         self.every, self.backend, self.snapshot_options = every, backend, snapshot
+        self.device = _device(backend, env)
         self.rank, self.world, self.gen, self.start = -1, 0, -1, 0
         self.plan: control.Plan | None = None
         self.snapshotter = None
@@ -126,6 +139,8 @@ class Resilient:
         self._idle = threading.Event()  # no push in flight
         self._idle.set()
         self._seen_gen = -1
+        self._aborted_gen = -1  # the generation whose group the heartbeat thread aborted
+        self._leaving = False  # the loop is leaving its generation (no abort needed)
         self._leave_reason: str | None = None  # set by the heartbeat thread from leave/<slot>
         self._store_error: str | None = None
         self._stop = threading.Event()
@@ -230,6 +245,9 @@ class Resilient:
                     self._seen_gen = int(store.get("gen"))
                 if self._leave_reason is None and self.rank >= 0 and store.check([control.leave_key(self.slot)]):
                     self._leave_reason = store.get(control.leave_key(self.slot)).decode(errors="replace")[:200]
+                if self.backend != "gloo" and self.rank >= 0 and self.gen > self._aborted_gen and \
+                        not self._leaving and store.check([control.trouble_key(self.gen)]):
+                    self._abort_stuck_group(store)
                 version = self.progress.version
                 if self.rank >= 0 and version != self._progress_sent:
                     store.set(control.progress_key(self.slot),
@@ -239,6 +257,27 @@ class Resilient:
                 self._store_error = str(exc)[:200]
                 return
             self._stop.wait(control.BEAT_EVERY_S)
+
+    def _abort_stuck_group(self, store) -> None:
+        """A rank of this generation is lost: a collective waiting for it would wait until the
+        group's timeout (NCCL). Give the loop ABORT_AFTER_S to leave on its own, then abort."""
+        gen = self.gen
+        deadline = time.monotonic() + ABORT_AFTER_S
+        while time.monotonic() < deadline and not self._leaving and self.gen == gen:
+            time.sleep(0.05)
+        if self._leaving or self.gen != gen:
+            return
+        self._aborted_gen = gen
+        why = store.get(control.trouble_key(gen)).decode(errors="replace")[:200]
+        log.warning("fleetctl run: rank %d: aborting generation %d's process group (%s)", self.rank, gen, why)
+        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+        try:
+            if abort is not None:
+                abort()
+            else:  # an older torch: the backend's own abort
+                dist.distributed_c10d._get_default_group()._get_backend(self.device).abort()
+        except Exception as exc:  # the loop's collective fails at its timeout instead
+            log.warning("fleetctl run: rank %d: abort failed: %s", self.rank, exc)
 
     def _await_plan(self, after: int) -> control.Plan:
         """The next plan that names this slot or ends the run (a standby waits here, warm). A
@@ -264,9 +303,11 @@ class Resilient:
         self.plan, self.gen, self.rank, self.world = plan, plan.gen, plan.ranks[self.slot], plan.world
         self._holder_address = None
         os.environ.update({"RANK": str(self.rank), "WORLD_SIZE": str(self.world), "GROUP_RANK": str(self.rank)})
+        self._leaving = False
         dist.init_process_group(self.backend, store=dist.PrefixStore(f"pg/{plan.gen}", self.store),
                                 rank=self.rank, world_size=self.world,
-                                timeout=datetime.timedelta(seconds=self.timeout_s))
+                                timeout=datetime.timedelta(seconds=self.timeout_s),
+                                **({"device_id": self.device} if self.backend == "nccl" else {}))
         if plan.resume is not None:
             self._restore(plan, own=was_rank == self.rank)
             self.start = plan.resume + 1
@@ -297,7 +338,8 @@ class Resilient:
 
     def _leave(self, exc: BaseException) -> None:
         """A generation ended in an exception: report it, drop the group; re-raise the loop's own."""
-        own = not peer_failure(exc) and not isinstance(exc, RecoveryError)
+        self._leaving = True
+        own = not peer_failure(exc) and not isinstance(exc, RecoveryError) and self._aborted_gen != self.gen
         self.restarts += 1
         report = {"kind": "migrate" if isinstance(exc, Migrate) else "error" if own else "peer", "reason": f"{type(exc).__name__}: {exc}"[:300],
                   "have": [it for it, _ in self.copies], "holds": self.server.store.holds()}
@@ -413,6 +455,20 @@ class Resilient:
                              timeout_s=self.timeout_s)
         self._load(torch.load(io.BytesIO(body), weights_only=True))
         self.copies.clear()
+
+
+def _device(backend: str, env) -> torch.device:
+    """Where this task's tensors live: the GPU at LOCAL_RANK for NCCL (one GPU per task)."""
+    if backend != "nccl":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RecoveryError("backend nccl needs a CUDA GPU, and torch sees none")
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # abort the communicator, keep the process
+    local = int(env.get("LOCAL_RANK", "0") or 0)
+    if not 0 <= local < torch.cuda.device_count():
+        raise RecoveryError(f"LOCAL_RANK={local}, and this node has {torch.cuda.device_count()} GPU(s)")
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
 
 
 def _route_address(host: str, port: int) -> str:

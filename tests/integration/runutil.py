@@ -31,7 +31,8 @@ def launch(out: Path, tasks: int, standbys: int, steps: int, sleep: float = 0.01
     procs = []
     for slot in range(tasks):
         env = {**os.environ, "SLURM_PROCID": str(slot), "SLURM_NTASKS": str(tasks), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(REPO), "SLURMD_NODENAME": f"local{slot}"}  # one "node" per task
+               "PYTHONPATH": str(REPO), "SLURMD_NODENAME": f"local{slot}",  # one "node" per task
+               "SLURM_LOCALID": str(slot)}  # its GPU, where the job is NCCL (benchmarks/device/)
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "fleetctl", "run", "--standbys", str(standbys), "--store", f"127.0.0.1:{port}",
              "--dead-after", "3", "--format", "json", *run_args, "--", sys.executable, str(TRAIN), "--out", str(out),

@@ -144,6 +144,16 @@ def test_outside_fleetctl_run_the_library_says_how_to_launch():
         Resilient(torch.nn.Linear(2, 2), env={})
 
 
+def test_a_backend_is_gloo_or_nccl_and_nccl_needs_a_gpu_it_can_see():
+    env = {"FLEETCTL_RUN_STORE": "127.0.0.1:1", "FLEETCTL_RUN_SLOT": "0", "FLEETCTL_RUN_ID": "r",
+           "FLEETCTL_RUN_ADDR": "127.0.0.1"}
+    with pytest.raises(RecoveryError, match="backend 'mpi': gloo or nccl"):
+        Resilient(torch.nn.Linear(2, 2), env=env, backend="mpi")
+    if not torch.cuda.is_available():  # this machine (the device scripts run the GPU side)
+        with pytest.raises(RecoveryError, match="needs a CUDA GPU"):
+            Resilient(torch.nn.Linear(2, 2), env=env, backend="nccl")
+
+
 def test_state_restored_from_a_copy_replays_exactly_and_drops_the_abandoned_steps_gradients():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
@@ -327,6 +337,7 @@ def test_a_rank_stuck_in_its_own_work_while_the_others_wait_is_the_hang_and_goes
     _beat_all(store, ctl, clock, 3)
     assert "hung" in ctl.gone[1] and "stuck in its own work" in ctl.gone[1]
     assert store.get(control.kill_key(1)) == b"hung" and not store.check([control.kill_key(0)])
+    assert b"slot 1: hung" in store.get(control.trouble_key(0))  # NCCL survivors abort their collective
     _report(store, 0, 0, {9}, {2: {9}})  # the killed rank's peers leave their collective
     _report(store, 0, 2, {9}, {1: {9}})
     _beat_all(store, ctl, clock, 1, slots=(0, 2, 3))
