@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""ETTR of a lab training job under a fault schedule: fleetctl's Detect -> Act loop against plain Slurm
-requeue from the job's own periodic checkpoint, both in one run. Prints JSON.
+"""ETTR of a lab training job under a fault schedule, three arms in one run: no rollback (`fleetctl run`
+with standbys), fleetctl's Detect -> Act loop (snapshot + swap), and plain Slurm requeue from the job's
+own periodic checkpoint. Prints JSON.
 
     sudo python benchmarks/ettr.py [--duration 1800] [--period 300] [--hang-timeout 60] [--out FILE]
+                                   [--arms norollback,fleetctl,plain] [--standbys 2]
 
 ETTR = time making new progress / wall time. The job (tests/snapshot_train.py: torch, gloo, 2 nodes,
 fleetctl.snapshot) advances one iteration every --pace seconds when nothing goes wrong; ETTR is the
@@ -23,6 +25,14 @@ the detectors see.
   policies: Xid/NIC findings -> snapshot (a hung job cannot answer: 5 s timeout), drain, swap; a lens
   loss event on a link -> snapshot of the jobs crossing it. lens is not run here: the benchmark
   writes the event record lens would write, --lens-delay seconds after the loss starts.
+- norollback: the same 2 training ranks under `srun fleetctl run --standbys K` (tests/resilient_train.py,
+  K + 2 nodes, K = --standbys), disk snapshots every --ckpt-every iterations' worth of time as the
+  fallback. The fault hits the node of rank 1 (read from the job's control store): its process stopped
+  (SIGSTOP) stops its heartbeat, the job's controller gives rank 1 to a standby within --dead-after (3 s)
+  and training goes on; act's policy ["migrate", "drain", "swap"] drains the node and has nothing left
+  to move. With no standby left the run ends for requeue: task 0 writes a `rank_lost` event, act's
+  policy ["swap"] moves the job onto a spare, and it restores its newest disk snapshot. A standby used
+  is not given back within the allocation (the job gets K again only after a requeue).
 Between faults the failed node is repaired: fault cleared, `fleetctl audit NODE --resume` (acknowledges
 the Xid), and in the fleetctl arm `fleetctl spares add NODE --report` returns it to the pool.
 Takes the lab's session lock. Needs torch (scripts/install).
@@ -49,6 +59,7 @@ from fleetctl.lab.topology import MGMT_DEV, LabParams  # noqa: E402
 from fleetctl.slurm.parse import expand_nodelist, parse_record  # noqa: E402
 
 TRAIN = REPO / "tests" / "snapshot_train.py"
+RTRAIN = REPO / "tests" / "resilient_train.py"
 KINDS = ("xid", "nic", "link")
 JOB = """#!/bin/bash
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
@@ -56,6 +67,14 @@ export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000 + 7 * ${SLURM_RESTART_COUNT:-0}))
 echo "start restart=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST"
 srun --kill-on-bad-exit=1 "$PY" "$TRAIN" --dir "$SNAP" --steps 1000000 --pace $PACE --every $EVERY --out "$OUT"
+"""
+NR_JOB = """#!/bin/bash
+first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ["LAB_ADDRS"])[sys.argv[1]])' "$first")
+echo "start restart=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST"
+srun --no-kill --output="$OUT/launcher-%t.json" --error="$OUT/launcher-%t.log" --open-mode=append \\
+    "$PY" -m fleetctl run --standbys $STANDBYS --dead-after 3 --format json --events "$EVENTS" --requeue-wait 120 -- \\
+    "$PY" "$RTRAIN" --out "$OUT" --steps 100000000 --sleep $PACE --snap "$SNAP" --snap-interval $SNAP_S
 """
 
 
@@ -75,6 +94,18 @@ class Arm:
         self.act = None
 
     def _site_text(self) -> str:
+        if self.name == "norollback":
+            return "\n".join([
+                self.lab.site_file.read_text(), "[spares]", f'state_dir = "{self.work / "spares"}"',
+                "max_audit_age_s = 3600", "[act]", "enabled = true", f'state_dir = "{self.work / "act"}"',
+                f'lens_events = "{self.work / "events.jsonl"}"', "max_drain_pct = 50", "max_drains_per_hour = 100",
+                "snapshot_timeout_s = 5", "poll_s = 0.5", "migrate_timeout_s = 20",
+                "[[act.policies]]", 'name = "node-fatal"', 'codes = ["xid.*", "nic.*"]',
+                'actions = ["migrate", "drain", "swap"]', "cooldown_s = 0",
+                "[[act.policies]]", 'name = "rank-lost"', 'source = "lens"', 'element_types = ["host"]',
+                'metrics = ["rank_lost"]', 'actions = ["swap"]', "cooldown_s = 0",
+                "[[act.policies]]", 'name = "lossy-link"', 'source = "lens"', 'element_types = ["link"]',
+                'metrics = ["loss"]', 'actions = ["snapshot"]', "cooldown_s = 0", ""])
         return "\n".join([
             self.lab.site_file.read_text(), "[spares]", f'state_dir = "{self.work / "spares"}"',
             "max_audit_age_s = 3600", "[act]", "enabled = true", f'state_dir = "{self.work / "act"}"',
@@ -98,11 +129,15 @@ class Arm:
 
     def progress(self) -> int:
         try:
+            if self.name == "norollback":
+                return int((self.work / "out" / "progress").read_text())
             return int((self.snap / "progress").read_text())
         except (OSError, ValueError):
             return -1
 
     def start(self):
+        if self.name == "norollback":
+            return self._start_norollback()
         if self.name == "fleetctl":
             self.fleetctl("--format", "json", "spares", "add", "node[3-4]")
         script = self.work / "job.sh"
@@ -119,6 +154,44 @@ class Arm:
                                          "--audit", ",".join(self.lab.nodes), "--duration",
                                          str(self.args.duration + 120)], env=self.env,
                                         stdout=open(self.work / "act.out", "w"), stderr=subprocess.STDOUT)
+
+    def _start_norollback(self):
+        nodes = 2 + self.args.standbys
+        spares = self.lab.nodes[nodes:nodes + 2]
+        self.fleetctl("--format", "json", "spares", "add", ",".join(spares))
+        script = self.work / "job.sh"
+        script.write_text(NR_JOB)
+        (self.work / "out").mkdir()
+        jenv = {**self.env, "PY": sys.executable, "RTRAIN": str(RTRAIN), "SNAP": str(self.snap),
+                "OUT": str(self.work / "out"), "PACE": str(self.args.pace), "STANDBYS": str(self.args.standbys),
+                "SNAP_S": str(self.args.ckpt_every * self.args.pace), "EVENTS": str(self.work / "events.jsonl"),
+                "LAB_ADDRS": json.dumps(self.lab.state["addresses"]["mgmt"]), "GLOO_SOCKET_IFNAME": MGMT_DEV,
+                "OMP_NUM_THREADS": "1"}
+        self.job = subprocess.run(["sbatch", "--parsable", f"-N{nodes}", "--ntasks-per-node=1", "--requeue",
+                                   "--no-kill", "--open-mode=append", f"--output={self.log}", "--export=ALL", str(script)],
+                                  env=jenv, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+        self.act = subprocess.Popen([sys.executable, "-m", "fleetctl", "--format", "json", "act", "run",
+                                     "--audit", ",".join(self.lab.nodes), "--duration",
+                                     str(self.args.duration + 120)], env=self.env,
+                                    stdout=open(self.work / "act.out", "w"), stderr=subprocess.STDOUT)
+
+    def rank1_target(self) -> tuple[str, int] | None:
+        """(node, pid) of the process training rank 1 now, from the job's control store."""
+        from fleetctl.recovery.launch import BASE_PORT
+        from fleetctl.recovery.migrate import connect, current_plan
+        from fleetctl.recovery import control
+
+        nodes = expand_nodelist(self.job_record().get("NodeList", "(null)"))
+        if not nodes:
+            return None
+        try:
+            store = connect(self.lab.state["addresses"]["mgmt"][nodes[0]], BASE_PORT + int(self.job) % 20000, 5)
+            slot = current_plan(store).slot_of(1)
+            node = control.Hello.parse(store.get(control.hello_key(slot)), slot).node
+            return node, int((self.work / "out" / f"pid-{slot}").read_text())
+        except Exception as exc:  # between runs (requeued, restarting): no target now
+            print(f"norollback: no rank 1 to hit: {exc}", file=sys.stderr)
+            return None
 
     def rank_pid(self, node: str) -> int | None:
         for entry in os.listdir("/proc"):
@@ -138,9 +211,10 @@ class Arm:
 
     def inject(self, kind: str, t: float) -> dict:
         nodes = expand_nodelist(self.job_record().get("NodeList", "(null)"))
-        if not nodes:
+        target = self.rank1_target() if self.name == "norollback" else None
+        if not nodes or (self.name == "norollback" and target is None):
             return {"kind": kind, "t": round(t, 1), "skipped": "job not running"}
-        node = nodes[-1]
+        node = target[0] if target else nodes[-1]
         if kind == "xid":
             self.fleetctl("lab", "fault", "add", f"{node}:gpu0", "--xid", "79")
         elif kind == "nic":
@@ -150,7 +224,7 @@ class Arm:
             self.fleetctl("lab", "fault", "add", link, "--loss", "5")
             self.events.append({"due": time.monotonic() + self.args.lens_delay, "link": link, "nodes": nodes})
         if kind in ("xid", "nic"):
-            pid = self.rank_pid(node)
+            pid = target[1] if target else self.rank_pid(node)
             if pid:
                 os.kill(pid, signal.SIGSTOP)
                 self.stopped.append((pid, time.monotonic()))
@@ -171,7 +245,7 @@ class Arm:
                 self.slurm("scontrol", "requeue", self.job)
         for ev in [e for e in self.events if e["due"] <= now]:
             self.events.remove(ev)
-            if self.name == "fleetctl":
+            if self.name in ("fleetctl", "norollback"):
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 rec = {"v": 1, "id": f"ev-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{int(now) % 10000:04d}",
                        "kind": "open", "time": stamp, "state": "open",
@@ -197,7 +271,12 @@ class Arm:
             proc = self.fleetctl("audit", ",".join(drained), "--resume", "--level", "quick", "--since", "2s",
                                  "--format", "json")
             rep.write_text(proc.stdout)
-            if self.name == "fleetctl" and proc.stdout.strip():
+            if self.name == "norollback":  # a node whose rank a standby took is still the job's: it
+                # goes back to the job at its next requeue, not to the pool (whose reservation would
+                # keep the requeued job from starting)
+                held = set(expand_nodelist(self.job_record().get("NodeList", "(null)")))
+                drained = [n for n in drained if n not in held]
+            if self.name in ("fleetctl", "norollback") and drained and proc.stdout.strip():
                 self.fleetctl("spares", "add", ",".join(drained), "--report", str(rep), "--no-audit")
 
     def stop(self):
@@ -245,10 +324,20 @@ def run_arm(arm: Arm, args) -> dict:
     finally:
         arm.stop()
     text = arm.log.read_text() if arm.log.exists() else ""
-    return {"arm": arm.name, "wall_s": round(wall, 1), "iterations": reached, "s_per_iteration": round(per_iter, 4),
+    launcher = arm.work / "out" / "launcher-0.log"
+    generations = [line.split("fleetctl run: ", 1)[1] for line in
+                   (launcher.read_text(errors="replace").splitlines() if launcher.exists() else [])
+                   if "fleetctl run: generation" in line]
+    return {"arm": arm.name, "in_process_restarts": generations, "wall_s": round(wall, 1), "iterations": reached, "s_per_iteration": round(per_iter, 4),
             "ettr": round(min(1.0, reached * per_iter / wall), 4), "faults": faults,
             "restarts": text.count("start restart=") - 1,
-            "restores": [line for line in text.splitlines() if line.startswith("restored=")]}
+            "restores": [line for line in text.splitlines() if line.startswith("restored=")] + _restored(arm)}
+
+
+def _restored(arm: Arm) -> list[str]:
+    """The norollback arm's disk restore (tests/resilient_train.py keeps the last one)."""
+    path = arm.work / "out" / "restored"
+    return [f"restored={path.read_text().strip()}"] if path.exists() else []
 
 
 def main() -> None:
@@ -259,11 +348,12 @@ def main() -> None:
     ap.add_argument("--lens-delay", type=float, default=8.0)
     ap.add_argument("--pace", type=float, default=0.1)
     ap.add_argument("--ckpt-every", type=int, default=600, help="the job's own periodic checkpoint, iterations")
-    ap.add_argument("--arms", default="fleetctl,plain")
+    ap.add_argument("--arms", default="norollback,fleetctl,plain")
+    ap.add_argument("--standbys", type=int, default=2, help="the norollback arm's standby nodes")
     ap.add_argument("--out", default="")
     ap.add_argument("--workdir", default="", help="keep each arm's files (job log, act output, action log) here")
     args = ap.parse_args()
-    params = LabParams(hosts=4, nics_per_host=2, leaves=2, spines=2, gpus_per_host=4)
+    params = LabParams(hosts=max(4, 4 + args.standbys), nics_per_host=2, leaves=2, spines=2, gpus_per_host=4)
     out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "args": vars(args), "arms": []}
     with LabSession(params) as lab, tempfile.TemporaryDirectory() as scratch:
         tmp = args.workdir or scratch
