@@ -94,25 +94,17 @@ class Arm:
         self.act = None
 
     def _site_text(self) -> str:
-        if self.name == "norollback":
-            return "\n".join([
-                self.lab.site_file.read_text(), "[spares]", f'state_dir = "{self.work / "spares"}"',
-                "max_audit_age_s = 3600", "[act]", "enabled = true", f'state_dir = "{self.work / "act"}"',
-                f'lens_events = "{self.work / "events.jsonl"}"', "max_drain_pct = 50", "max_drains_per_hour = 100",
-                "snapshot_timeout_s = 5", "poll_s = 0.5", "migrate_timeout_s = 20",
-                "[[act.policies]]", 'name = "node-fatal"', 'codes = ["xid.*", "nic.*"]',
-                'actions = ["migrate", "drain", "swap"]', "cooldown_s = 0",
-                "[[act.policies]]", 'name = "rank-lost"', 'source = "lens"', 'element_types = ["host"]',
-                'metrics = ["rank_lost"]', 'actions = ["swap"]', "cooldown_s = 0",
-                "[[act.policies]]", 'name = "lossy-link"', 'source = "lens"', 'element_types = ["link"]',
-                'metrics = ["loss"]', 'actions = ["snapshot"]', "cooldown_s = 0", ""])
+        norollback = self.name == "norollback"
+        node_fatal = '["migrate", "drain", "swap"]' if norollback else '["snapshot", "drain", "swap"]'
+        rank_lost = ["[[act.policies]]", 'name = "rank-lost"', 'source = "lens"', 'element_types = ["host"]',
+                     'metrics = ["rank_lost"]', 'actions = ["swap"]', "cooldown_s = 0"] if norollback else []
         return "\n".join([
             self.lab.site_file.read_text(), "[spares]", f'state_dir = "{self.work / "spares"}"',
             "max_audit_age_s = 3600", "[act]", "enabled = true", f'state_dir = "{self.work / "act"}"',
             f'lens_events = "{self.work / "events.jsonl"}"', "max_drain_pct = 50", "max_drains_per_hour = 100",
-            "snapshot_timeout_s = 5", "poll_s = 0.5",
+            "snapshot_timeout_s = 5", "poll_s = 0.5", *(["migrate_timeout_s = 20"] if norollback else []),
             "[[act.policies]]", 'name = "node-fatal"', 'codes = ["xid.*", "nic.*"]',
-            'actions = ["snapshot", "drain", "swap"]', "cooldown_s = 0",
+            f"actions = {node_fatal}", "cooldown_s = 0", *rank_lost,
             "[[act.policies]]", 'name = "lossy-link"', 'source = "lens"', 'element_types = ["link"]',
             'metrics = ["loss"]', 'actions = ["snapshot"]', "cooldown_s = 0", ""])
 
