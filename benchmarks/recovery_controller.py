@@ -8,6 +8,8 @@ JSON.
 The poll reads three counters (exits, dones, this generation's reports: the keys behind them are read
 only when one moved) and every slot's heartbeat counter in one batched read (`multi_get`): a few round
 trips whatever the size; what still grows with the slots is the batch's bytes and the loop over them.
+Every 10 s (and when rank 0 stalls) a poll also reads and judges every rank's progress, one batched
+read too: `poll_with_full_look_s_p50`.
 (Before 2026-12-04 it read each slot's keys one round trip each: ~170 us a slot.)
 """
 
@@ -45,8 +47,20 @@ def one_size(slots: int, polls: int) -> dict:
         t0 = time.perf_counter()
         assert ctl.poll() is None
         times.append(time.perf_counter() - t0)
+    now = time.time()  # every training rank's progress sent: the look every 10 s (stragglers)
+    for slot in range(active):
+        store.set(control.progress_key(slot), control.encode(
+            {"v": 1, "gen": 0, "rank": slot, "node": f"n{slot}", "pid": 1, "iteration": 100, "time": now,
+             "progress_time": now, "phase": "compute", "iteration_s": 0.1, "compute_s": 0.05, "samples": 32}))
+    looks = []
+    for _ in range(max(3, polls // 4)):
+        ctl._next_look = ctl._next_full_look = 0.0
+        t0 = time.perf_counter()
+        assert ctl.poll() is None and not ctl.signals
+        looks.append(time.perf_counter() - t0)
     return {"slots": slots, "poll_s_p50": round(statistics.median(times), 4), "poll_s_max": round(max(times), 4),
-            "us_per_slot": round(statistics.median(times) / slots * 1e6, 1)}
+            "us_per_slot": round(statistics.median(times) / slots * 1e6, 1),
+            "poll_with_full_look_s_p50": round(statistics.median(looks), 4)}
 
 
 def main() -> None:

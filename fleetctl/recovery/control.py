@@ -325,17 +325,19 @@ class Controller:
                 self._lose(slot, f"no heartbeat for {now - last[1]:.1f} s (frozen or its node is gone)")
                 self.store.set(kill_key(slot), "no heartbeat")  # its launcher kills it: its peers unblock
 
-    def _beat_counts(self, slots: list[int]) -> list[int]:
-        if not slots:
+    def _read_many(self, keys: list[str]) -> list[bytes | None]:
+        """The values of `keys` (None where a key is missing): one batched read when they all
+        exist (torch >= 2.5's multi_get; two round trips), else one round trip a key."""
+        if not keys:
             return []
-        keys = [beat_key(s) for s in slots]
-        if hasattr(self.store, "multi_get"):  # torch >= 2.5: one round trip
-            values = self.store.multi_get(keys)
-        else:
-            values = [self.store.add(k, 0) for k in keys]
-        try:
-            return [int(v) for v in values]
-        except ValueError:
+        if hasattr(self.store, "multi_get") and self.store.check(keys):
+            return list(self.store.multi_get(keys))
+        return [self.store.get(k) if self._has(k) else None for k in keys]
+
+    def _beat_counts(self, slots: list[int]) -> list[int]:
+        try:  # every heartbeat key exists (created at the slot's hello)
+            return [int(v) for v in self._read_many([beat_key(s) for s in slots])]
+        except (TypeError, ValueError):
             raise RecoveryError("a heartbeat counter in the control store is not a number") from None
 
     def _look_at_progress(self, now: float) -> None:
@@ -346,13 +348,13 @@ class Controller:
         self._next_look = now + LOOK_EVERY_S
         wall = self.wall()
         if now < self._next_full_look:
-            first = self._progress(self.plan.slot_of(0), wall) if 0 in self.plan.ranks.values() else None
+            first = self._progresses([self.plan.slot_of(0)], wall)[0] if 0 in self.plan.ranks.values() else None
             if first is None or first.iteration_s is None or \
                     wall - first.progress_time <= signals.hang_limit(first.iteration_s, self.thresholds):
                 return  # moving (or not started): nothing to judge
         self._next_full_look = now + FULL_LOOK_EVERY_S
-        ranks = [r for slot in self.plan.ranks if slot not in self.gone and slot not in self.done
-                 for r in [self._progress(slot, wall)] if r is not None]
+        slots = [s for s in self.plan.ranks if s not in self.gone and s not in self.done]
+        ranks = [r for r in self._progresses(slots, wall) if r is not None]
         self.signals = signals.judge(ranks, wall, self.thresholds)
         for sig in self.signals:
             if sig.metric == "hang" and sig.rank is not None and sig.rank in self.plan.ranks.values():
@@ -362,20 +364,24 @@ class Controller:
                     self.store.set(kill_key(slot), "hung")  # its launcher kills it: its peers unblock
                     self._next_full_look = 0.0  # look again at once: the signal ends with the rank
 
-    def _progress(self, slot: int, wall: float) -> signals.Rank | None:
-        """The slot's progress in this generation; alive (its heartbeat says so), and no older than
-        the plan (restoring is no iteration). None when it has sent none yet, or a bad one."""
-        key = progress_key(slot)
-        if not self._has(key):
-            return None
-        try:
-            doc = decode(self.store.get(key), key)
-        except RecoveryError:
-            return None
-        rank = signals.parse_rank(doc)
-        if rank is None or doc.get("gen") != self.plan.gen or rank.rank != self.plan.ranks.get(slot):
-            return None
-        return replace(rank, time=wall, progress_time=max(rank.progress_time, self._gen_wall))
+    def _progresses(self, slots: list[int], wall: float) -> list[signals.Rank | None]:
+        """Each slot's progress in this generation (one batched read), alive (its heartbeat says
+        so) and no older than the plan (restoring is no iteration); None where it sent none yet,
+        or a bad one (over 4 KiB, not JSON, another generation's or another rank's)."""
+        out = []
+        for slot, raw in zip(slots, self._read_many([progress_key(s) for s in slots])):
+            doc = None
+            if raw is not None and len(raw) <= signals.MAX_FILE:
+                try:
+                    doc = decode(raw, progress_key(slot))
+                except RecoveryError:
+                    pass
+            rank = signals.parse_rank(doc)
+            if rank is None or doc.get("gen") != self.plan.gen or rank.rank != self.plan.ranks.get(slot):
+                out.append(None)
+            else:
+                out.append(replace(rank, time=wall, progress_time=max(rank.progress_time, self._gen_wall)))
+        return out
 
     def _lose(self, slot: int, why: str) -> None:
         if slot not in self.gone:

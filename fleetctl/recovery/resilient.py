@@ -464,9 +464,10 @@ def _device(backend: str, env) -> torch.device:
     if not torch.cuda.is_available():
         raise RecoveryError("backend nccl needs a CUDA GPU, and torch sees none")
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # abort the communicator, keep the process
-    local = int(env.get("LOCAL_RANK", "0") or 0)
+    text = str(env.get("LOCAL_RANK", "0") or "0")
+    local = int(text) if text.isdigit() and len(text) <= 4 else -1
     if not 0 <= local < torch.cuda.device_count():
-        raise RecoveryError(f"LOCAL_RANK={local}, and this node has {torch.cuda.device_count()} GPU(s)")
+        raise RecoveryError(f"LOCAL_RANK={text[:20]!r}: not one of this node's {torch.cuda.device_count()} GPU(s)")
     torch.cuda.set_device(local)
     return torch.device("cuda", local)
 

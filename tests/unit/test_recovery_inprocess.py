@@ -366,6 +366,10 @@ def test_no_hang_is_judged_while_rank_0_moves_nor_blamed_when_no_rank_stands_out
     _progress(store, 1, 1, "compute", t, gen=5)  # another generation's (or a forged) progress: ignored
     _beat_all(store, ctl, clock, 11)
     assert not ctl.gone
+    for bad in ("x" * 5000, "not json", json.dumps([1]), json.dumps({"v": 1, "gen": 0, "rank": 1})):
+        store.set(control.progress_key(1), bad)  # hostile or broken: read as no progress, never blamed
+        _beat_all(store, ctl, clock, 11)
+        assert not ctl.gone
 
 
 class CountingStore:
