@@ -149,14 +149,21 @@ class FlowIndex:
         self.ids = flow_ids[self.order]
 
     def rows(self, probe_flows: np.ndarray) -> np.ndarray:
-        ids = self.ids
-        pos = np.searchsorted(ids, probe_flows)
-        bad = (pos >= len(ids)) | (ids[np.minimum(pos, len(ids) - 1)] != probe_flows) \
-            if len(ids) else np.ones(len(probe_flows), dtype=bool)
-        if bad.any():
-            raise DataError(f"probe names flow {int(probe_flows[np.argmax(bad)])} that the flow "
+        rows, known = self.rows_known(probe_flows)
+        if not known.all():
+            raise DataError(f"probe names flow {int(probe_flows[np.argmin(known)])} that the flow "
                             f"table lacks")
-        return self.order[pos].astype(np.int64)
+        return rows
+
+    def rows_known(self, probe_flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, known): each flow's row, and whether the table has it (rows of unknown ones
+        are 0)."""
+        ids = self.ids
+        if not len(ids):
+            return np.zeros(len(probe_flows), dtype=np.int64), np.zeros(len(probe_flows), bool)
+        pos = np.minimum(np.searchsorted(ids, probe_flows), len(ids) - 1)
+        known = ids[pos] == probe_flows
+        return np.where(known, self.order[pos], 0).astype(np.int64), known
 
 
 def _flow_rows(probe_flows: np.ndarray, flow_ids: np.ndarray) -> np.ndarray:

@@ -320,11 +320,13 @@ class Coordinator:
             st.overloaded = st.node in res.overloaded
         findings = res.findings + self.clock.findings(b, set(res.overloaded) | set(res.blind))
         notes = self._note_host_side(res, b)
-        # hosts blind or overloaded: the window says nothing about what their probes cross, so
-        # it neither opens nor closes anything there (a fault outlives an agent restart)
-        # (nor does a window with a responder's answer log late: its loss was left out)
-        silent = set(self.tracker.loc) if (blind or res.overloaded or res.log_pending or
-                                           res.probes == 0) else set()
+        # hosts blind or overloaded: the window says nothing about what only their probes
+        # cross, so it closes nothing there (a fault outlives an agent restart); nor where a
+        # responder's answer log was late (its loss left out): window.unjudged
+        silent = self.analyzer.unjudged(res, self.tracker.loc)
+        if silent:
+            self.counters["places_unjudged"] = \
+                self.counters.get("places_unjudged", 0) + len(silent)
         if res.loss_unknown:
             self.counters["probes_loss_unknown"] = \
                 self.counters.get("probes_loss_unknown", 0) + res.loss_unknown

@@ -29,6 +29,10 @@ from fleetctl.model.fabric import PathTable, Topology, WindowStats
 DELAY_EVERY_ENTRIES = 1_000_000  # incidence entries per window between element delay figures
 FLAP_BIN_S = 0.1  # time resolution of down/up transitions within a window
 EXPLAINED_SHARE = 0.8  # of a finding's bad paths crossing an open event's element: explained
+# a place whose probes were this share or more judged (the rest set aside: an agent overloaded,
+# not running, an answer log late) can be called good by a window without a finding there; a
+# fault shows on every path through its element, so most of them are enough to see it still
+MIN_JUDGED_SHARE = 0.5
 
 
 @dataclass
@@ -43,6 +47,9 @@ class WindowResult:
     # loss direction of probes to them is unknown, their loss is left out (delays are kept)
     log_pending: list[str] = field(default_factory=list)
     loss_unknown: int = 0  # probes whose loss was left out so
+    # with hosts set aside or answer logs late: per element, the share of its probes whose loss
+    # the window judged (the rest set aside or unknown); None when nothing was left out
+    coverage: np.ndarray | None = None
     host_side: list[dict] = field(default_factory=list)  # probe.host_delay notes (not events)
     probes: int = 0
     set_aside: int = 0
@@ -62,6 +69,8 @@ class WindowAnalyzer:
         self.th = self.step.th
         self.hosts, self.nic_host = topo.hosts, topo.nic_host_index
         self.inc_orig = paths.matrix(topo.n_elements).tocsc()
+        self._inc_t = None  # its transpose, for `_coverage` (built the first time it is needed)
+        self._elements_at = None  # location key -> element indices, for `unjudged` (likewise)
         self.element_index = ElementIndex(self.step.inc)  # per-element figures, once per plan
         self.flow_index = FlowIndex(flows["flow"])  # summaries' flows -> rows, once per plan
         self.report_cols = np.array([e for e, el in enumerate(topo.elements)
@@ -131,6 +140,12 @@ class WindowAnalyzer:
             dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1)
             keep &= ~(bad_h[self.nic_host[probes["src_nic"]]] | bad_h[dst_h])
         out.probes, out.set_aside = int(probes.size), int((~keep).sum())
+        if out.set_aside:
+            fi, known = self.flow_index.rows_known(probes["flow"])
+            pairs = known & (probes["dst_nic"] >= 0)
+            ones = np.ones(probes.size, dtype=np.int64)
+            out.coverage = self._coverage(self._path_sent(fi[pairs], ones[pairs]),
+                                          self._path_sent(fi[pairs & keep], ones[pairs & keep]))
         probes = probes[keep]
         pair = probes["dst_nic"] >= 0
         if not pair.any():
@@ -156,13 +171,21 @@ class WindowAnalyzer:
         out.probes = s.size
         out.set_aside = int(s.rows["sent"][~keep].sum())
         pair = keep & (dst >= 0)
+        pending = responders_log_pending(marks, int(t_end * 1e9)) - aside
+        judged = pair
+        if pending:
+            judged = pair & ~self._host_mask(pending)[dst_h]
+        if aside or pending:
+            sent = s.rows["sent"].astype(np.int64)
+            every = dst >= 0
+            out.coverage = self._coverage(self._path_sent(fi[every], sent[every]),
+                                          self._path_sent(fi[judged], sent[judged]))
         if not pair.any():
             return s.select(pair), None
-        pending = responders_log_pending(marks, int(t_end * 1e9)) - aside
         loss_known = None
         if pending:
             out.log_pending = sorted(pending)
-            late = self._host_mask(pending)[dst_h][pair]
+            late = ~judged[pair]
             out.loss_unknown = int(s.rows["sent"][pair][late].sum())
             loss_known = ~late
         n_p = len(self.paths)
@@ -176,6 +199,25 @@ class WindowAnalyzer:
             place_loop_figures(w, cols, sent[None], lost[None], q[:, None, :], self.topo,
                                self.paths)
         return s.select(pair), w
+
+    def _path_sent(self, flow_rows: np.ndarray, sent: np.ndarray) -> np.ndarray:
+        """Probes per path (both ways) of NIC-pair rows: their flows' forward and return paths."""
+        n = len(self.paths)
+        out = np.zeros(n, dtype=np.float64)
+        for col in ("fwd_path", "rev_path"):
+            path = self.flows[col][flow_rows].astype(np.int64)
+            ok = path >= 0
+            out += np.bincount(path[ok], weights=sent[ok], minlength=n)
+        return out
+
+    def _coverage(self, every: np.ndarray, judged: np.ndarray) -> np.ndarray:
+        """Per element, the share of the probes crossing it (`every`, per path) whose loss the
+        window judged (`judged`, per path); 0 where none crossed it. Two sparse products over
+        the incidence, only in windows that left something out."""
+        if self._inc_t is None:
+            self._inc_t = self.inc_orig.T.tocsr()
+        total, kept = self._inc_t @ every, self._inc_t @ judged
+        return np.where(total > 0, kept / np.maximum(total, 1.0), 0.0)
 
     def _host_mask(self, hosts: set[str]) -> np.ndarray:
         """Per host index, whether it is in `hosts`; one more slot, False, for index -1 (no
@@ -204,6 +246,40 @@ class WindowAnalyzer:
 
     def location(self, element: dict) -> str:
         return self.topo.location(element)
+
+    def unjudged(self, res: WindowResult, keys) -> set[str]:
+        """Of the places `keys` (events.py's location keys), those this window cannot call good:
+        all of them when it had no probes; with hosts set aside or answer logs late, those
+        whose elements had under MIN_JUDGED_SHARE of their probes judged (a NIC of an overloaded
+        host, say). One busy agent no longer holds every event open: at a thousand hosts some
+        agent is always set aside."""
+        keys = set(keys)
+        if res.probes == 0:
+            return keys
+        if not (res.blind or res.overloaded or res.log_pending):
+            return set()
+        if res.coverage is None:
+            return keys
+        if self._elements_at is None:
+            self._elements_at = self._place_elements()
+        where = self._elements_at
+        return {k for k in keys
+                if k not in where or float(res.coverage[where[k]].min()) < MIN_JUDGED_SHARE}
+
+    def _place_elements(self) -> dict[str, np.ndarray]:
+        """Location key -> the elements probes cross there: a NIC with its cable, a link's two
+        directions, a switch; a host, which no path crosses as such, by its NICs."""
+        topo = self.topo
+        crossed = np.diff(self.inc_orig.indptr) > 0
+        at: dict[str, list[int]] = {}
+        for i, el in enumerate(topo.elements):
+            if crossed[i]:
+                at.setdefault(self.location({"type": el.type, "id": el.id}), []).append(i)
+        for nic, host in zip(topo.nics, topo.nic_host):
+            i = topo.index("nic", nic)
+            if crossed[i]:
+                at.setdefault(f"host:{host}", []).append(i)
+        return {k: np.array(v, dtype=np.int64) for k, v in at.items()}
 
     def _down_starts(self, element: dict, probes: np.ndarray, state: str | None = None
                      ) -> tuple[list[float], str | None]:

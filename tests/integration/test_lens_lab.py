@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import urllib.request
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -174,7 +175,10 @@ def _closed(lens, ev_id: str, timeout=CLOSE_WITHIN_S) -> dict:
         return wait_for(lambda: next((e for e in lens.events() if e["id"] == ev_id and
                                       e["state"] == "closed"), None), timeout, 0.5)
     except AssertionError:
-        raise AssertionError(f"{ev_id} not closed in {timeout} s\n{lens.log()}") from None
+        st = lens.status()
+        raise AssertionError(f"{ev_id} not closed in {timeout} s\n{lens.log()}\n"
+                             f"last window {st.get('last_window')}\n"
+                             f"counters {st.get('counters')}") from None
 
 
 def test_clean_run_gives_no_event(lens):
@@ -287,6 +291,55 @@ def test_flapping_link_is_one_flapping_event(lens):
         faults.clear()
     _closed(lens, ev["id"], CLOSE_WITHIN_S + 10)
     expect_events(lens, before, 1)
+
+
+def test_an_agent_set_aside_elsewhere_holds_no_event_open(lens):
+    """node7's agent stopped (its host blind: everything from or to it set aside) while a loss
+    on leaf1--spine2 clears: the event closes in windows judged without node7. Until the
+    coverage rule, any host set aside held every place, and at a thousand hosts one always is."""
+    before = {e["id"] for e in lens.events()}
+    faults.add("leaf1--spine2", "loss", "5")
+    pid = None
+    windows = {}  # the coordinator's last window, polled: t_end -> its blind hosts
+
+    def closed():
+        st = lens.status()
+        if st.get("last_window"):
+            windows[_epoch(st["last_window"]["t_end"])] = st["last_window"]["blind"]
+        return next((e for e in st.get("open_events", []) if e["id"] == ev["id"]), None) is None
+    try:
+        ev = _one_event(lens, before, lambda e: e["element"]["id"] == "leaf1--spine2")
+        pid = _agent_pid("node7")
+        os.kill(pid, signal.SIGSTOP)
+        faults.clear()
+        cleared = time.time()
+        try:
+            wait_for(closed, CLOSE_WITHIN_S, 0.2)
+        except AssertionError:
+            raise AssertionError(f"not closed in {CLOSE_WITHIN_S} s with node7 stopped\n"
+                                 f"{windows}\n{lens.log()}") from None
+        close = next(r for r in lens.records() if r["id"] == ev["id"] and r["kind"] == "close")
+        when = _epoch(close["time"])
+        judged = {t: b for t, b in windows.items() if cleared < t <= when}
+        # node7's last batch came before the stop: every window after it had node7 blind,
+        # the ones that closed the event too (the old rule waited for node7's agent to return)
+        assert judged and all("node7" in b for b in judged.values()), (when - cleared, windows)
+        assert close["element"]["id"] == "leaf1--spine2"
+    finally:
+        faults.clear()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    wait_for(lambda: next(a for a in lens.status()["agents"] if a["host"] == "node7")["alive"],
+             30, 0.5)
+    expect_events(lens, before, 1)
+
+
+def _epoch(t) -> float:
+    return float(t) if isinstance(t, (int, float)) else \
+        datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
 
 
 def _agent_pid(node: str) -> int:

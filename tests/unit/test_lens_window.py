@@ -534,3 +534,23 @@ def test_a_large_plan_reports_element_delays_every_nth_window(fabric, monkeypatc
                 assert "delay_window_end" not in r and r["delay_p50_us"] == f["delay_p50_us"]
             else:
                 assert r["delay_window_end"] == b - 1.0
+
+
+def test_a_blind_host_holds_its_own_places_only(fabric):
+    """A window with node4's agent not running cannot call node4's NICs, cables or host good
+    (nothing crossing them was judged), but a spine link still crosses enough judged probes:
+    one agent set aside must not hold every event open (at a thousand hosts one always is)."""
+    topo, _ = fabric
+    syn = run(fabric, duration=3.0)
+    an, res = analyse(fabric, syn, blind={"node4"})
+    r = res[1]
+    assert r.coverage is not None and r.set_aside > 0
+    keys = {topo.location({"type": el.type, "id": el.id}) for el in topo.elements}
+    held = an.unjudged(r, keys)
+    assert "host:node4" in held and "nic:node4:eth0" in held and "nic:node4:eth1" in held
+    assert not any("node1" in k or "spine" in k for k in held), sorted(held)
+    assert an.unjudged(r, ["link:no-such-place"]) == {"link:no-such-place"}  # unknown: held
+    _an, clean = analyse(fabric, syn)
+    assert clean[1].coverage is None and an.unjudged(clean[1], keys) == set()
+    clean[1].probes = 0
+    assert an.unjudged(clean[1], keys) == keys  # a window without probes judges nothing
