@@ -31,6 +31,7 @@ from fleetctl.atomic import write_atomic
 from fleetctl.errors import ConfigError, DataError
 from fleetctl.filekit.read import read_json
 from fleetctl.lens.jobs import element_columns
+from fleetctl.lens.window import MIN_JUDGED_SHARE
 from fleetctl.model.fabric import Topology
 from fleetctl.model.severity import SEVERITY_RANK
 
@@ -250,6 +251,35 @@ class ShardMerge:
     def links_of(self, switch: str) -> list[str]:
         return self._links.get(switch, [])
 
+    def unjudged(self, keys, missing: list[str]) -> set[str]:
+        """Of the merged event machine's places (`keys`), those a window with the shards
+        `missing` cannot call good: where under MIN_JUDGED_SHARE of the shards whose probes
+        cross the place are in (a shared switch: the shards below it; a link: those below its
+        lower end). Places of no switch: all held. As lens's window.unjudged: one late shard
+        must not hold every merged event open."""
+        keys = set(keys)
+        if not missing:
+            return set()
+        names = set(missing)
+        gone = {i for i, sh in enumerate(self.layout.shards) if sh.name in names}
+        out = set()
+        for key in keys:
+            crossing = self._shards_at(key)
+            if not crossing or len(crossing - gone) < MIN_JUDGED_SHARE * len(crossing):
+                out.add(key)
+        return out
+
+    def _shards_at(self, key: str) -> frozenset[int]:
+        kind, _, ident = key.partition(":")
+        below = self.layout.below
+        if kind == "switch":
+            return below.get(ident, frozenset())
+        if kind == "link" and ident in self.topo.links:
+            ends = [e for e in self.topo.links[ident] if e in below]
+            if ends:
+                return below[min(ends, key=lambda e: self.topo.switch_tier[e])]
+        return frozenset()
+
 
 def mark_explained(findings: list[dict], open_events: list[dict], links_of) -> None:
     """A link finding on a switch with an open merged event is that event's fault seen partly
@@ -268,14 +298,14 @@ def mark_explained(findings: list[dict], open_events: list[dict], links_of) -> N
 def run_merge(merge: ShardMerge, tracker, outputs, window_s: float, stop, log=print,
               status_path: Path | None = None) -> None:
     """The merge's loop: every window, the shards' newest documents -> merged findings -> the
-    event machine (lens's own) -> the merged event log. A window where any shard is missing
-    neither opens nor closes events (what the missing shard sees is unknown)."""
+    event machine (lens's own) -> the merged event log. A window with shards missing closes
+    nothing that mostly they cross (what a missing shard sees is unknown): `ShardMerge.unjudged`."""
     next_t = time.time() + window_s
     while not stop.wait(max(0.0, next_t - time.time())):
         now = time.time()
         result, why = merge.window(now)
         mark_explained(result.findings, tracker.open_events(), merge.links_of)
-        silent = set(tracker.loc) if result.shards_missing else set()
+        silent = merge.unjudged(tracker.loc, result.shards_missing)
         for rec in tracker.window(now - window_s, now, result.findings, silent):
             outputs.event(rec)
         if status_path is not None:

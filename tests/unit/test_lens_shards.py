@@ -338,3 +338,20 @@ def test_the_merge_service_keeps_a_switch_suspected_for_a_few_windows(four_shard
     f = publish(one, 1000.0 + SUSPECT_WINDOWS)  # suspicion over: a link fault of its own
     assert [x["element"]["id"] for x in f] == ["leaf1--spine3"]
     assert "suspect_switch" not in f[0]["evidence"]
+
+
+def test_a_missing_shard_holds_only_the_places_its_probes_cross(four_shards, tmp_path):
+    """A merged window without shard-0 cannot call shard-0's leaf uplinks good, but a spine
+    all four shards cross is judged on the other three: one late shard must not hold every
+    merged event open (with tens of shards one is always late somewhere)."""
+    topo, layout, _shards = four_shards
+    merge = ShardMerge(topo, layout, [str(tmp_path)])
+    leaf_of = {next(iter(b)): sw for sw, b in layout.below.items()
+               if len(b) == 1 and sw not in layout.shared}
+    link = {i: next(lid for lid, ends in topo.links.items() if set(ends) == {leaf_of[i], "spine1"})
+            for i in (0, 1)}
+    keys = {"switch:spine1", f"link:{link[0]}", f"link:{link[1]}", "nic:no-such-nic"}
+    assert merge.unjudged(keys, []) == set()
+    assert merge.unjudged(keys, ["shard-0"]) == {f"link:{link[0]}", "nic:no-such-nic"}
+    assert merge.unjudged(keys, ["shard-1", "shard-2", "shard-3"]) == \
+        {"switch:spine1", f"link:{link[1]}", "nic:no-such-nic"}
