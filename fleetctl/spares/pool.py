@@ -155,6 +155,12 @@ class SparePool:
                 if state.drained or state.state in ("DOWN", "FAIL"):
                     change.refused[node] = f"state {state.state_text}: resume or replenish it first"
                     continue
+                if state.state in ("ALLOCATED", "MIXED") or "COMPLETING" in state.flags:
+                    # the pool's reservation would keep that job from starting there again
+                    # after a requeue (seen in the ETTR benchmark: the job stayed pending)
+                    change.refused[node] = (f"state {state.state_text}: a job runs there; "
+                                            "add it once the job has ended")
+                    continue
                 ok, why = passed_within(verdicts.get(node), self.config.max_audit_age_s, now)
                 if not ok:
                     change.refused[node] = why

@@ -49,6 +49,16 @@ def test_drained_node_does_not_join_even_with_a_passing_audit(tmp_path):
     assert "resume or replenish it first" in pool.add(["node1"]).refused["node1"]
 
 
+def test_a_node_a_job_runs_on_does_not_join(tmp_path):
+    """The pool's reservation on it would keep that job from starting there after a requeue."""
+    slurm, pool = make(tmp_path)
+    pool.verdicts.record_report(audit_report({}, ok=["node1", "node2"]))
+    slurm.run_job("41", ["node2"])
+    change = pool.add(["node1", "node2"])
+    assert change.changed == ["node1"]
+    assert change.refused["node2"] == "state ALLOCATED: a job runs there; add it once the job has ended"
+
+
 def test_remove_release_and_floor_warnings(tmp_path):
     slurm, pool = make(tmp_path, floor=2)
     pool.verdicts.record_report(audit_report({}, ok=["node1", "node2"]))
