@@ -150,9 +150,12 @@ class Ladder:
         except FleetctlError:
             records = []  # the ticket goes out without the history rather than not at all
         log = self.log.current().values()
+        filed = self._tickets_filed(det, now)
         for node in det.nodes:
             if self._ladder_state.get(node) in ("healed", "rebooting", "stopped"):
                 continue  # healed; the reboot decides (a new fault after it makes the node suspect); or unknown
+            if node in filed:
+                continue  # its ticket for this incident is out: one per incident, whatever the cool-down
             history = self.incidents.history(node, now, records).to_dict()
             decisions = [r for r in log if node in r.get("targets", {}).get("nodes", [])]
 
@@ -165,6 +168,24 @@ class Ladder:
                                                     "act.suspect_window_s)" if history["suspect"] else "")
             out += self._take(policy, det, "service-request", {"nodes": [node]}, do, why, pass_id=True)
         return [r for r in out if r]
+
+    def _tickets_filed(self, det, now: float) -> set[str]:
+        """Nodes with a service request done for this detection since fleetctl last took them out
+        of service for it (drain or swap): the same incident seen again, by a later pass or with
+        a cool-down of 0, files no second ticket. A new drain after the node came back is a new
+        incident. Without any drain, a ticket within act.suspect_window_s counts."""
+        taken: dict[str, float] = {}
+        tickets: dict[str, float] = {}
+        for rec in self.log.for_detection(det.id):
+            if "done" not in rec.get("history", ()):
+                continue
+            for node in rec.get("targets", {}).get("nodes", []):
+                if rec.get("action") in ("drain", "swap"):
+                    taken[node] = max(taken.get(node, 0.0), rec["time"])
+                elif rec.get("action") == "service-request":
+                    tickets[node] = max(tickets.get(node, 0.0), rec["time"])
+        return {node for node, t in tickets.items()
+                if t >= taken.get(node, now - self.config.suspect_window_s)}
 
     def _remember(self, det, action, aid, targets) -> None:
         """An incident per node a remediation was started on (the memory behind `suspect`)."""

@@ -136,6 +136,15 @@ def test_the_same_node_failing_twice_is_suspect_gets_a_ticket_and_is_not_resumed
     assert ticket["history"]["suspect"] and ticket["history"]["count"] == 3
     assert ticket["history"]["mtbi_s"] == pytest.approx(4.5 * DAY, abs=1)
     assert ticket["detection"]["code"] == "xid.79" and len(ticket["decisions"]) >= 4
+    # the same incident in a later pass (cool-down 0): still drained, no second ticket
+    clock.t += 60
+    assert phases(fail(engine, "node3")) == [("drain", "refused")]
+    assert len(os.listdir(tmp_path / "act" / "tickets")) == 1
+    # back in service by hand, then failing again: a new incident, a new ticket
+    slurm.node_map["node3"].flags = []
+    clock.t += 60
+    assert phases(fail(engine, "node3")) == [("drain", "done"), ("service-request", "done")]
+    assert len(os.listdir(tmp_path / "act" / "tickets")) == 2
     # an other node is judged on its own history
     assert phases(fail(engine, "node4")) == [("drain", "done"), ("resume", "done")]
 
