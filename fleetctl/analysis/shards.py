@@ -162,24 +162,10 @@ def partition(topo: Topology, max_hosts: int) -> ShardLayout:
 
 
 def _shards_below(topo: Topology, shards: list[Shard]) -> dict[str, frozenset[int]]:
-    """Per switch, the shards with a host under it: a NIC's switch, then tier by tier upwards."""
+    """Per switch, the shards with a host under it."""
     shard_of_host = {h: i for i, s in enumerate(shards) for h in s.hosts}
-    nic_host = dict(zip(topo.nics, topo.nic_host))
-    below: dict[str, set[int]] = {s: set() for s in topo.switch_tier}
-    ups: dict[str, list[str]] = {s: [] for s in topo.switch_tier}
-    for a, b in topo.links.values():
-        if a in below and b in below:
-            lo, hi = (a, b) if topo.switch_tier[a] < topo.switch_tier[b] else (b, a)
-            if topo.switch_tier[lo] != topo.switch_tier[hi]:
-                ups[lo].append(hi)
-        else:
-            nic, sw = (a, b) if b in below else (b, a)
-            if sw in below and nic in nic_host:
-                below[sw].add(shard_of_host[nic_host[nic]])
-    for sw in sorted(topo.switch_tier, key=topo.switch_tier.get):  # lower tiers first
-        for hi in ups[sw]:
-            below[hi] |= below[sw]
-    return {s: frozenset(v) for s, v in below.items()}
+    return {sw: frozenset(shard_of_host[h] for h in hosts)
+            for sw, hosts in topo.hosts_below().items()}
 
 
 # ---------------------------------------------------------------------- a shard's window

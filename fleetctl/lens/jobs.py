@@ -33,9 +33,13 @@ class JobMap:
 
     def set_jobs(self, jobs) -> None:
         """Slurm backend SlurmJob objects (running ones)."""
-        self.jobs = [{"job_id": j.job_id, "user": j.user, "nodes": j.nodelist,
-                      "partition": j.partition, "_set": set(j.nodes)}
-                     for j in jobs if getattr(j, "state", "RUNNING") == "RUNNING" and j.nodes]
+        self.jobs = self.running(jobs)
+
+    @staticmethod
+    def running(jobs) -> list[dict]:
+        return [{"job_id": j.job_id, "user": j.user, "nodes": j.nodelist,
+                 "partition": j.partition, "_set": set(j.nodes)}
+                for j in jobs if getattr(j, "state", "RUNNING") == "RUNNING" and j.nodes]
 
     def affected(self, el: dict) -> list[dict]:
         if el.get("type") in ("clock", "host"):
@@ -46,6 +50,72 @@ class JobMap:
             for e in element_columns(self.topo, el):
                 pairs |= self.pairs_of.get(e, set())
             hit = [j for j in self.jobs if any(a in j["_set"] and b in j["_set"] for a, b in pairs)]
+        return [{k: v for k, v in j.items() if k != "_set"} for j in hit[:MAX_JOBS]]
+
+
+class FabricJobs:
+    """Which running jobs an element of the shared fabric touches, from the topology alone (the
+    merge of shards has no one plan's traced paths): jobs with nodes on both sides of it. A
+    switch: a node under it, and not all of the job under one of its lower neighbours (or on
+    one host); a link between switches: a node under its lower end and one elsewhere; a host
+    cable, a NIC or a host: a job on that host. With ECMP any flow may take any of its equal
+    paths, so a job spanning two leaves crosses each spine above both: "may cross". A host
+    under several leaves (one per rail) counts under the first: rail-aligned traffic stays on
+    its rail."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self.below = topo.hosts_below()
+        self.children: dict[str, list[str]] = {sw: [] for sw in topo.switch_tier}
+        for a, b in topo.links.values():
+            if a in self.children and b in self.children and \
+                    topo.switch_tier[a] != topo.switch_tier[b]:
+                lo, hi = (a, b) if topo.switch_tier[a] < topo.switch_tier[b] else (b, a)
+                self.children[hi].append(lo)
+        self.host_of = dict(zip(topo.nics, topo.nic_host))
+        self.jobs: list[dict] = []
+        self._side_cache: dict[str, dict[str, int]] = {}  # switch -> host -> side (_sides)
+
+    def set_jobs(self, jobs) -> None:
+        self.jobs = JobMap.running(jobs)
+
+    def _sides(self, switch: str) -> dict[str, int]:
+        """Host -> which side of `switch` it is on: the index of the lower neighbour it is
+        under, or its own for a host on the switch (cached per switch)."""
+        cache = self._side_cache
+        if switch not in cache:
+            side: dict[str, int] = {}
+            for i, child in enumerate(self.children[switch]):
+                for h in self.below[child]:
+                    side.setdefault(h, i)
+            n = len(self.children[switch])
+            for k, h in enumerate(sorted(self.below[switch] - side.keys())):
+                side[h] = n + k
+            cache[switch] = side
+        return cache[switch]
+
+    def affected(self, el: dict) -> list[dict]:
+        t, ident = el.get("type"), str(el.get("id", ""))
+        if t == "switch" and ident in self.children:
+            side = self._sides(ident)
+            # a node under it, and the job not all on one of its sides (a lower switch's
+            # subtree, one host, outside it: -1): some pair's traffic passes through it
+            hit = []
+            for j in self.jobs:
+                seen = {side.get(h, -1) for h in j["_set"]}
+                if len(seen) > 1 and seen != {-1}:
+                    hit.append(j)
+        elif t == "link" and ident in self.topo.links:
+            ends = self.topo.links[ident]
+            sws = [e for e in ends if e in self.children]
+            if len(sws) == 2:
+                side = self.below[min(sws, key=lambda e: self.topo.switch_tier[e])]
+            else:  # a host's cable
+                side = {self.host_of.get(e) for e in ends} - {None}
+            hit = [j for j in self.jobs if j["_set"] & side and j["_set"] - side]
+        else:
+            host = self.host_of.get(ident, ident.split(":")[0])
+            hit = [j for j in self.jobs if host in j["_set"]]
         return [{k: v for k, v in j.items() if k != "_set"} for j in hit[:MAX_JOBS]]
 
 

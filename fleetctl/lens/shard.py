@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from fleetctl.analysis.shards import MergeResult, ShardLayout, ShardWindow, merg
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import ConfigError, DataError
 from fleetctl.filekit.read import read_json
-from fleetctl.lens.jobs import element_columns
+from fleetctl.lens.jobs import FabricJobs, element_columns
 from fleetctl.lens.window import MIN_JUDGED_SHARE
 from fleetctl.model.fabric import Topology
 from fleetctl.model.severity import SEVERITY_RANK
@@ -296,12 +297,13 @@ def mark_explained(findings: list[dict], open_events: list[dict], links_of) -> N
 
 
 def run_merge(merge: ShardMerge, tracker, outputs, window_s: float, stop, log=print,
-              status_path: Path | None = None) -> None:
+              status_path: Path | None = None, refresh_jobs=lambda: None) -> None:
     """The merge's loop: every window, the shards' newest documents -> merged findings -> the
     event machine (lens's own) -> the merged event log. A window with shards missing closes
     nothing that mostly they cross (what a missing shard sees is unknown): `ShardMerge.unjudged`."""
     next_t = time.time() + window_s
     while not stop.wait(max(0.0, next_t - time.time())):
+        refresh_jobs()
         now = time.time()
         result, why = merge.window(now)
         mark_explained(result.findings, tracker.open_events(), merge.links_of)
@@ -331,6 +333,30 @@ def site_layout(cluster, max_hosts: int | None) -> tuple[Topology, ShardLayout]:
                           "--max-hosts")
     topo = Topology.from_site(cluster)
     return topo, layout_for(topo, n)
+
+
+def _job_refresher(cluster, jobs: FabricJobs, every_s: float, log):
+    """Slurm's running jobs into `jobs` every `every_s` (none where this host has no squeue):
+    the merged events list the jobs on both sides of their element, as a coordinator's do."""
+    if not shutil.which("squeue"):
+        return lambda: None
+    from fleetctl.slurm import backend_for_site
+
+    slurm = backend_for_site(cluster)
+    last = {"t": 0.0, "failing": False}
+
+    def refresh() -> None:
+        if time.time() - last["t"] < every_s:
+            return
+        last["t"] = time.time()
+        try:
+            jobs.set_jobs(slurm.jobs(states=["RUNNING"]))
+            last["failing"] = False
+        except Exception as exc:  # noqa: BLE001 - Slurm down must not stop the merge
+            if not last["failing"]:
+                log(f"merge: cannot list running jobs: {str(exc)[:300]}")
+            last["failing"] = True
+    return refresh
 
 
 def merge_exit_code(result: MergeResult) -> int:
@@ -367,11 +393,13 @@ def merge_forever(cluster, directories: list[str], max_hosts: int | None, stale_
     rules = EventRules(k_open=opts.k_open, k_open_down=opts.k_open_down,
                        k_open_gray=opts.k_open_gray, m_close=opts.m_close,
                        flap_count=opts.flap_count, flap_window_s=opts.flap_window_s)
-    tracker = EventTracker(rules, topo.location)
+    jobs = FabricJobs(topo)
+    tracker = EventTracker(rules, topo.location, jobs.affected)
     tracker.adopt(outputs.open_events())
     log(f"merge: {len(layout.shards)} shards, {len(layout.shared)} shared switches, "
         f"reading {len(directories)} directories every {window_s:g} s")
     try:
-        run_merge(merge, tracker, outputs, window_s, stop, log, opts.path("merge-status.json"))
+        run_merge(merge, tracker, outputs, window_s, stop, log, opts.path("merge-status.json"),
+                  _job_refresher(cluster, jobs, opts.jobs_refresh_s, log))
     finally:
         outputs.close()

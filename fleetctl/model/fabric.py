@@ -333,6 +333,30 @@ class Topology:
             self._between = pairs
         return pairs.get(frozenset((x, y)), [])
 
+    def hosts_below(self) -> dict[str, frozenset[str]]:
+        """Per switch, the hosts under it: a NIC's switch, then tier by tier upwards (built once)."""
+        cached = getattr(self, "_hosts_below", None)
+        if cached is not None and cached[0] == len(self.links):
+            return cached[1]
+        below: dict[str, set[str]] = {sw: set() for sw in self.switch_tier}
+        ups: dict[str, list[str]] = {sw: [] for sw in self.switch_tier}
+        host_of = dict(zip(self.nics, self.nic_host))
+        for a, b in self.links.values():
+            if a in below and b in below:
+                if self.switch_tier[a] != self.switch_tier[b]:
+                    lo, hi = (a, b) if self.switch_tier[a] < self.switch_tier[b] else (b, a)
+                    ups[lo].append(hi)
+            elif a in below and b in host_of:
+                below[a].add(host_of[b])
+            elif b in below and a in host_of:
+                below[b].add(host_of[a])
+        for sw in sorted(self.switch_tier, key=self.switch_tier.get):  # lower tiers first
+            for up in ups[sw]:
+                below[up] |= below[sw]
+        out = {sw: frozenset(v) for sw, v in below.items()}
+        self._hosts_below = (len(self.links), out)
+        return out
+
     def links_of_switch(self, switch: str) -> list[int]:
         """Element indices of every link direction entering or leaving a switch."""
         out = []

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from labutil import wait_for
+from labutil import sbatch, wait_for
 
 from fleetctl.lab import faults
 
@@ -93,6 +93,12 @@ def test_the_lab_is_two_shards_of_two_leaves_sharing_the_spines(shards):
     assert layout["unmeasured_uplinks"] == []
 
 
+def _running(lab) -> set[str]:
+    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], env=lab.command_env(),
+                         capture_output=True, text=True, timeout=30).stdout
+    return set(out.split())
+
+
 def _all_in(result: tuple[int, dict]) -> tuple[int, dict] | None:
     return None if result[1]["shards_missing"] else result
 
@@ -115,6 +121,10 @@ def test_a_lossy_spine_is_one_finding_and_one_merged_event(shards):
     service_dir = shards.tmp / "merge"
     env = shards.lab.command_env()
     env["FLEETCTL_SITE"] = str(shards.site)
+    # a job across the two shards (its traffic crosses the spines), one inside leaf1 (it does not)
+    across = sbatch(shards.lab, "-N2", "-w", "node1,node16", "--wrap", "sleep 3000")
+    inside = sbatch(shards.lab, "-N2", "-w", "node2,node3", "--wrap", "sleep 3000")
+    wait_for(lambda: _running(shards.lab) >= {across, inside}, 30, 0.5)
     service = subprocess.Popen(
         [sys.executable, "-m", "fleetctl", "lens", "merge", "--state-dir", str(service_dir),
          *[a for d in shards.dirs for a in ("--from", str(d))]],
@@ -153,8 +163,11 @@ def test_a_lossy_spine_is_one_finding_and_one_merged_event(shards):
         events = json.loads(r.stdout)["events"]
         assert [(e["element"]["type"], e["element"]["id"]) for e in events] == [("switch", "spine1")], \
             json.dumps(events)[:3000]
+        # the merged event names the job whose nodes it sits between (refreshed every 10 s)
+        assert [j["job_id"] for j in events[0]["jobs"]] == [across], events[0]["jobs"]
     finally:
         service.send_signal(signal.SIGTERM)
         _, err = service.communicate(timeout=30)
         faults.clear()
+        subprocess.run(["scancel", across, inside], env=env, timeout=30, check=False)
     assert service.returncode == 0, err[-2000:]
