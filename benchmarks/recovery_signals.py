@@ -88,7 +88,10 @@ def main() -> None:
             while time.monotonic() < clean_end:
                 clean_events += watcher.poll()
                 time.sleep(1)
-            out["clean_events"] = len(clean_events)
+            out["clean_events"] = len(clean_events)  # records: an event's open and close
+            out["clean_events_by_metric"] = {
+                m: sum(1 for r in clean_events if r["metric"] == m and r["kind"] == "open")
+                for m in sorted({r["metric"] for r in clean_events})}
             out["iteration_s"] = statistics.median(r.iteration_s for r in read_ranks(str(progress), job)[0])
             victim = next(r for r in ranks if r.rank == 1)
             for _ in range(args.trials):

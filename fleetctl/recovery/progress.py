@@ -33,6 +33,11 @@ RECENT = 32  # iterations kept for the median iteration time (hang threshold)
 RECENT_COMPUTE = 128  # iterations kept for the mean compute time (straggler): a slowdown that hits
 # some iterations hard (a throttled or preempted CPU) moves the mean, not the median; one long pause
 # among 128 iterations moves it little
+# ... and at least this long: 128 iterations of 2 ms are a quarter of a second, which the
+# scheduler's noise on a busy node makes 20 % slower now and then (28 false straggler records in a
+# clean 30 minutes of the lab's benchmark); a slowdown worth naming lasts longer
+COMPUTE_SPAN_S = 20.0
+MAX_COMPUTE_SAMPLES = 1 << 16  # the span's bound for very fast loops
 
 
 class ProgressRecord:
@@ -44,7 +49,8 @@ class ProgressRecord:
         self.node = node or socket.gethostname().split(".")[0]
         self.started = time.time()
         self._mark = time.monotonic()  # start of the current iteration
-        self._compute: deque[float] = deque(maxlen=RECENT_COMPUTE)
+        self._compute: deque[tuple[float, float]] = deque()  # (when, compute s): _add_compute
+        self._compute_sum = 0.0
         self._iteration: deque[float] = deque(maxlen=RECENT)
         self.iteration = -1
         self.progress_time = 0.0  # when the last iteration completed (wall clock)
@@ -54,10 +60,21 @@ class ProgressRecord:
 
     def compute_done(self) -> None:
         """This rank's own work of the iteration is done (before the collective)."""
+        now = time.monotonic()
         with self._lock:
-            self._compute.append(time.monotonic() - self._mark)
+            self._add_compute(now, now - self._mark)
             self.phase, self.phase_since = "collective", time.time()
             self.version += 1
+
+    def _add_compute(self, now: float, seconds: float) -> None:
+        """Keep the last RECENT_COMPUTE iterations' compute times, or COMPUTE_SPAN_S of them if
+        that is more (at most MAX_COMPUTE_SAMPLES), with their running sum."""
+        window = self._compute
+        window.append((now, seconds))
+        self._compute_sum += seconds
+        while len(window) > RECENT_COMPUTE and (now - window[0][0] > COMPUTE_SPAN_S or
+                                                len(window) > MAX_COMPUTE_SAMPLES):
+            self._compute_sum -= window.popleft()[1]
 
     def step(self, iteration: int) -> None:
         """Iteration `iteration` is complete."""
@@ -86,7 +103,12 @@ class ProgressRecord:
                     "iteration": self.iteration, "time": time.time(), "started": self.started,
                     "progress_time": self.progress_time or self.started, "phase": self.phase,
                     "phase_since": self.phase_since, "iteration_s": _median(self._iteration),
-                    "compute_s": _mean(self._compute), "samples": len(self._iteration)}
+                    "compute_s": self._compute_mean(), "samples": len(self._iteration)}
+
+    def _compute_mean(self) -> float | None:
+        if not self._compute:
+            return None
+        return round(max(0.0, self._compute_sum) / len(self._compute), 6)
 
 
 class Progress:
@@ -149,6 +171,3 @@ class Progress:
 def _median(values) -> float | None:
     return round(statistics.median(values), 6) if values else None
 
-
-def _mean(values) -> float | None:
-    return round(sum(values) / len(values), 6) if values else None

@@ -9,7 +9,7 @@ host, with the job (docs/recovery.md).
   stands out (all waiting, e.g. a network fault under the collective, or all computing, e.g. a long
   checkpoint), nothing is raised until 3 T, and then one event that says the culprit is unknown
   (`measurement_trouble`: act logs it and does nothing).
-- **Straggler**: a rank whose own compute time (the mean over its last 128 iterations, at least
+- **Straggler**: a rank whose own compute time (the mean over its last 128 iterations or 20 s, at least
   `min_samples` of them) is `straggler_pct` % (20) above the median of the job's other ranks, and at
   least 0.2 ms above it (below that, the difference is the timer's and the scheduler's noise).
 

@@ -141,3 +141,30 @@ def test_in_a_two_rank_job_a_rank_is_compared_with_the_other():
              Rank(1, "node2", 2, 100, T0, T0, "compute", 0.2, 0.130, 32)]
     [sig] = _stragglers(ranks, Thresholds())
     assert sig.rank == 1 and sig.evidence["slower_pct"] == 30.0
+
+
+def test_the_mean_compute_spans_twenty_seconds_so_a_short_burst_names_no_straggler():
+    """2 ms iterations: 128 of them are a quarter of a second, which a busy node's scheduler
+    makes 20 % slower now and then (false straggler events in the lab's clean 30 minutes). The
+    mean spans COMPUTE_SPAN_S: a 0.3 s burst 50 % slower moves it under 1 %; a slowdown that
+    lasts moves it all the way; 128 iterations at least however slow the loop."""
+    from fleetctl.recovery.progress import COMPUTE_SPAN_S, RECENT_COMPUTE, ProgressRecord
+
+    rec = ProgressRecord(0, "node1")
+    t = 0.0
+    for _ in range(int(COMPUTE_SPAN_S / 0.002)):
+        t += 0.002
+        rec._add_compute(t, 0.002)
+    for _ in range(150):  # a 0.3 s burst
+        t += 0.003
+        rec._add_compute(t, 0.003)
+    assert rec._compute_mean() < 0.002 * 1.01
+    for _ in range(int(COMPUTE_SPAN_S / 0.003) + 10):  # slower for a whole span
+        t += 0.003
+        rec._add_compute(t, 0.003)
+    assert rec._compute_mean() == pytest.approx(0.003)
+    assert t - rec._compute[0][0] <= COMPUTE_SPAN_S + 0.003
+    slow = ProgressRecord(1, "node2")
+    for i in range(300):  # 10 s iterations: the last 128, however long they span
+        slow._add_compute(10.0 * i, 10.0)
+    assert len(slow._compute) == RECENT_COMPUTE and slow._compute_mean() == 10.0
