@@ -34,8 +34,8 @@ RECENT_COMPUTE = 128  # iterations kept for the mean compute time (straggler): a
 # some iterations hard (a throttled or preempted CPU) moves the mean, not the median; one long pause
 # among 128 iterations moves it little
 # ... and at least this long: 128 iterations of 2 ms are a quarter of a second, which the
-# scheduler's noise on a busy node makes 20 % slower now and then (28 false straggler records in a
-# clean 30 minutes of the lab's benchmark); a slowdown worth naming lasts longer
+# scheduler's noise on a busy node makes 20 % slower now and then (28 false event records in a
+# clean 30 minutes of the lab's benchmark, most likely so); a slowdown worth naming lasts longer
 COMPUTE_SPAN_S = 20.0
 MAX_COMPUTE_SAMPLES = 1 << 16  # the span's bound for very fast loops
 
@@ -170,4 +170,3 @@ class Progress:
 
 def _median(values) -> float | None:
     return round(statistics.median(values), 6) if values else None
-
