@@ -32,7 +32,7 @@ from fleetctl.lens.baseline import PathBaselines
 from fleetctl.lens.clocktrack import MOVED_US, ClockTracker, stop_workers
 from fleetctl.lens.events import EventRules, EventTracker, iso
 from fleetctl.lens.ingest import Ingest
-from fleetctl.lens.jobs import JobMap
+from fleetctl.lens.jobs import JobMap, JobRefresh
 from fleetctl.lens.options import LensOptions
 from fleetctl.lens.state import STATE_VERSION, first_window_end, read_state, resume
 from fleetctl.lens.window import FLAP_BIN_S, WindowAnalyzer
@@ -138,7 +138,7 @@ class Coordinator:
         self.started = time.time()
         self.last_status = 0.0
         self._status_cost = 0.0  # seconds the last status.json took
-        self.last_jobs = 0.0
+        self.job_refresh = JobRefresh(slurm, self.opts.jobs_refresh_s, self.log)
         self.last_replan_check = time.time()
         self.last_window: dict = {}
         self.host_side: set[str] = set()  # hosts whose own side slowed their probes last window
@@ -430,8 +430,7 @@ class Coordinator:
                            "drift_ppm": c["drift_ppm"]} for c in self.clock.status()]}
 
     def _periodic(self, now: float) -> None:
-        if now - self.last_jobs >= self.opts.jobs_refresh_s:
-            self._refresh_jobs()
+        self._refresh_jobs()  # every lens.jobs_refresh_s
         if now - self.last_status >= STATUS_EVERY_S:
             self._write_status(now)
         if now - self.last_replan_check >= self.opts.replan_s:
@@ -439,14 +438,7 @@ class Coordinator:
             self._maybe_replan()
 
     def _refresh_jobs(self, force: bool = False) -> None:
-        self.last_jobs = time.time()
-        if self.slurm is None:
-            return
-        try:
-            self.jobs.set_jobs(self.slurm.jobs(states=["RUNNING"]))
-        except Exception as exc:  # noqa: BLE001 - Slurm down must not stop the detection
-            if force:
-                self.log(f"cannot list running jobs: {exc}")
+        self.job_refresh(self.jobs, force)  # self.jobs is rebuilt with each plan
 
     def usable_nodes(self) -> list[str]:
         """The chosen nodes minus those Slurm has drained or down (probing them would blame the

@@ -8,6 +8,8 @@ the jobs from the Slurm backend (running jobs with their node lists), refreshed 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from fleetctl.model.fabric import PathTable, Topology
@@ -66,12 +68,7 @@ class FabricJobs:
     def __init__(self, topo: Topology):
         self.topo = topo
         self.below = topo.hosts_below()
-        self.children: dict[str, list[str]] = {sw: [] for sw in topo.switch_tier}
-        for a, b in topo.links.values():
-            if a in self.children and b in self.children and \
-                    topo.switch_tier[a] != topo.switch_tier[b]:
-                lo, hi = (a, b) if topo.switch_tier[a] < topo.switch_tier[b] else (b, a)
-                self.children[hi].append(lo)
+        self.children = topo.switch_children()
         self.host_of = dict(zip(topo.nics, topo.nic_host))
         self.jobs: list[dict] = []
         self._side_cache: dict[str, dict[str, int]] = {}  # switch -> host -> side (_sides)
@@ -162,3 +159,28 @@ def _column_index(topo: Topology) -> dict:
     index = {"size": len(topo.elements), "link": link, "nic": nic, "switch": switch, "host": host}
     topo._element_columns = index
     return index
+
+
+class JobRefresh:
+    """Slurm's running jobs into a job map (JobMap, FabricJobs) every `every_s`, for a coordinator
+    and for the merge of shards alike. `slurm` None (no Slurm where this runs): nothing. Slurm not
+    answering never stops the caller: said once, until it answers again."""
+
+    def __init__(self, slurm, every_s: float, log, who: str = ""):
+        self.slurm, self.every_s, self.log, self.who = slurm, every_s, log, who
+        self.last = 0.0
+        self.failing = False
+
+    def __call__(self, jobs, force: bool = False) -> None:
+        now = time.time()
+        if self.slurm is None or (not force and now - self.last < self.every_s):
+            return
+        self.last = now
+        try:
+            jobs.set_jobs(self.slurm.jobs(states=["RUNNING"]))
+            self.failing = False
+        except Exception as exc:  # noqa: BLE001 - Slurm down must not stop the detection
+            if not self.failing:
+                self.log(f"{self.who}cannot list running jobs: {str(exc)[:300]}")
+            self.failing = True
+

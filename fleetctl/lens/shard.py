@@ -31,7 +31,7 @@ from fleetctl.analysis.shards import MergeResult, ShardLayout, ShardWindow, merg
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import ConfigError, DataError
 from fleetctl.filekit.read import read_json
-from fleetctl.lens.jobs import FabricJobs, element_columns
+from fleetctl.lens.jobs import FabricJobs, JobRefresh, element_columns
 from fleetctl.lens.window import MIN_JUDGED_SHARE
 from fleetctl.model.fabric import Topology
 from fleetctl.model.severity import SEVERITY_RANK
@@ -335,28 +335,16 @@ def site_layout(cluster, max_hosts: int | None) -> tuple[Topology, ShardLayout]:
     return topo, layout_for(topo, n)
 
 
-def _job_refresher(cluster, jobs: FabricJobs, every_s: float, log):
-    """Slurm's running jobs into `jobs` every `every_s` (none where this host has no squeue):
-    the merged events list the jobs on both sides of their element, as a coordinator's do."""
-    if not shutil.which("squeue"):
-        return lambda: None
-    from fleetctl.slurm import backend_for_site
+def _job_refresh(cluster, jobs: FabricJobs, every_s: float, log):
+    """The merged events list the jobs on both sides of their element, as a coordinator's do
+    (none where this host has no squeue)."""
+    slurm = None
+    if shutil.which("squeue"):
+        from fleetctl.slurm import backend_for_site
 
-    slurm = backend_for_site(cluster)
-    last = {"t": 0.0, "failing": False}
-
-    def refresh() -> None:
-        if time.time() - last["t"] < every_s:
-            return
-        last["t"] = time.time()
-        try:
-            jobs.set_jobs(slurm.jobs(states=["RUNNING"]))
-            last["failing"] = False
-        except Exception as exc:  # noqa: BLE001 - Slurm down must not stop the merge
-            if not last["failing"]:
-                log(f"merge: cannot list running jobs: {str(exc)[:300]}")
-            last["failing"] = True
-    return refresh
+        slurm = backend_for_site(cluster)
+    refresh = JobRefresh(slurm, every_s, log, "merge: ")
+    return lambda: refresh(jobs)
 
 
 def merge_exit_code(result: MergeResult) -> int:
@@ -400,6 +388,6 @@ def merge_forever(cluster, directories: list[str], max_hosts: int | None, stale_
         f"reading {len(directories)} directories every {window_s:g} s")
     try:
         run_merge(merge, tracker, outputs, window_s, stop, log, opts.path("merge-status.json"),
-                  _job_refresher(cluster, jobs, opts.jobs_refresh_s, log))
+                  _job_refresh(cluster, jobs, opts.jobs_refresh_s, log))
     finally:
         outputs.close()

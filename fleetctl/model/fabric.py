@@ -333,26 +333,35 @@ class Topology:
             self._between = pairs
         return pairs.get(frozenset((x, y)), [])
 
+    def switch_children(self) -> dict[str, list[str]]:
+        """Per switch, the switches of lower tiers it links to (built once)."""
+        cached = getattr(self, "_switch_children", None)
+        if cached is not None and cached[0] == len(self.links):
+            return cached[1]
+        out: dict[str, list[str]] = {sw: [] for sw in self.switch_tier}
+        for a, b in self.links.values():
+            if a in out and b in out and self.switch_tier[a] != self.switch_tier[b]:
+                lo, hi = (a, b) if self.switch_tier[a] < self.switch_tier[b] else (b, a)
+                out[hi].append(lo)
+        self._switch_children = (len(self.links), out)
+        return out
+
     def hosts_below(self) -> dict[str, frozenset[str]]:
         """Per switch, the hosts under it: a NIC's switch, then tier by tier upwards (built once)."""
         cached = getattr(self, "_hosts_below", None)
         if cached is not None and cached[0] == len(self.links):
             return cached[1]
         below: dict[str, set[str]] = {sw: set() for sw in self.switch_tier}
-        ups: dict[str, list[str]] = {sw: [] for sw in self.switch_tier}
         host_of = dict(zip(self.nics, self.nic_host))
         for a, b in self.links.values():
-            if a in below and b in below:
-                if self.switch_tier[a] != self.switch_tier[b]:
-                    lo, hi = (a, b) if self.switch_tier[a] < self.switch_tier[b] else (b, a)
-                    ups[lo].append(hi)
-            elif a in below and b in host_of:
+            if a in below and b in host_of:
                 below[a].add(host_of[b])
             elif b in below and a in host_of:
                 below[b].add(host_of[a])
+        children = self.switch_children()
         for sw in sorted(self.switch_tier, key=self.switch_tier.get):  # lower tiers first
-            for up in ups[sw]:
-                below[up] |= below[sw]
+            for child in children[sw]:
+                below[sw] |= below[child]
         out = {sw: frozenset(v) for sw, v in below.items()}
         self._hosts_below = (len(self.links), out)
         return out

@@ -45,3 +45,38 @@ def test_a_core_touches_only_jobs_across_pods():
     fj = FabricJobs(topo)
     fj.set_jobs([_job("in-pod", a[0], a[3]), _job("two-pods", a[0], b[0])])
     assert _ids(fj.affected({"type": "switch", "id": core})) == ["two-pods"]
+
+
+def test_job_refresh_asks_slurm_every_interval_and_says_a_failure_once():
+    """lens/jobs.JobRefresh, the coordinator's and the merge's: Slurm asked at most once per
+    interval (unless forced); while it fails the caller goes on, told once per failing streak."""
+    from fleetctl.lens.jobs import JobRefresh
+
+    class Slurm:
+        def __init__(self):
+            self.calls, self.fail = 0, True
+
+        def jobs(self, states):
+            self.calls += 1
+            if self.fail:
+                raise RuntimeError("squeue: error: Unable to contact slurm controller")
+            return ["job"]
+
+    class Jobs:
+        got = None
+
+        def set_jobs(self, jobs):
+            self.got = jobs
+
+    slurm, jobs, said = Slurm(), Jobs(), []
+    refresh = JobRefresh(slurm, 3600.0, said.append, "merge: ")
+    refresh(jobs)
+    refresh(jobs)  # within the interval: not asked
+    refresh(jobs, force=True)
+    assert slurm.calls == 2 and jobs.got is None
+    assert said == ["merge: cannot list running jobs: squeue: error: Unable to contact slurm controller"]
+    slurm.fail = False
+    refresh(jobs, force=True)
+    assert jobs.got == ["job"] and len(said) == 1
+    JobRefresh(None, 0.0, said.append)(jobs, force=True)  # no Slurm here: nothing asked
+    assert slurm.calls == 3
