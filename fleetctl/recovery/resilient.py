@@ -32,8 +32,10 @@ on its own; it waits in its kernel until the group's timeout. So the controller 
 process group (torch's `_abort_process_group`, ncclCommAbort underneath) when its loop is still in
 that generation ABORT_AFTER_S later: the collective raises, the survivor reports, and the restart
 goes on as with gloo. TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (abort the communicator, keep the process)
-is set unless given. Written for a GPU machine and not yet run on one (benchmarks/device/README.md);
-replicas are host memory either way (`_clone` copies tensors to the CPU).
+is set unless given. Run on one GPU machine so far (benchmarks/device/README.md): the abort frees
+the collective in 0.5 s, but shutting the aborted group down hung, so aborted groups are kept
+referenced and never shut down (_ABORTED_GROUPS); the restart with that change is not yet run on
+a GPU. Replicas are host memory either way (hostcopy.py: pinned buffers for GPU tensors).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import torch.distributed as dist
 
 from fleetctl.errors import RecoveryError
 from fleetctl.recovery import control, replica
+from fleetctl.recovery.hostcopy import HostCopier
 from fleetctl.recovery.progress import ProgressRecord
 from fleetctl.snapshot.rankstate import ExtraState, capture_rng, restore_rng
 
@@ -63,6 +66,12 @@ ENV_STORE, ENV_SLOT, ENV_RUN, ENV_ADDR, ENV_NODE = ("FLEETCTL_RUN_STORE", "FLEET
                                                     "FLEETCTL_RUN_ADDR", "FLEETCTL_RUN_NODE")
 ENV_TIMEOUT = "FLEETCTL_RUN_TIMEOUT"
 ABORT_AFTER_S = 0.5  # a survivor still in a troubled generation this long: its group is aborted
+# Process groups aborted in this process, referenced until it ends: on the first GPU run (H200,
+# torch 2.11, NCCL 2.28.9: benchmarks/device/nccl_abort_probe.py) the shutdown of a group aborted
+# with a dead peer hung, both in destroy_process_group() and in the group's destructor (run when
+# the collective's exception, the last holder, was released). Their NCCL resources were freed by
+# the abort; what stays is a small object and its watchdog thread per restart.
+_ABORTED_GROUPS: list = []
 OWN_COPIES = 3  # with one push in flight a lost rank's holder is at most two copies behind a survivor
 # the text of collective failures that torch raises as a plain RuntimeError (gloo's transport errors)
 PEER_FAILURE_WORDS = ("gloo", "nccl", "connection reset", "connection closed", "timed out", "timeout",
@@ -129,6 +138,7 @@ class Resilient:
         self.plan: control.Plan | None = None
         self.snapshotter = None
         self.copies: deque[tuple[int, dict]] = deque(maxlen=OWN_COPIES)  # (iteration, state)
+        self.host = HostCopier()
         self.blocked_s = 0.0  # the loop's time spent on replicas (clone + waiting for the last push)
         self.waited_s = 0.0  # of which waiting for the previous push to finish
         self._holder_address: tuple[str, int] | None = None
@@ -137,6 +147,7 @@ class Resilient:
         # entered, its first and last step, why it left
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._idle = threading.Event()  # no push in flight
+        self._group_lock = threading.Lock()  # the heartbeat's abort against the loop's destroy
         self._idle.set()
         self._seen_gen = -1
         self._aborted_gen = -1  # the generation whose group the heartbeat thread aborted
@@ -265,19 +276,13 @@ class Resilient:
         deadline = time.monotonic() + ABORT_AFTER_S
         while time.monotonic() < deadline and not self._leaving and self.gen == gen:
             time.sleep(0.05)
-        if self._leaving or self.gen != gen:
-            return
-        self._aborted_gen = gen
-        why = store.get(control.trouble_key(gen)).decode(errors="replace")[:200]
-        log.warning("fleetctl run: rank %d: aborting generation %d's process group (%s)", self.rank, gen, why)
-        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
-        try:
-            if abort is not None:
-                abort()
-            else:  # an older torch: the backend's own abort
-                dist.distributed_c10d._get_default_group()._get_backend(self.device).abort()
-        except Exception as exc:  # the loop's collective fails at its timeout instead
-            log.warning("fleetctl run: rank %d: abort failed: %s", self.rank, exc)
+        with self._group_lock:
+            if self._leaving or self.gen != gen:
+                return
+            self._aborted_gen = gen
+            why = store.get(control.trouble_key(gen)).decode(errors="replace")[:200]
+            log.warning("fleetctl run: rank %d: aborting generation %d's process group (%s)", self.rank, gen, why)
+            self._abort_groups()  # the loop's collective raises at once
 
     def _await_plan(self, after: int) -> control.Plan:
         """The next plan that names this slot or ends the run (a standby waits here, warm). A
@@ -355,10 +360,30 @@ class Resilient:
     def _drop_group(self) -> None:
         self.snapshotter = None  # its groups die with the default group; a write in flight is abandoned
         self._idle.wait()
+        with self._group_lock:
+            if self.backend == "nccl":  # never shut down (_ABORTED_GROUPS): aborted, unregistered
+                if dist.is_initialized():  # (not already by the heartbeat thread)
+                    self._abort_groups()
+                return
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:  # a group broken by the lost peer may complain: gone either way
+                log.debug("destroy_process_group: %s", exc)
+
+    def _abort_groups(self) -> None:
+        """NCCL: abort every process group (ncclCommAbort) and unregister them all, so that a new
+        default group can form, keeping them referenced so that none is ever shut down."""
+        c10d = dist.distributed_c10d
+        _ABORTED_GROUPS.extend(list(c10d._world.pg_names))
+        abort = getattr(c10d, "_abort_process_group", None)
         try:
-            dist.destroy_process_group()
-        except Exception as exc:  # a group broken by the lost peer may complain: it is gone either way
-            log.debug("destroy_process_group: %s", exc)
+            if abort is not None:
+                abort()
+            else:  # an older torch: the backend's own abort, and the group destroyed
+                c10d._get_default_group()._get_backend(self.device).abort()
+                dist.destroy_process_group()
+        except Exception as exc:  # the loop's collective fails at its timeout instead
+            log.warning("fleetctl run: rank %d: abort failed: %s", self.rank, exc)
 
     def _finish_training(self) -> None:
         if self.snapshotter is not None:
@@ -381,7 +406,7 @@ class Resilient:
         state = {"model": self.model.state_dict()}
         if self.optimizer is not None:
             state["optim"] = self.optimizer.state_dict()
-        state = _clone(state)
+        state = self.host.copy(state)  # GPU tensors into reused pinned buffers (hostcopy.py)
         state["rng"] = capture_rng()  # fresh objects already: cloning its 1,250 ints would cost ~1 ms
         state["extra"] = copy.deepcopy(self.extra.capture())
         return state
@@ -403,7 +428,10 @@ class Resilient:
             self._idle.wait()  # one push in flight at most: the holder is never far behind
             self.waited_s += time.perf_counter() - t0
         state = self._capture()
+        dropped = self.copies[0][1] if len(self.copies) == self.copies.maxlen else None
         self.copies.append((iteration, state))
+        if dropped is not None:  # no push in flight (waited above): its buffers are free
+            self.host.give_back(dropped)
         holder = self._holder()
         if holder is not None:
             self._idle.clear()

@@ -22,17 +22,21 @@ def free_port() -> int:
 
 
 def launch(out: Path, tasks: int, standbys: int, steps: int, sleep: float = 0.01,
-           train_args: tuple[str, ...] = (), run_args: tuple[str, ...] = ()) -> list[subprocess.Popen]:
+           train_args: tuple[str, ...] = (), run_args: tuple[str, ...] = (),
+           slot_env=None) -> list[subprocess.Popen]:
     """One `fleetctl run` launcher per task (tests/resilient_train.py under it), as srun starts them;
-    also benchmarks/recovery_inprocess.py's."""
+    also benchmarks/recovery_inprocess.py's. `slot_env(slot)`: more environment for that task
+    (benchmarks/device/inprocess_nccl.py: every task on GPU 0 as its own NCCL host)."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     (out / "port").write_text(str(port))
     procs = []
     for slot in range(tasks):
         env = {**os.environ, "SLURM_PROCID": str(slot), "SLURM_NTASKS": str(tasks), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(REPO), "SLURMD_NODENAME": f"local{slot}",  # one "node" per task
-               "SLURM_LOCALID": str(slot)}  # its GPU, where the job is NCCL (benchmarks/device/)
+               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+               "SLURMD_NODENAME": f"local{slot}",  # one "node" per task
+               "SLURM_LOCALID": str(slot),  # its GPU, where the job is NCCL (benchmarks/device/)
+               **(slot_env(slot) if slot_env else {})}
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "fleetctl", "run", "--standbys", str(standbys), "--store", f"127.0.0.1:{port}",
              "--dead-after", "3", "--format", "json", *run_args, "--", sys.executable, str(TRAIN), "--out", str(out),

@@ -449,3 +449,27 @@ def test_migrate_refuses_a_node_without_ranks_and_a_job_without_standbys(store):
     with pytest.raises(RecoveryError, match="1 rank\\(s\\) on node1 and 0 standby left"):
         migrate(store, "node1", "test", timeout_s=1)
     assert not store.check([control.leave_key(1)])  # nothing was asked of the rank
+
+
+def test_host_copies_do_not_change_with_the_state_and_fall_back_without_pinned_memory():
+    """hostcopy.HostCopier: a replica's copy is the state when copied (later steps write the
+    originals in place); containers are rebuilt, plain values kept. GPU tensors would go to pinned
+    buffers (benchmarks/device/ measures that): on a machine without CUDA, asking for one is
+    refused once and every copy after is pageable."""
+    import torch
+
+    from fleetctl.recovery.hostcopy import HostCopier
+
+    host = HostCopier()
+    state = {"model": {"w": torch.arange(6.0).reshape(2, 3)}, "optim": [torch.ones(2), (3, "sgd")],
+             "step": 7}
+    copied = host.copy(state)
+    state["model"]["w"].add_(1)
+    state["optim"][0].mul_(5)
+    assert torch.equal(copied["model"]["w"], torch.arange(6.0).reshape(2, 3))
+    assert torch.equal(copied["optim"][0], torch.ones(2)) and copied["optim"][1] == (3, "sgd")
+    assert copied["step"] == 7 and copied["model"] is not state["model"]
+    host.give_back(copied)  # pageable copies: nothing to reuse
+    assert host._free == {}
+    if not torch.cuda.is_available():
+        assert host._buffer(torch.ones(2)) is None and host.pinned is False
