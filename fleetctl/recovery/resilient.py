@@ -482,6 +482,8 @@ class Resilient:
         body = replica.fetch(hello.address, hello.port, self.run_id, self.rank, plan.resume,
                              timeout_s=self.timeout_s)
         self._load(torch.load(io.BytesIO(body), weights_only=True))
+        for _, old in self.copies:  # another rank's copies now: their pinned buffers serve the next
+            self.host.give_back(old)
         self.copies.clear()
 
 
