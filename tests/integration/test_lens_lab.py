@@ -95,7 +95,10 @@ class Lens:
         return fleetctl(self.lab, *args, check=check, site=self.site)
 
     def start(self) -> None:
-        r = self.run("--format", "json", "lens", "run", "--rate", "100")
+        # 50 probes/s per pair (2,800 a second per host): at 100 the 8 agents took ~1.85 of the 2
+        # cores, and on a CI machine that was also busy every host was marked overloaded for
+        # minutes, so no event could close (their places unjudged)
+        r = self.run("--format", "json", "lens", "run", "--rate", "50")
         assert r.returncode == 0, r.stderr
         wait_for(lambda: self.status().get("counters", {}).get("windows", 0) >= 3, 60, 0.5)
 
