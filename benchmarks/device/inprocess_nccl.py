@@ -29,7 +29,6 @@ import datetime
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -39,11 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from runutil import free_port  # noqa: E402  (tests/integration: the lab tests' launchers)
 
 
 def replica_capture(torch, size_mb: int, repeats: int = 5) -> dict:

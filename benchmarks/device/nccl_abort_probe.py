@@ -39,24 +39,19 @@ import datetime
 import faulthandler
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from inprocess_nccl import free_port, one_gpu_env  # beside this file: two ranks on one GPU as two NCCL hosts
+
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = ("thread-pg-kept", "thread-pg", "thread-backend", "poll-main")
 KEPT: list = []  # thread-pg-kept: the aborted groups, never shut down (as resilient.py does)
 DIE_AT = 30
 DEAD_AFTER_S = 0.5  # rank 0 is told of the death this long after it (the heartbeats' part)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- one rank
@@ -165,9 +160,7 @@ def run_variant(variant: str, timeout_s: float) -> dict:
     port = free_port()
     procs = []
     for r in (0, 1):
-        env = {**os.environ, "NCCL_HOSTID": f"fleet-probe-rank{r}", "NCCL_SOCKET_IFNAME": "lo",
-               "NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1",
-               "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2", "PYTHONPATH": str(REPO)}
+        env = {**os.environ, **one_gpu_env(r), "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2", "PYTHONPATH": str(REPO)}
         procs.append(subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--variant", variant,
                                        "--port", str(port), "--work", str(work)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
