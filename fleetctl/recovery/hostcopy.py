@@ -19,9 +19,9 @@ import torch
 
 
 class HostCopier:
-    def __init__(self) -> None:
+    def __init__(self, pinned: bool = True) -> None:
         self._free: dict[tuple, list[torch.Tensor]] = {}  # (shape, dtype) -> pinned buffers
-        self.pinned = True  # False once pinned memory was refused: pageable from then on
+        self.pinned = pinned  # False (or once pinned memory was refused): pageable copies
 
     def copy(self, value: Any) -> Any:
         """A host copy of `value` (tensors, dicts, lists, tuples, plain values, else deep-copied);

@@ -95,16 +95,8 @@ def peer_failure(exc: BaseException) -> bool:
 
 
 def _clone(value: Any) -> Any:
-    """A copy in host memory that later steps cannot change: tensors cloned, containers rebuilt."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone() if value.device.type == "cpu" else value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_clone(v) for v in value)
-    if isinstance(value, (int, float, str, bool, bytes, type(None))):
-        return value
-    return copy.deepcopy(value)
+    """A copy in host memory that later steps cannot change (pageable: a one-off copy)."""
+    return HostCopier(pinned=False).copy(value)
 
 
 class Resilient:
