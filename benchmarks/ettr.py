@@ -4,7 +4,7 @@ with standbys), fleetctl's Detect -> Act loop (snapshot + swap), and plain Slurm
 own periodic checkpoint. Prints JSON.
 
     sudo python benchmarks/ettr.py [--duration 1800] [--period 300] [--hang-timeout 60] [--out FILE]
-                                   [--arms norollback,fleetctl,plain] [--standbys 2]
+                                   [--arms norollback,fleetctl,plain] [--standbys 2] [--replenish 4]
 
 ETTR = time making new progress / wall time. The job (tests/snapshot_train.py: torch, gloo, 2 nodes,
 fleetctl.snapshot) advances one iteration every --pace seconds when nothing goes wrong; ETTR is the
@@ -30,9 +30,10 @@ the detectors see.
   fallback. The fault hits the node of rank 1 (read from the job's control store): its process stopped
   (SIGSTOP) stops its heartbeat, the job's controller gives rank 1 to a standby within --dead-after (3 s)
   and training goes on; act's policy ["migrate", "drain", "swap"] drains the node and has nothing left
-  to move. With no standby left the run ends for requeue: task 0 writes a `rank_lost` event, act's
-  policy ["swap"] moves the job onto a spare, and it restores its newest disk snapshot. A standby used
-  is not given back within the allocation (the job gets K again only after a requeue).
+  to move. Each standby used is replaced (`--replenish`, at most --replenish over the run): task 0
+  submits a one-node job in the spare pool's reservation whose launcher joins the run as a standby.
+  With no standby left (the pool empty) the run ends for requeue: task 0 writes a `rank_lost` event,
+  act's policy ["swap"] moves the job onto a spare, and it restores its newest disk snapshot.
 Between faults the failed node is repaired: fault cleared, `fleetctl audit NODE --resume` (acknowledges
 the Xid), and in the fleetctl arm `fleetctl spares add NODE --report` returns it to the pool.
 Takes the lab's session lock. Needs torch (scripts/install).
@@ -73,7 +74,8 @@ first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ["LAB_ADDRS"])[sys.argv[1]])' "$first")
 echo "start restart=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST"
 srun --no-kill --output="$OUT/launcher-%t.json" --error="$OUT/launcher-%t.log" --open-mode=append \\
-    "$PY" -m fleetctl run --standbys $STANDBYS --dead-after 3 --format json --events "$EVENTS" --requeue-wait 120 -- \\
+    "$PY" -m fleetctl run --standbys $STANDBYS --dead-after 3 --format json --events "$EVENTS" --requeue-wait 120 \\
+    --replenish $REPLENISH --replenish-args "--reservation=fleetctl-spares --output=$OUT/standby-%j.log" -- \\
     "$PY" "$RTRAIN" --out "$OUT" --steps 100000000 --sleep $PACE --snap "$SNAP" --snap-interval $SNAP_S
 """
 
@@ -157,6 +159,7 @@ class Arm:
         jenv = {**self.env, "PY": sys.executable, "RTRAIN": str(RTRAIN), "SNAP": str(self.snap),
                 "OUT": str(self.work / "out"), "PACE": str(self.args.pace), "STANDBYS": str(self.args.standbys),
                 "SNAP_S": str(self.args.ckpt_every * self.args.pace), "EVENTS": str(self.work / "events.jsonl"),
+                "REPLENISH": str(self.args.replenish),
                 "LAB_ADDRS": json.dumps(self.lab.state["addresses"]["mgmt"]), "GLOO_SOCKET_IFNAME": MGMT_DEV,
                 "OMP_NUM_THREADS": "1"}
         self.job = subprocess.run(["sbatch", "--parsable", f"-N{nodes}", "--ntasks-per-node=1", "--requeue",
@@ -342,6 +345,8 @@ def main() -> None:
     ap.add_argument("--ckpt-every", type=int, default=600, help="the job's own periodic checkpoint, iterations")
     ap.add_argument("--arms", default="norollback,fleetctl,plain")
     ap.add_argument("--standbys", type=int, default=2, help="the norollback arm's standby nodes")
+    ap.add_argument("--replenish", type=int, default=4, help="the norollback arm's replacement standbys: "
+                    "one-node jobs on the spare pool's nodes (`fleetctl run --replenish`; 0: none)")
     ap.add_argument("--out", default="")
     ap.add_argument("--workdir", default="", help="keep each arm's files (job log, act output, action log) here")
     args = ap.parse_args()

@@ -4,10 +4,13 @@ fleetctl.recovery.launch; the training loop uses fleetctl.recovery.resilient.Res
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from fleetctl.cli.app import Application, common_options, pass_app
 from fleetctl.cli.params import FiniteFloatRange, seconds
+from fleetctl.errors import UsageError
 
 
 @click.command("run", context_settings={"allow_interspersed_args": False})
@@ -36,11 +39,21 @@ from fleetctl.cli.params import FiniteFloatRange, seconds
                    "lost rank's node, for an act policy to swap the job (env FLEETCTL_RUN_EVENTS).")
 @click.option("--requeue-wait", type=seconds(0, 3600), default=0.0, show_default=True, metavar="S",
               help="Then keep the job running up to S seconds, so that act's swap can requeue it.")
+@click.option("--replenish", type=click.IntRange(0, 1024), default=0, show_default=True, metavar="N",
+              help="When a standby takes a lost rank's place, task 0 submits a one-node Slurm job for a new "
+                   "standby that joins the run (at most N over the run; 0: none).")
+@click.option("--replenish-args", default="", metavar="ARGS",
+              help="sbatch options for those jobs, e.g. \"--partition=gpu --reservation=standby --time=1-0\" "
+                   "(split as a shell splits words; never run through one).")
+@click.option("--join", metavar="HOST:PORT",
+              help="Stand by for the running job whose control store is HOST:PORT, as its next slot "
+                   "(what a --replenish job runs).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_app
 def run_command(app: Application, command: tuple[str, ...], standbys: int, store: str | None,
                 dead_after: float, collective_timeout: float, grace: float | None, start_timeout: float,
-                hang_factor: float, hang_floor: float, events: str | None, requeue_wait: float) -> int:
+                hang_factor: float, hang_floor: float, events: str | None, requeue_wait: float, replenish: int,
+                replenish_args: str, join: str | None) -> int:
     """Run COMMAND as one rank of a training job that goes on when a rank is lost: a standby takes
     its place with its state from a peer's memory; no requeue, no disk read, no new allocation.
 
@@ -56,14 +69,22 @@ def run_command(app: Application, command: tuple[str, ...], standbys: int, store
       fleetctl run --standbys 1 -- python train.py
       fleetctl run --standbys 2 --dead-after 10 --collective-timeout 120 -- python train.py --config big.yaml
       fleetctl run --store 10.0.0.1:29400 --format json -- python train.py
+      fleetctl run --standbys 1 --replenish 4 --replenish-args "-p gpu --reservation=standby" -- python train.py
     """
     from fleetctl.recovery.control import Timing
     from fleetctl.recovery.launch import LaunchOptions, launch
     from fleetctl.recovery.signals import Thresholds
 
+    if join and (standbys or store or replenish):
+        raise UsageError("--join stands by for another job's run: it takes no --standbys, --store or --replenish")
+    try:
+        sbatch_args = shlex.split(replenish_args)
+    except ValueError as exc:
+        raise UsageError(f"--replenish-args {replenish_args[:80]!r}: {exc}") from None
     timing = Timing(dead_after_s=dead_after, grace_s=grace or collective_timeout + 30.0, start_s=start_timeout)
     result = launch(list(command), LaunchOptions(standbys, store, timing, collective_timeout, events, requeue_wait,
-                                                 Thresholds(hang_factor=hang_factor, hang_floor_s=hang_floor)))
+                                                 Thresholds(hang_factor=hang_factor, hang_floor_s=hang_floor),
+                                                 join, replenish, sbatch_args))
     if app.json:
         app.emit({"schema": "fleetctl.run/1", **result.to_dict()})
     elif result.exit_code:  # the generations were logged as they happened

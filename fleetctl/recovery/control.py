@@ -14,6 +14,8 @@ Keys (all small JSON or counters):
     leave/<slot>          `fleetctl migrate` asks that rank to leave at its next step boundary
     progress/<slot>       its rank's progress (recovery.progress's document, with "gen"), sent on change
     trouble/<gen>         a rank of generation <gen> is lost: survivors abort a collective stuck on it (NCCL)
+    slots, count/joined   the job's own slots, and how many standbys joined it since (`fleetctl run --join`:
+                          a replacement standby from another Slurm job takes slot `slots` + n - 1)
     plan/<gen>, gen       the plans, and the number of the newest (written plan first, then gen)
     count/exit, count/done, count/failed/<gen>
                           counters added to after each exit, done and failed key (`post_*`): the
@@ -49,6 +51,8 @@ VALUE_MAX = 8 << 20  # a plan of 100,000 ranks is ~3 MB
 BEAT_EVERY_S = 0.25
 LOOK_EVERY_S = 1.0  # rank 0's progress: is the job moving?
 FULL_LOOK_EVERY_S = 10.0  # every rank's progress: stragglers (a hang is looked at as soon as rank 0 stalls)
+JOIN_LOOK_EVERY_S = 1.0  # count/joined: a replacement standby joined
+JOINED_MAX = 1024  # standbys that may join one run (each is a Slurm job a launcher submitted)
 ENDS = ("done", "requeue", "abort")
 
 
@@ -65,7 +69,22 @@ def failed_count_key(gen: int) -> str: return f"count/failed/{gen}"
 def trouble_key(gen: int) -> str: return f"trouble/{gen}"
 
 
-EXITS, DONES = "count/exit", "count/done"
+EXITS, DONES, JOINED = "count/exit", "count/done", "count/joined"
+
+
+def join_slot(store) -> int:
+    """A new slot for a standby joining a running job (`fleetctl run --join`)."""
+    base = int(store.get("slots"))
+    n = int(store.add(JOINED, 1))
+    if n > JOINED_MAX:
+        raise RecoveryError(f"{n - 1} standbys joined this run already (at most {JOINED_MAX})")
+    return base + n - 1
+
+
+def slot_count(store) -> int:
+    """The job's own slots plus the standbys that joined it."""
+    base = int(store.get("slots")) if store.check(["slots"]) else 0
+    return base + min(int(store.add(JOINED, 0)), JOINED_MAX)
 
 
 def post_exit(store, slot: int, code: int) -> None:
@@ -260,6 +279,8 @@ class Controller:
         if not 0 < active <= slots:
             raise RecoveryError(f"{active} active ranks of {slots} slots: need 1 <= active <= slots")
         self.store, self.active, self.slots = store, active, slots
+        self.own_slots = slots  # the job's tasks; slots grows by the standbys that joined
+        self._next_join_look = 0.0
         self.timing, self.clock, self.wall = timing or Timing(), clock, wall
         self.thresholds = thresholds or signals.Thresholds()
         self.signals: list[signals.Signal] = []  # hang and straggler, from the last look at every rank
@@ -290,8 +311,14 @@ class Controller:
         self._counters[counter] = n
         return True
 
+    def _read_joined(self, now: float) -> None:
+        if self.plan is None or now < self._next_join_look:
+            return
+        self._next_join_look = now + JOIN_LOOK_EVERY_S
+        self.slots = self.own_slots + min(int(self.store.add(JOINED, 0)), JOINED_MAX)
+
     def _read_hellos(self) -> None:
-        if len(self.hellos) + len(self.gone) >= self.slots:
+        if len(self.hellos.keys() | self.gone.keys()) >= self.slots:  # (a lost slot is in both)
             return
         for slot in range(self.slots):
             if slot not in self.hellos and slot not in self.gone and self._has(hello_key(slot)):
@@ -410,6 +437,7 @@ class Controller:
         if self.end:
             return self.end
         now = self.clock()
+        self._read_joined(now)
         self._read_hellos()
         if self.plan is None:
             return self._first_plan(now)
@@ -430,6 +458,10 @@ class Controller:
             self._trouble_gen = self.plan.gen
             self.store.set(trouble_key(self.plan.gen),
                            "; ".join(f"slot {s}: {self.gone[s]}" for s in sorted(lost))[:300])
+        if len(self._standbys()) < len(lost):  # a standby that joined within the last look counts too
+            self._next_join_look = 0.0
+            self._read_joined(now)
+            self._read_hellos()
         if len(self._standbys()) < len(lost) and not any(r.kind == "error" for r in reports.values()):
             # decided without the survivors' reports: they may be stuck in a collective with the lost
             # rank (a disk snapshot's writer), and the disk fallback needs none of their state
@@ -485,6 +517,11 @@ class Controller:
 
     def _standbys(self) -> list[int]:
         return sorted(s for s in self.hellos if s not in self.plan.ranks and s not in self.gone)
+
+    def awaited_slots(self) -> list[int]:
+        """The slots whose launchers read the run's end from the store: the job's own, and the
+        joined standbys that started (a replacement still queued is cancelled, never awaited)."""
+        return sorted(set(range(self.own_slots)) | set(self.hellos))
 
     def _nodes(self) -> dict[int, str]:
         return {s: h.node for s, h in self.hellos.items()}

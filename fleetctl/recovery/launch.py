@@ -8,6 +8,9 @@ launcher of slot 0 serves the control store (torch's TCPStore) and runs the cont
 nothing. Losing slot 0's node loses the store: the others see it and the job falls back to
 swap + requeue, as with torchrun's c10d store.
 
+A standby used is replaced when slot 0 was given `--replenish N` (recovery.replenish): it submits a
+one-node job whose launcher joins the run (`--join STORE`) as the next slot.
+
 Every launcher starts its child in its own process group, with the environment torchrun gives
 (MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE; RANK and WORLD_SIZE are set by the library
 once the slot has a rank) plus FLEETCTL_RUN_*, forwards SIGTERM, SIGINT and SIGUSR2 to it, reports
@@ -24,7 +27,7 @@ import secrets
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fleetctl.errors import EXIT_FAILURES, EXIT_OK, RecoveryError, UsageError
 from fleetctl.recovery import control, signals
@@ -46,6 +49,9 @@ class LaunchOptions:
     events: str | None = None  # lens's event log: a `rank_lost` event per node when the run ends for requeue
     requeue_wait_s: float = 0.0  # then task 0 keeps the job running this long for act's swap to requeue it
     thresholds: signals.Thresholds = field(default_factory=signals.Thresholds)  # hang and straggler
+    join: str | None = None  # HOST:PORT: stand by for a running job (a replacement standby's own job)
+    replenish: int = 0  # slot 0: at most this many replacement standbys submitted (recovery.replenish)
+    replenish_args: list[str] = field(default_factory=list)  # their sbatch options
 
 
 @dataclass
@@ -57,6 +63,7 @@ class LaunchResult:
     child_code: int | None
     exit_code: int
     generations: list[dict] = field(default_factory=list)  # slot 0 only: the controller's history
+    replenish: dict | None = None  # slot 0 with --replenish: the replacement standby jobs submitted
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -99,18 +106,42 @@ def launch(argv: list[str], options: LaunchOptions, env=None) -> LaunchResult:
     env = dict(os.environ if env is None else env)
     if not argv:
         raise UsageError("no training command: fleetctl run [OPTIONS] -- COMMAND ...")
+    if options.join:
+        return _join(argv, options, env)
     slot, slots = task_geometry(env)
     active = slots - options.standbys
     if active < 1:
         raise UsageError(f"--standbys {options.standbys} leaves no training rank of {slots} tasks")
     host, port = store_address(options, env)
     store = _store(host, port, is_master=slot == 0)
-    controller = None
+    controller = replenisher = None
     if slot == 0:
         store.set("run", secrets.token_hex(8))
         store.set("slots", str(slots))
+        store.set("active", str(active))
         controller = control.Controller(store.clone(), active, slots, options.timing,
                                         thresholds=options.thresholds)
+        if options.replenish:
+            from fleetctl.recovery.replenish import Replenisher
+
+            replenisher = Replenisher(options.replenish, options.replenish_args, f"{host}:{port}", argv,
+                                      env.get("SLURM_JOB_ID", ""), options.collective_timeout_s)
+    return _run(argv, options, env, store, host, port, slot, slots, active, controller, replenisher)
+
+
+def _join(argv: list[str], options: LaunchOptions, env: dict) -> LaunchResult:
+    """A replacement standby (recovery.replenish): the next slot of a running job's store."""
+    host, port = store_address(replace(options, store=options.join), env)
+    store = _store(host, port, is_master=False, timeout_s=10.0)  # a run that ended: say so soon
+    if not store.check(["run", "slots"]):
+        raise RecoveryError(f"{host}:{port} is not a `fleetctl run` control store (no run id)")
+    slot = control.join_slot(store)
+    active = int(store.get("active")) if store.check(["active"]) else 0
+    log.info("fleetctl run: joined the run on %s:%d as slot %d (a standby)", host, port, slot)
+    return _run(argv, options, env, store, host, port, slot, slot + 1, active, None, None)
+
+
+def _run(argv, options, env, store, host, port, slot, slots, active, controller, replenisher) -> LaunchResult:
     run_id = store.get("run").decode()
     child_env = {**env, ENV_STORE: f"{host}:{port}", ENV_SLOT: str(slot), ENV_RUN: run_id,
                  ENV_TIMEOUT: str(options.collective_timeout_s), "MASTER_ADDR": host, "MASTER_PORT": str(port),
@@ -120,13 +151,18 @@ def launch(argv: list[str], options: LaunchOptions, env=None) -> LaunchResult:
     child_env.setdefault(ENV_ADDR, _route_address(host, port))
     if env.get("SLURMD_NODENAME"):
         child_env.setdefault(ENV_NODE, env["SLURMD_NODENAME"])
-    role = "active" if slot < active else "standby"
+    role = "active" if slot < active and not options.join else "standby"
     child = _Child(argv, child_env)
-    code, end = _supervise(child, store, slot, controller, options, env.get("SLURM_JOB_ID", ""))
+    try:
+        code, end = _supervise(child, store, slot, controller, options, env.get("SLURM_JOB_ID", ""), replenisher)
+    finally:
+        if replenisher is not None:
+            replenisher.cancel()
     if controller is not None and end == "requeue" and controller.plan.lost and options.requeue_wait_s:
         _wait_for_requeue(options.requeue_wait_s)
     exit_code = EXIT_OK if end in ("done", "replaced") or (end is None and code == 0) else EXIT_FAILURES
-    return LaunchResult(slot, role, end, code, exit_code, controller.history if controller else [])
+    return LaunchResult(slot, role, end, code, exit_code, controller.history if controller else [],
+                        replenisher.to_dict() if replenisher else None)
 
 
 def _rank_lost_events(controller: control.Controller, job: str, path: str) -> None:
@@ -170,11 +206,12 @@ def _wait_for_requeue(seconds: float) -> None:
         time.sleep(0.5)
 
 
-def _store(host: str, port: int, *, is_master: bool):
+def _store(host: str, port: int, *, is_master: bool, timeout_s: float = 300.0):
     import torch.distributed as dist
 
     try:
-        return dist.TCPStore(host, port, None, is_master, datetime.timedelta(seconds=300), wait_for_workers=False)
+        return dist.TCPStore(host, port, None, is_master, datetime.timedelta(seconds=timeout_s),
+                             wait_for_workers=False)
     except Exception as exc:
         what = "serve" if is_master else "reach"
         raise RecoveryError(f"cannot {what} the control store on {host}:{port}: {exc}") from None
@@ -203,7 +240,7 @@ class _Child:
 
 
 def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptions,
-               job: str) -> tuple[int | None, str | None]:
+               job: str, replenisher=None) -> tuple[int | None, str | None]:
     """Until the child ended and (slot 0) the controller reached an end, or (other slots) the
     controller decided what the child's end means."""
     code, end, reported_at_gen = None, None, None
@@ -216,6 +253,8 @@ def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptio
                 first = end is None
                 end = controller.poll() or end
                 next_poll = time.monotonic() + 0.1
+                if replenisher is not None:
+                    replenisher.after(controller.plan)
                 if watcher is not None:
                     watcher.update(controller.signals, time.time())
                 if first and end == "requeue" and controller.plan.lost and options.events:
@@ -232,7 +271,7 @@ def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptio
             if code is not None:
                 if controller is not None:
                     if end is not None:
-                        _await_exits(store, controller.slots, slot)
+                        _await_exits(store, controller.awaited_slots(), slot)
                         return code, end
                 else:  # the run's verdict on this slot: the end, or a plan after its child ended
                     gen = _gen(store)
@@ -262,10 +301,10 @@ def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptio
         child.restore_handlers()
 
 
-def _await_exits(store, slots: int, own: int, timeout_s: float = 30.0) -> None:
+def _await_exits(store, slots: list[int], own: int, timeout_s: float = 30.0) -> None:
     """Serve the store until every other launcher saw its child end (they read the end from it)."""
     deadline = time.monotonic() + timeout_s
-    others = [control.exit_key(s) for s in range(slots) if s != own]
+    others = [control.exit_key(s) for s in slots if s != own]
     while others and time.monotonic() < deadline:
         others = [k for k in others if not store.check([k])]
         time.sleep(POLL_S)

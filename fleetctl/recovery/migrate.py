@@ -76,9 +76,8 @@ def current_plan(store) -> control.Plan:
 
 
 def hellos(store) -> dict[int, control.Hello]:
-    slots = int(store.get("slots")) if store.check(["slots"]) else 0
     out = {}
-    for slot in range(min(slots, SLOTS_MAX)):
+    for slot in range(min(control.slot_count(store), SLOTS_MAX)):
         if store.check([control.hello_key(slot)]) and not store.check([control.exit_key(slot)]):
             out[slot] = control.Hello.parse(store.get(control.hello_key(slot)), slot)
     return out

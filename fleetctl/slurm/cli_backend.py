@@ -64,8 +64,11 @@ class CliBackend(SlurmBackend):
             raise self._error(" ".join([program, *args]), proc.stderr or proc.stdout)
         return proc.stdout
 
-    def _call(self, program: str, *args: str) -> subprocess.CompletedProcess:
+    def _call(self, program: str, *args: str, clean_job_env: bool = False) -> subprocess.CompletedProcess:
         env = self._env()
+        if clean_job_env:
+            env = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
+                   or k == "SLURM_CONF"}
         _check_conf(env.get("SLURM_CONF", ""), "slurm.conf in the site file" if self.slurm_conf else "SLURM_CONF")
         argv = [self._exe(program), *args]
         shown = " ".join([program, *args])
@@ -262,6 +265,27 @@ class CliBackend(SlurmBackend):
         if not re.fullmatch(r"[A-Z0-9]{1,8}", signal):
             raise UsageError(f"invalid signal name {signal[:16]!r}")
         self.run("scancel", f"--signal={signal}", str(job_id))
+
+    # ---- jobs fleetctl submits for a user (`fleetctl run --replenish`: a replacement standby)
+    def submit(self, script: str, args: list[str]) -> str:
+        """`sbatch --parsable ARGS SCRIPT` (a file; sbatch copies it at submission); the new job's id.
+        Called from inside a job: the caller's SLURM_*, SBATCH_*, SRUN_* and SALLOC_* variables are
+        left out, or sbatch would read them as the new job's options and the job would see the old
+        job's geometry."""
+        if any(not isinstance(a, str) or "\n" in a or len(a) > 4096 for a in args) or len(args) > 64:
+            raise UsageError("sbatch arguments: at most 64, each one line of at most 4096 characters")
+        proc = self._call("sbatch", "--parsable", *args, script, clean_job_env=True)
+        if proc.returncode != 0:
+            raise self._error(" ".join(["sbatch", *args]), proc.stderr or proc.stdout)
+        job_id = proc.stdout.strip().split(";")[0]  # "ID" or "ID;cluster"
+        _check_job_id(job_id)
+        return job_id
+
+    def cancel(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            _check_job_id(job_id)
+        if job_ids:
+            self.run("scancel", "--quiet", *job_ids)  # --quiet: one that ended is no error
 
     # ---- moving a job off a node (fleetctl spares swap); Slurm 22.05 and 24.11 alike
     def job_record(self, job_id: str) -> dict[str, str]:

@@ -2,7 +2,8 @@
 training ranks (gloo over the lab's management network) and 1 warm standby. Rank 2's process on
 node3 is SIGKILLed mid-run: the standby on node5 takes rank 2 with its state from a peer's memory,
 training goes on in the same job step (no requeue, no disk read), and the parameters at the end are
-bit-identical to a run without the fault. The fallback: in a job that also takes disk snapshots, a
+bit-identical to a run without the fault; the used standby is replaced by a one-node job that joins
+the run (`--replenish`), and a second kill goes to it. The fallback: in a job that also takes disk snapshots, a
 second kill with no standby left ends the run for requeue; task 0 writes a `rank_lost` event on the
 node, act's swap policy drains it, releases a spare and requeues the job, which restores its newest
 snapshot on the new nodes and ends bit-identical too."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,29 +60,54 @@ def expected(tmp_path_factory) -> str:
     return json.loads((out / "final.json").read_text())["sha256"]
 
 
-def test_a_killed_rank_goes_to_the_standby_without_a_requeue(lab, tmp_path, expected):
+def test_a_killed_rank_goes_to_the_standby_and_the_used_standby_is_replaced(lab, tmp_path, expected):
+    """Rank 2's process killed: the standby (node5) takes rank 2; task 0 submits a one-node job
+    (`--replenish 1`, on node6) whose launcher joins the run as a new standby; rank 1's process killed
+    next goes to it. One job step, never requeued, bit-identical."""
+    from fleetctl.recovery.migrate import connect, hellos
+
     out = tmp_path / "job"
-    job = _submit(lab, out)
+    job = _submit(lab, out, run=f"--replenish 1 --replenish-args '-w node6 --output={out}/standby-%j.log'",
+                  train="--sleep 0.1")  # ~30 s of training: time for the replacement to start
     try:
-        kill_when(out, 2, 60)
+        kill_when(out, 2, 40)
         killed = time.monotonic()
         resumed = wait_for(lambda: _generations(out), timeout=60, step=0.2)
         print(f"generation 1 published {time.monotonic() - killed:.1f} s after the kill: {resumed}")
+        store = connect(lab.state["addresses"]["mgmt"]["node1"], 29400 + int(job) % 20000)
+        joined = wait_for(lambda: 5 in hellos(store) and hellos(store)[5], timeout=60, step=0.2)
+        print(f"the replacement standby said hello {time.monotonic() - killed:.1f} s after the kill: {joined}")
+        assert joined.node == "node6"
+        progress = int((out / "progress").read_text())
+        assert progress < STEPS - 30, f"training reached {progress} before the replacement joined"
+        os.kill(int((out / "pid-1").read_text()), signal.SIGKILL)
         rc = wait_for(lambda: (out / "srun.rc.0").exists() and (out / "srun.rc.0").read_text().strip(), timeout=240)
         logs = [(out / f"launcher-{t}.log").read_text()[-400:] for t in range(5)]
         assert rc == "0", logs
         final = json.loads((out / "final.json").read_text())
         assert final["end"] == "done" and final["sha256"] == expected
-        [change, done] = json.loads((out / "launcher-0.json").read_text())["generations"]
-        assert change["lost"] == {"2": 2} and "killed by signal 9" in change["reason"] and done["end"] == "done"
-        standby = json.loads((out / "rank-2.json").read_text())
-        assert standby["slot"] == 4 and standby["sha256"] == expected
+        launcher0 = json.loads((out / "launcher-0.json").read_text())
+        [first, second, done] = launcher0["generations"]
+        assert first["lost"] == {"2": 2} and "killed by signal 9" in first["reason"] and done["end"] == "done"
+        assert second["lost"] == {"1": 1} and "killed by signal 9" in second["reason"]
+        [standby_job] = launcher0["replenish"]["submitted"]
+        assert json.loads((out / "rank-2.json").read_text())["slot"] == 4
+        assert json.loads((out / "rank-1.json").read_text())["slot"] == 5  # the joined standby trained
         record = subprocess.run(["scontrol", "show", "job", job], env=lab.command_env(), capture_output=True,
                                 text=True, timeout=30).stdout
         assert "Restarts=0" in record, record  # the same job, never requeued
+        ended = wait_for(lambda: _ended(lab, standby_job), timeout=60, step=0.5)
+        assert ended in ("COMPLETED", "CANCELLED"), ended
     finally:
         subprocess.run(["scancel", job], env=lab.command_env(), capture_output=True, timeout=30)
 
+
+def _ended(lab, job: str) -> str | None:
+    """The job's state once it is no longer pending or running (None before)."""
+    out = subprocess.run(["scontrol", "show", "job", job, "--oneliner"], env=lab.command_env(), capture_output=True,
+                         text=True, timeout=30).stdout
+    state = out.split("JobState=")[1].split()[0] if "JobState=" in out else "GONE"
+    return None if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING") else state
 
 
 RESERVATION = "fleetctl-spares"

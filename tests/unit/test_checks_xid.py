@@ -261,10 +261,9 @@ def _distinct_pairs(n):
 
 
 def test_a_million_distinct_pairs_stay_bounded():
-    started = time.monotonic()
-    scan = scan_lines(_distinct_pairs(1_000_000), boot=0.0)
+    scan = scan_lines(_distinct_pairs(1_000_000), boot=0.0)  # no deadline: every line is read (~5 s here;
+    # how long it takes is a benchmark's figure, not a test's)
     out = judge_scan(scan, {"boot_id": "x"}, {}, "test")
-    assert time.monotonic() - started < 10.0  # ~5 s on this shared box; under a budget it stops and reports
     assert len(scan.groups) == X.MAX_GROUPS
     assert len(out) == X.MAX_RESULTS + 2  # 64 findings, xid.more, xid.scan
     more = {r["code"]: r for r in out}["xid.more"]

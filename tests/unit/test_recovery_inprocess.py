@@ -473,3 +473,146 @@ def test_host_copies_do_not_change_with_the_state_and_fall_back_without_pinned_m
     assert host._free == {}
     if not torch.cuda.is_available():
         assert host._buffer(torch.ones(2)) is None and host.pinned is False
+
+
+# ---------------------------------------------------------------- replacement standbys (--replenish, --join)
+def test_a_standby_that_joined_later_takes_the_next_lost_rank(store):
+    clock = Clock()
+    ctl = _started(store, clock, active=3, slots=3)  # no standby of its own
+    store.set("slots", "3")
+    slot = control.join_slot(store)
+    assert slot == 3
+    _hello(store, slot, "node9")
+    clock.now += control.JOIN_LOOK_EVERY_S
+    assert ctl.poll() is None and ctl.slots == 4 and 3 in ctl.hellos
+    from fleetctl.recovery.migrate import hellos
+
+    assert sorted(hellos(store)) == [0, 1, 2, 3]  # `fleetctl migrate` sees it too
+    holder_of_1 = _plan(store).holders[1]
+    control.post_exit(store, 1, -9)
+    for s in (0, 2):
+        _report(store, 0, s, {7, 8}, {1: {7, 8}} if s == holder_of_1 else {})
+    ctl.poll()
+    plan = _plan(store)
+    assert plan.gen == 1 and plan.ranks == {0: 0, 2: 2, 3: 1} and plan.resume == 8
+    assert ctl.awaited_slots() == [0, 1, 2, 3]
+
+
+def test_joined_standbys_are_bounded_and_one_that_never_started_is_not_awaited(store):
+    clock = Clock()
+    ctl = _started(store, clock, active=3, slots=3)
+    store.set("slots", "3")
+    store.add(control.JOINED, control.JOINED_MAX - 1)
+    assert control.join_slot(store) == 3 + control.JOINED_MAX - 1
+    with pytest.raises(RecoveryError, match=f"{control.JOINED_MAX} standbys joined this run already"):
+        control.join_slot(store)
+    clock.now += control.JOIN_LOOK_EVERY_S
+    ctl.poll()
+    assert ctl.slots == 3 + control.JOINED_MAX  # never more than the bound, whatever the counter says
+    assert ctl.awaited_slots() == [0, 1, 2]  # none said hello: a queued job is cancelled, not awaited
+
+
+class SubmittingBackend:
+    """Records what the replenisher would give sbatch (the real submission: tests/integration/
+    test_run_lab.py, under the lab's Slurm)."""
+
+    def __init__(self, fail=False):
+        self.scripts, self.args, self.cancelled, self.fail = [], [], [], fail
+
+    def submit(self, script, args):
+        from fleetctl.errors import SlurmError
+
+        if self.fail:
+            raise SlurmError("sbatch: error: invalid partition specified: gpu")
+        self.scripts.append(open(script).read())
+        self.args.append(args)
+        return str(100 + len(self.scripts))
+
+    def cancel(self, ids):
+        self.cancelled.extend(ids)
+
+
+def _wait_threads(replenisher):
+    for thread in list(replenisher._threads):
+        thread.join(10)
+
+
+def test_one_replacement_is_submitted_per_standby_used_within_the_budget():
+    import shlex
+
+    from fleetctl.recovery.replenish import Replenisher
+
+    backend = SubmittingBackend()
+    command = ["python3", "train.py", "--name", "a b; rm -rf / $(reboot)", "it's"]
+    rep = Replenisher(3, ["-p", "gpu"], "10.0.0.1:29400", command, "77", 60.0, backend=backend)
+    rep.after(control.Plan(0, 3, {0: 0, 1: 1, 2: 2}, {}))  # plan 0 used nothing
+    rep.after(control.Plan(1, 3, {0: 0, 3: 1, 2: 2}, {}, 5, lost={1: 1}))
+    rep.after(control.Plan(1, 3, {0: 0, 3: 1, 2: 2}, {}, 5, lost={1: 1}))  # the same plan again: nothing
+    _wait_threads(rep)
+    assert len(backend.scripts) == 1
+    assert backend.args[0] == ["-N1", "-n1", "--job-name=77.standby", "-p", "gpu"]
+    script = backend.scripts[0]
+    assert script.startswith("#!/bin/sh\n")
+    words = shlex.split(script.splitlines()[-1])
+    assert words[0] == "exec" and words[2:4] == ["-m", "fleetctl"] and words[4:9] == ["run", "--join", "10.0.0.1:29400", "--collective-timeout", "60"]
+    assert words[-len(command):] == command  # each word as given: nothing a shell would expand
+    rep.after(control.Plan(2, 3, {0: 0, 4: 1, 5: 2}, {}, 9, lost={1: 3, 2: 2}))  # two used, one left in budget
+    _wait_threads(rep)
+    rep.after(control.Plan(3, 3, {0: 0, 6: 1, 5: 2}, {}, 9, lost={1: 4}))
+    rep.after(control.Plan(4, 3, {}, {}, end="requeue", lost={1: 6}))
+    _wait_threads(rep)
+    assert len(backend.scripts) == 3
+    rep.cancel()
+    assert backend.cancelled == ["101", "102", "103"]
+    assert rep.to_dict() == {"budget": 3, "submitted": ["101", "102", "103"], "failures": []}
+
+
+def test_a_refused_submission_is_said_and_training_is_not_touched():
+    from fleetctl.recovery.replenish import Replenisher
+
+    rep = Replenisher(2, ["-p", "gpu"], "h:1", ["true"], "", 60.0, backend=SubmittingBackend(fail=True))
+    rep.after(control.Plan(1, 2, {0: 0, 2: 1}, {}, 5, lost={1: 1}))
+    _wait_threads(rep)
+    rep.cancel()
+    assert rep.to_dict()["failures"] == ["sbatch: error: invalid partition specified: gpu"]
+    assert rep.to_dict()["submitted"] == []
+
+
+def test_a_standby_whose_hello_comes_after_a_loss_still_takes_the_next_one(store):
+    """A lost slot has said hello and is gone: counted once, or a late standby's hello goes unread."""
+    clock = Clock()
+    ctl = control.Controller(store, 3, 5, control.Timing(dead_after_s=5, grace_s=30), clock=clock)
+    for slot in range(4):  # slot 4, the second standby, still starting
+        _hello(store, slot, f"node{slot}")
+    ctl.poll()
+
+    def lose(slot, its):
+        holder = _plan(store).holders[_plan(store).ranks[slot]]
+        control.post_exit(store, slot, -9)
+        gen = _plan(store).gen
+        for s in _plan(store).ranks:
+            if s != slot:
+                _report(store, gen, s, its, {_plan(store).ranks[slot]: its} if s == holder else {})
+        ctl.poll()
+
+    lose(1, {4})
+    assert _plan(store).ranks == {0: 0, 2: 2, 3: 1}
+    _hello(store, 4, "node4")
+    ctl.poll()
+    lose(2, {9})
+    assert _plan(store).ranks == {0: 0, 3: 1, 4: 2} and not _plan(store).end
+
+
+def test_a_standby_that_joins_just_before_a_loss_is_counted_at_once(store):
+    clock = Clock()
+    ctl = _started(store, clock, active=3, slots=3)
+    store.set("slots", "3")
+    clock.now += control.JOIN_LOOK_EVERY_S
+    ctl.poll()  # looked: nobody joined
+    _hello(store, control.join_slot(store), "node9")
+    control.post_exit(store, 1, -9)  # within the same second: the controller looks again before giving up
+    holder_of_1 = _plan(store).holders[1]
+    for s in (0, 2):
+        _report(store, 0, s, {4}, {1: {4}} if s == holder_of_1 else {})
+    ctl.poll()
+    assert _plan(store).ranks == {0: 0, 2: 2, 3: 1}
