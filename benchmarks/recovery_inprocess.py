@@ -21,6 +21,10 @@ Each migration (`fleetctl migrate` of a random training rank's node, at a random
 - lost_iterations (goal 0) and bit_identical as above.
 Replica cost (no fault, K = 1, one replica every iteration): the loop's blocked time (the state's
 clone plus any wait for the previous push) as a share of its iteration time, per model width.
+Replica cadence (`--state-mbs`, no fault): the same job carrying more state (a buffer replicated with
+the parameters), at K = 1 and with `every="auto"` (K agreed from the replica's cost, within 5 % of
+the loop): the K chosen, the loop's blocked share, and one SIGKILL with the auto K (bit-identical,
+iterations lost <= K).
 Goals (issue 25): resumed p50 <= 5 s, p99 <= 10 s; at most one iteration lost; bit-identical; the
 loop blocked <= 5 % of its iteration time; a planned migration pauses training <= 2 s.
 """
@@ -66,6 +70,36 @@ def reference(work: Path, args, width: int) -> dict:
             "blocked_pct": round(100 * statistics.mean(r["blocked_s"] / b for r, b in zip(per_rank, busy)), 2),
             "waited_pct": round(100 * statistics.mean(r["waited_s"] / b for r, b in zip(per_rank, busy)), 2),
             "push_failures": sum(r["push_failures"] for r in per_rank)}
+
+
+def cadence(work: Path, args, state_mb: float, expected: str) -> dict:
+    """K = 1 against every="auto" at one state size, then one kill with the auto K."""
+    out = {"state_mb": state_mb}
+    for every in ("1", "auto"):
+        run = work / f"cadence-{state_mb}-{every}"
+        codes = wait_all(launch_tasks(run, args.ranks, 0, args.steps, args.sleep,
+                                      train_args=("--every", every, "--state-mb", str(state_mb))), 900)
+        per_rank = ranks(run)
+        busy = [r["mean_iteration_s"] * r["iterations"] for r in per_rank]
+        out[f"every_{every}"] = {
+            "codes": codes, "k": sorted({r["cadence"]["k"] for r in per_rank}),
+            "replicas_per_rank": round(statistics.mean(r["replicas"] for r in per_rank), 1),
+            "replica_ms": round(statistics.mean((r["cadence"]["replica_s"] or 0) for r in per_rank) * 1e3, 2),
+            "mean_iteration_ms": round(statistics.mean(r["mean_iteration_s"] for r in per_rank) * 1e3, 2),
+            "blocked_pct": round(100 * statistics.mean(r["blocked_s"] / b for r, b in zip(per_rank, busy)), 2)}
+    run = work / f"cadence-{state_mb}-kill"
+    procs = launch_tasks(run, args.ranks + 1, 1, args.steps, args.sleep,
+                         train_args=("--every", "auto", "--state-mb", str(state_mb)))
+    wait_for_progress(run, args.steps // 2)
+    os.kill(int((run / "pid-1").read_text()), signal.SIGKILL)
+    codes = wait_all(procs, 900)
+    per_rank = ranks(run)
+    change = json.loads((run / "launcher-0.json").read_text())["generations"][0]
+    before = [h for r in per_rank for h in r["history"] if h["gen"] == 0 and h["last_step"] is not None]
+    out["kill_auto"] = {"codes": codes, "resume": change["resume"],
+                        "lost_iterations": max(h["last_step"] for h in before) - change["resume"],
+                        "bit_identical": json.loads((run / "final.json").read_text())["sha256"] == expected}
+    return out
 
 
 def _state_bytes(width: int) -> int:
@@ -132,15 +166,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--sleep", type=float, default=0.02, help="seconds of stand-in compute per iteration")
     parser.add_argument("--widths", default="64,1024,4096", help="model widths for the replica cost")
+    parser.add_argument("--state-mbs", default="0,16,64", help="state sizes for the replica cadence ('' skips)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     args.widths = [int(w) for w in args.widths.split(",")]
+    args.state_mbs = [float(m) for m in args.state_mbs.split(",") if m]
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="fleetctl-bench-run-") as tmp:
         work = Path(tmp)
         costs = [reference(work, args, w) for w in args.widths]
         trials = [trial(work, n, args, costs[0]["sha256"], rng) for n in range(args.trials)]
         moves = [migration(work, n, args, costs[0]["sha256"], rng) for n in range(args.migrations)]
+        cadences = [cadence(work, args, mb, costs[0]["sha256"]) for mb in args.state_mbs]
     resumed = [t["resumed_s"] for t in trials]
     paused = [m["paused_s"] for m in moves if "paused_s" in m]
     print(json.dumps({
@@ -157,7 +194,7 @@ def main() -> None:
                       "lost_iterations_max": max((m["lost_iterations"] for m in moves if "paused_s" in m), default=None),
                       "bit_identical": f"{sum(m.get('bit_identical', False) for m in moves)}/{len(moves)}",
                       "failed": sum(1 for m in moves if "error" in m)},
-        "replica_cost": costs, "trials": trials, "migrations": moves}, indent=2))
+        "replica_cost": costs, "cadence": cadences, "trials": trials, "migrations": moves}, indent=2))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ from fleetctl.recovery.resilient import Resilient  # noqa: E402
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=200)
 parser.add_argument("--sleep", type=float, default=0.0, help="seconds added to each iteration")
-parser.add_argument("--every", type=int, default=1)
+parser.add_argument("--every", type=lambda v: v if v == "auto" else int(v), default=1, help="K, or auto")
+parser.add_argument("--replica-budget", type=float, default=0.05, help="with --every auto: the loop's share for replicas")
+parser.add_argument("--state-mb", type=float, default=0.0,
+                    help="carry this much more state (a buffer in the model): what a replica copies")
 parser.add_argument("--width", type=int, default=64)
 parser.add_argument("--reduce", choices=("flat", "ddp"), default="flat",
                     help="flat: job.average_gradients (bit-identical across restarts); ddp: DDP")
@@ -42,11 +45,13 @@ torch.set_num_threads(1)
 torch.manual_seed(1234)
 device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if args.backend == "nccl" else torch.device("cpu")
 model = torch.nn.Sequential(torch.nn.Linear(32, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 1)).to(device)
+if args.state_mb:  # replicated with the parameters, never trained
+    model.register_buffer("ballast", torch.zeros(int(args.state_mb * (1 << 20) / 4), device=device))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 position = {"samples": 0}  # a data position, restored like a loader's
 with open(os.path.join(args.out, f"pid-{os.environ.get('FLEETCTL_RUN_SLOT', 'x')}"), "w") as f:
     f.write(str(os.getpid()))  # for the tests: the process to kill
-job = Resilient(model, optimizer, every=args.every, backend=args.backend,
+job = Resilient(model, optimizer, every=args.every, backend=args.backend, replica_budget=args.replica_budget,
                 extra_state={"data": (lambda: dict(position), lambda v: position.update(v))},
                 snapshot={"directory": args.snap, "interval_s": args.snap_interval} if args.snap else None)
 iteration_times = []
@@ -107,6 +112,6 @@ if job.rank >= 0:  # a standby never needed has no rank
         "rank": job.rank, "slot": job.slot, "sha256": digest, "samples": position["samples"],
         "restarts": job.restarts, "replicas": job.replicas, "push_failures": job.push_failures,
         "blocked_s": job.blocked_s, "waited_s": job.waited_s, "iterations": len(iteration_times),
-        "mean_iteration_s": mean_iteration, "history": job.history}))
+        "mean_iteration_s": mean_iteration, "cadence": job.cadence.to_dict(), "history": job.history}))
 if job.rank == 0:
     write("final.json", json.dumps({"end": end, "sha256": digest, "history": job.history}))

@@ -52,6 +52,7 @@ BEAT_EVERY_S = 0.25
 LOOK_EVERY_S = 1.0  # rank 0's progress: is the job moving?
 FULL_LOOK_EVERY_S = 10.0  # every rank's progress: stragglers (a hang is looked at as soon as rank 0 stalls)
 JOIN_LOOK_EVERY_S = 1.0  # count/joined: a replacement standby joined
+TERM_GRACE_S = 2.0  # a rank ended by SIGTERM is lost only if task 0 was not told to end as well
 JOINED_MAX = 1024  # standbys that may join one run (each is a Slurm job a launcher submitted)
 ENDS = ("done", "requeue", "abort")
 
@@ -295,6 +296,7 @@ class Controller:
         self.beats: dict[int, tuple[int, float]] = {}  # slot -> (counter, when it last changed)
         self.gone: dict[int, str] = {}  # slot -> why (exit, no heartbeat, killed)
         self.done: set[int] = set()  # active slots whose training finished (their exit is no loss)
+        self._terminated: dict[int, tuple[float, bytes]] = {}  # slot -> (when, exit) ended by SIGTERM/SIGINT
         self.trouble_since: float | None = None
         self.history: list[dict] = []  # one record per generation change, for the log and the tests
         self.end: str | None = None
@@ -341,8 +343,15 @@ class Controller:
                     self.done.add(slot)
         if exits:
             for slot in watched:
-                if slot not in self.done and self._has(exit_key(slot)):
-                    self._lose(slot, f"process ended ({_exit_text(self.store.get(exit_key(slot)))})")
+                if slot not in self.done and slot not in self._terminated and self._has(exit_key(slot)):
+                    raw = self.store.get(exit_key(slot))
+                    if _exit_code(raw) in (-15, -2):  # SIGTERM/SIGINT: Slurm ending the job sends it to every
+                        self._terminated[slot] = (now, raw)  # task; task 0's own may come a moment later
+                    else:
+                        self._lose(slot, f"process ended ({_exit_text(raw)})")
+        for slot, (when, raw) in list(self._terminated.items()):
+            if now - when > TERM_GRACE_S and slot not in self.gone:
+                self._lose(slot, f"process ended ({_exit_text(raw)}; the job itself went on)")
         watched = [s for s in watched if s not in self.gone and s not in self.done]
         for slot, count in zip(watched, self._beat_counts(watched)):
             last = self.beats.get(slot)
@@ -515,6 +524,12 @@ class Controller:
                            lost_ranks, sources, reason=why))
         return None
 
+    def stop(self, reason: str) -> str:
+        """The job is ending (task 0's launcher got SIGTERM): end the run, whatever comes next."""
+        if self.end:
+            return self.end
+        return self._publish_end("requeue", reason)
+
     def _standbys(self) -> list[int]:
         return sorted(s for s in self.hellos if s not in self.plan.ranks and s not in self.gone)
 
@@ -547,11 +562,18 @@ class Controller:
         return end
 
 
-def _exit_text(raw) -> str:
+def _exit_code(raw) -> int | None:
     try:
         code = decode(raw, "exit").get("code")
     except RecoveryError:
+        return None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _exit_text(raw) -> str:
+    code = _exit_code(raw)
+    if code is None:
         return "exit status unreadable"
-    if isinstance(code, int) and code < 0:
+    if code < 0:
         return f"killed by signal {-code}"
     return f"exit status {code}"

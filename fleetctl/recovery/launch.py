@@ -131,6 +131,8 @@ def launch(argv: list[str], options: LaunchOptions, env=None) -> LaunchResult:
 
 def _join(argv: list[str], options: LaunchOptions, env: dict) -> LaunchResult:
     """A replacement standby (recovery.replenish): the next slot of a running job's store."""
+    if ":" not in options.join:  # a default port would be this (the standby's own) job's
+        raise UsageError(f"--join {options.join!r}: give HOST:PORT, the running job's control store")
     host, port = store_address(replace(options, store=options.join), env)
     store = _store(host, port, is_master=False, timeout_s=10.0)  # a run that ended: say so soon
     if not store.check(["run", "slots"]):
@@ -223,9 +225,12 @@ class _Child:
             self.proc = subprocess.Popen(argv, env=env, start_new_session=True)
         except OSError as exc:
             raise UsageError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        self.ending: int | None = None  # SIGTERM or SIGINT received: the job is ending (scancel, preemption)
         self._old = {s: signal.signal(s, self._forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)}
 
     def _forward(self, signum, _frame) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            self.ending = signum
         self.signal(signum)
 
     def signal(self, signum: int) -> None:
@@ -249,6 +254,9 @@ def _supervise(child: _Child, store, slot: int, controller, options: LaunchOptio
     watcher = _signal_writer(options, job) if controller is not None else None
     try:
         while True:
+            if controller is not None and end is None and child.ending:  # every task got it: the
+                # processes ending now are no lost ranks (no standby takes them, no replacement job)
+                end = controller.stop(f"the job is ending ({signal.Signals(child.ending).name} to task 0)")
             if controller is not None and time.monotonic() >= next_poll:
                 first = end is None
                 end = controller.poll() or end

@@ -11,8 +11,9 @@ to disk, a requeue or a new allocation (docs/recovery.md, "No rollback").
 
 Under `srun fleetctl run --standbys K -- python train.py` the first N tasks train and K stand by:
 their process is up, imports done, model built, joined to the control store, heartbeating. Every
-`every` iterations each rank copies its state (model, optimizer, RNG, extra state; the clone is all
-the loop waits for) and a thread pushes it to the replica server of a rank on another node.
+`every` iterations (or K agreed from the copy's cost: `every="auto"`, recovery/cadence.py) each rank
+copies its state (model, optimizer, RNG, extra state; the clone is all the loop waits for) and a
+thread pushes it to the replica server of a rank on another node.
 
 When a rank is lost (its process ended or froze, its node went away), the survivors' collective fails
 (gloo reports the peer's closed connection at once; a frozen peer is killed by its launcher so that it
@@ -57,6 +58,7 @@ import torch.distributed as dist
 
 from fleetctl.errors import RecoveryError
 from fleetctl.recovery import control, replica
+from fleetctl.recovery.cadence import Cadence
 from fleetctl.recovery.hostcopy import HostCopier
 from fleetctl.recovery.progress import ProgressRecord
 from fleetctl.snapshot.rankstate import ExtraState, capture_rng, restore_rng
@@ -101,18 +103,24 @@ def _clone(value: Any) -> Any:
 
 class Resilient:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-                 extra_state: Any = None, every: int = 1, backend: str = "gloo",
+                 extra_state: Any = None, every: int | str = 1, backend: str = "gloo",
                  collective_timeout_s: float | None = None, snapshot: dict | None = None,
-                 env: dict | None = None):
-        """`every`: iterations between replicas (1: at most one iteration lost in most faults).
+                 env: dict | None = None, replica_budget: float = 0.05, mtbf_s: float | None = None):
+        """`every`: iterations between replicas (1: at most one iteration lost in most faults), or
+        "auto": the fewest iterations between replicas that keep the loop's cost of them within
+        `replica_budget`, and Young's interval when the job's `mtbf_s` is given (recovery.cadence).
         `snapshot`: Snapshotter options (directory=...) for the disk fallback (swap + requeue)."""
         env = os.environ if env is None else env
         missing = [k for k in (ENV_STORE, ENV_SLOT, ENV_RUN) if not env.get(k)]
         if missing:
             raise RecoveryError(f"not started by `fleetctl run` ({', '.join(missing)} unset): launch with "
                                 "`srun fleetctl run [--standbys K] -- python ...`")
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise RecoveryError(f"every must be a positive integer, not {every!r}")
+        if every != "auto" and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+            raise RecoveryError(f"every must be a positive integer or 'auto', not {every!r}")
+        if not isinstance(replica_budget, (int, float)) or not 0.001 <= replica_budget <= 1.0:
+            raise RecoveryError(f"replica_budget must be a fraction in [0.001, 1], not {replica_budget!r}")
+        if mtbf_s is not None and (not isinstance(mtbf_s, (int, float)) or not 1.0 <= mtbf_s <= 1e9):
+            raise RecoveryError(f"mtbf_s must be seconds in [1, 1e9], not {mtbf_s!r}")
         host, _, port = env[ENV_STORE].rpartition(":")
         if not host or not port.isdigit():
             raise RecoveryError(f"{ENV_STORE}={env[ENV_STORE]!r}: expected HOST:PORT")
@@ -124,7 +132,8 @@ class Resilient:
         self.model, self.optimizer, self.extra = model, optimizer, ExtraState(extra_state)
         if backend not in ("gloo", "nccl"):
             raise RecoveryError(f"backend {backend!r}: gloo or nccl")
-        self.every, self.backend, self.snapshot_options = every, backend, snapshot
+        self.cadence = Cadence(None if every == "auto" else every, float(replica_budget), mtbf_s)
+        self.backend, self.snapshot_options = backend, snapshot
         self.device = _device(backend, env)
         self.rank, self.world, self.gen, self.start = -1, 0, -1, 0
         self.plan: control.Plan | None = None
@@ -193,10 +202,15 @@ class Resilient:
         record["last_step"], record["last_step_at"] = iteration, time.time()
         if self.snapshotter is not None:
             self.snapshotter.step(iteration)
-        if (iteration + 1) % self.every == 0:
-            self._replicate(iteration)
-        if self._leave_reason is not None:
-            raise Migrate(self._leave_reason)
+        self.cadence.observe_step(time.perf_counter())
+        if self.cadence.agreement_due(iteration):  # every rank at the same iteration (cadence.py)
+            wanted = torch.tensor([self.cadence.wanted()], dtype=torch.int64, device=self.device)
+            dist.all_reduce(wanted, op=dist.ReduceOp.MAX)
+            self.cadence.adopt(int(wanted.item()), iteration)
+        if self.cadence.due(iteration):
+            self._replicate(iteration, measure=True)
+        if self._leave_reason is not None and self.cadence.due(iteration):  # where every rank has a copy
+            raise Migrate(self._leave_reason)  # (with K > 1, up to K - 1 iterations after the request)
         if self._seen_gen > self.gen:
             raise Restart(f"generation {self._seen_gen} published")
 
@@ -317,6 +331,7 @@ class Resilient:
         if self.snapshot_options is not None and self.snapshotter is None:
             self._snapshotter()
         self.progress.resume(self.rank, self.start - 1)
+        self.cadence.restart(self.start)
         self._replicate(self.start - 1)  # the holder has this rank's state before its first iteration
 
     def _snapshotter(self) -> None:
@@ -414,7 +429,7 @@ class Resilient:
         restore_rng(state["rng"])
         self.extra.restore(state["extra"])
 
-    def _replicate(self, iteration: int) -> None:
+    def _replicate(self, iteration: int, measure: bool = False) -> None:
         t0 = time.perf_counter()
         if not self._idle.is_set():
             self._idle.wait()  # one push in flight at most: the holder is never far behind
@@ -429,7 +444,10 @@ class Resilient:
             self._idle.clear()
             self._outbox.put_nowait((holder, iteration, state))  # a standing thread: starting one per
             # push cost milliseconds on a busy machine, waiting to be scheduled
-        self.blocked_s += time.perf_counter() - t0
+        blocked = time.perf_counter() - t0
+        self.blocked_s += blocked
+        if measure:  # (not the replica on entering a generation: its first pinned allocation)
+            self.cadence.observe_replica(blocked)
 
     def _pusher(self) -> None:
         while True:

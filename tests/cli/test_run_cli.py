@@ -45,6 +45,7 @@ def test_a_command_is_required(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["run", "--join", "127.0.0.1:29999", "--standbys", "1", "--", "true"], "takes no --standbys"),
+    (["run", "--join", "node1", "--", "true"], "--join 'node1': give HOST:PORT"),
     (["run", "--replenish", "1", "--replenish-args", "-p 'gpu", "--store", "127.0.0.1:29999", "--", "true"],
      "--replenish-args \"-p 'gpu\": No closing quotation"),
 ])

@@ -189,9 +189,12 @@ def test_act_migrates_then_swaps_when_no_standby_is_left_and_the_job_restores_it
 
 def test_fleetctl_migrate_moves_a_rank_at_a_step_boundary_and_loses_nothing(tmp_path, expected):
     """`fleetctl migrate` from the command line, on the same job run by local launchers (each task its
-    own "node"; no Slurm needed, so the store is given): nothing lost, bit-identical."""
+    own "node"; no Slurm needed, so the store is given): nothing lost, bit-identical. The job carries
+    4 MB of state that replicas copy, with `every="auto"` and a budget of 0.2 % of the loop: the
+    ranks agree on a K > 1, and the rank leaves at the next iteration where every rank took a copy."""
     out = tmp_path / "migrate"
-    procs = launch(out, 5, 1, STEPS, sleep=0.03)  # ~10 s: `fleetctl migrate` starts (imports torch) meanwhile
+    procs = launch(out, 5, 1, STEPS, sleep=0.03,  # ~10 s: `fleetctl migrate` starts (imports torch) meanwhile
+                   train_args=("--every", "auto", "--state-mb", "4", "--replica-budget", "0.002"))
     wait_for(lambda: (out / "progress").exists() and int((out / "progress").read_text() or 0) >= 20, timeout=120)
     store = f"127.0.0.1:{(out / 'port').read_text()}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -202,8 +205,10 @@ def test_fleetctl_migrate_moves_a_rank_at_a_step_boundary_and_loses_nothing(tmp_
     assert doc["moved"] == {"1": {"from_slot": 1, "to_slot": 4, "to_node": "local4"}} and doc["seconds"] < 10
     assert wait_all(procs) == [0] * 5
     assert json.loads((out / "final.json").read_text())["sha256"] == expected
-    histories = [json.loads(p.read_text())["history"] for p in out.glob("rank-*.json")]
+    ranks = [json.loads(p.read_text()) for p in out.glob("rank-*.json")]
+    histories = [r["history"] for r in ranks]
     assert doc["resume"] == max(h["last_step"] for hist in histories for h in hist if h["gen"] == 0)  # nothing lost
+    assert all(r["cadence"]["every"] == "auto" and r["cadence"]["k"] > 1 for r in ranks), [r["cadence"] for r in ranks]
     again = subprocess.run([sys.executable, "-m", "fleetctl", "migrate", "1", "local0", "--store", store],
                            capture_output=True, text=True, timeout=60, env=env)
     assert again.returncode == 3 and "unreachable" in again.stderr  # the job is over, its store gone
@@ -226,6 +231,19 @@ def test_a_rank_hung_in_its_own_work_is_killed_and_its_rank_goes_to_the_standby(
     assert hangs == [("open", "local1", 1), ("close", "local1", 1)], records
     stalled = [r for r in records if r["metric"] == "hang"][0]["evidence"]["seconds_without_progress"]
     assert 2.0 < stalled < 6.0  # judged within a look (1 s) of its threshold
+
+
+def test_a_job_being_cancelled_ends_the_run_without_replacing_anyone(tmp_path):
+    """SIGTERM to every task, as scancel, preemption or the time limit send it: the processes that
+    end are not lost ranks; no standby takes one, the run ends (requeue: Slurm may run it again)."""
+    out = tmp_path / "cancel"
+    procs = launch(out, 3, 1, STEPS, sleep=0.05)
+    wait_for(lambda: (out / "progress").exists() and int((out / "progress").read_text() or 0) >= 10, timeout=120)
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    assert wait_all(procs, 60) == [2, 2, 2]
+    [end] = json.loads((out / "launcher-0.json").read_text())["generations"]
+    assert end["end"] == "requeue" and end["lost"] == {} and "SIGTERM to task 0" in end["reason"], end
 
 
 def _generations(out: Path):

@@ -616,3 +616,24 @@ def test_a_standby_that_joins_just_before_a_loss_is_counted_at_once(store):
         _report(store, 0, s, {4}, {1: {4}} if s == holder_of_1 else {})
     ctl.poll()
     assert _plan(store).ranks == {0: 0, 2: 2, 3: 1}
+
+
+def test_a_job_that_is_ending_ends_the_run_and_its_dying_ranks_are_no_losses(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    assert ctl.stop("the job is ending (SIGTERM to task 0)") == "requeue"
+    control.post_exit(store, 1, -15)
+    assert ctl.poll() == "requeue"
+    plan = _plan(store)
+    assert plan.end == "requeue" and plan.lost == {} and "SIGTERM" in plan.reason
+    assert ctl.stop("again") == "requeue" and _plan(store).gen == plan.gen  # said once
+
+
+def test_a_rank_ended_by_sigterm_is_lost_only_when_task_0_was_not_told_to_end_too(store):
+    clock = Clock()
+    ctl = _started(store, clock)
+    control.post_exit(store, 1, -15)
+    assert ctl.poll() is None and 1 not in ctl.gone  # the job may be ending: task 0's SIGTERM may follow
+    clock.now += control.TERM_GRACE_S + 0.1
+    ctl.poll()
+    assert "killed by signal 15; the job itself went on" in ctl.gone[1]
