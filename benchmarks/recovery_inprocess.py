@@ -86,7 +86,9 @@ def cadence(work: Path, args, state_mb: float, expected: str) -> dict:
             "replicas_per_rank": round(statistics.mean(r["replicas"] for r in per_rank), 1),
             "replica_ms": round(statistics.mean((r["cadence"]["replica_s"] or 0) for r in per_rank) * 1e3, 2),
             "mean_iteration_ms": round(statistics.mean(r["mean_iteration_s"] for r in per_rank) * 1e3, 2),
-            "blocked_pct": round(100 * statistics.mean(r["blocked_s"] / b for r, b in zip(per_rank, busy)), 2)}
+            "blocked_pct": round(100 * statistics.mean(r["blocked_s"] / b for r, b in zip(per_rank, busy)), 2),
+            # once K is agreed (the whole-run share above includes each generation's first replicas at K = 1)
+            "steady_blocked_pct": round(100 * statistics.mean(_steady(r["cadence"]) for r in per_rank), 2)}
     run = work / f"cadence-{state_mb}-kill"
     procs = launch_tasks(run, args.ranks + 1, 1, args.steps, args.sleep,
                          train_args=("--every", "auto", "--state-mb", str(state_mb)))
@@ -100,6 +102,11 @@ def cadence(work: Path, args, state_mb: float, expected: str) -> dict:
                         "lost_iterations": max(h["last_step"] for h in before) - change["resume"],
                         "bit_identical": json.loads((run / "final.json").read_text())["sha256"] == expected}
     return out
+
+
+def _steady(cadence: dict) -> float:
+    c, t, k = cadence["replica_s"] or 0.0, cadence["iteration_s"] or 1.0, cadence["k"]
+    return c / (k * t + c)
 
 
 def _state_bytes(width: int) -> int:

@@ -9,9 +9,13 @@ between failures M (`mtbf_s`), Young's interval (Young, 1974: the interval sqrt(
 the replicas' cost plus the work lost to faults) raises it: K = max(that, sqrt(2 C M) / t).
 
 Every rank must replicate at the same iterations: the resume point is the newest iteration every
-rank (or its replica) has. So K is agreed, not chosen per rank: every AGREE_EVERY iterations of a
-generation each rank says the K it wants and all take the largest (one all-reduce of one integer,
-`Resilient.step`); each generation starts at K = 1 from its first iteration, on every rank alike.
+rank (or its replica) has. So K is agreed, not chosen per rank: FIRST_AGREE iterations into a
+generation, then every AGREE_EVERY, each rank says the K it wants and all take the largest (one
+all-reduce of one integer, `Resilient.step`); each generation starts at K = 1 from its first
+iteration, on every rank alike, so its first FIRST_AGREE replicas measure the cost.
+
+An iteration's time t is measured without the replica's own blocking (at K = 1 a dear replica would
+otherwise pass for the loop's work, and K would come out too small).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-AGREE_EVERY = 32  # iterations between agreements on K (one 8-byte all-reduce each)
+FIRST_AGREE = 4  # iterations into a generation: the first agreement on K
+AGREE_EVERY = 32  # iterations between the later ones (one 8-byte all-reduce each)
 K_MAX = 100_000
 SMOOTHING = 0.2  # weight of the newest measurement in the running means
 
@@ -35,6 +40,7 @@ class Cadence:
     cost_s: float | None = None  # running mean of one replica's blocking
     iteration_s: float | None = None  # running mean of one iteration (step to step)
     _last_step: float | None = None
+    _blocked: float = 0.0  # replica blocking since the last step (taken out of the iteration's time)
 
     def __post_init__(self):
         if self.every is not None:
@@ -46,7 +52,7 @@ class Cadence:
 
     def restart(self, start: int) -> None:
         """A generation starts at iteration `start` (its replica of start - 1 taken on entry)."""
-        self._last_step = None
+        self._last_step, self._blocked = None, 0.0
         if self.auto:
             self.k, self.base, self.gen_start = 1, start - 1, start - 1
 
@@ -55,14 +61,16 @@ class Cadence:
 
     def observe_step(self, now: float) -> None:
         if self._last_step is not None:
-            self.iteration_s = _mean(self.iteration_s, now - self._last_step)
-        self._last_step = now
+            self.iteration_s = _mean(self.iteration_s, max(1e-6, now - self._last_step - self._blocked))
+        self._last_step, self._blocked = now, 0.0
 
     def observe_replica(self, seconds: float) -> None:
         self.cost_s = _mean(self.cost_s, seconds)
+        self._blocked += seconds
 
     def agreement_due(self, iteration: int) -> bool:
-        return self.auto and iteration > self.gen_start and (iteration - self.gen_start) % AGREE_EVERY == 0
+        n = iteration - self.gen_start
+        return self.auto and (n == FIRST_AGREE or (n > FIRST_AGREE and (n - FIRST_AGREE) % AGREE_EVERY == 0))
 
     def wanted(self) -> int:
         """The K this rank's measurements ask for."""
@@ -70,7 +78,8 @@ class Cadence:
             return self.k
         if not self.cost_s or not self.iteration_s:
             return self.k
-        k = math.ceil(self.cost_s / (self.budget * self.iteration_s) - 1e-9)
+        # the loop's share C / (K t + C) within the budget b: K >= C (1 - b) / (b t)
+        k = math.ceil(self.cost_s * (1.0 - self.budget) / (self.budget * self.iteration_s) - 1e-9)
         if self.mtbf_s:
             k = max(k, round(math.sqrt(2.0 * self.cost_s * self.mtbf_s) / self.iteration_s))
         return max(1, min(K_MAX, k))

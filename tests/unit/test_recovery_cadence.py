@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fleetctl.errors import RecoveryError
-from fleetctl.recovery.cadence import AGREE_EVERY, Cadence
+from fleetctl.recovery.cadence import AGREE_EVERY, FIRST_AGREE, Cadence
 
 
 def _measured(cadence: Cadence, replica_s: float, iteration_s: float) -> Cadence:
@@ -15,6 +15,18 @@ def _measured(cadence: Cadence, replica_s: float, iteration_s: float) -> Cadence
         cadence.observe_replica(replica_s)
     cadence.iteration_s = iteration_s
     return cadence
+
+
+def test_the_iteration_time_leaves_out_the_replicas_own_blocking():
+    cadence = Cadence(None)
+    cadence.restart(0)
+    now = 0.0
+    for _ in range(20):  # 10 ms of work, then a replica that blocks 90 ms: K = 1 looks like 100 ms
+        cadence.observe_step(now)
+        cadence.observe_replica(0.090)
+        now += 0.100
+    assert abs(cadence.iteration_s - 0.010) < 1e-9
+    assert cadence.wanted() == 171  # 0.090 * 0.95 / (0.05 * 0.010)
 
 
 def test_a_fixed_k_replicates_on_the_same_iterations_as_before():
@@ -55,9 +67,11 @@ def test_every_rank_agrees_at_the_same_iterations_and_a_generation_starts_at_one
                 r.adopt(k, it)
         due.append([r.due(it) for r in ranks])
     assert all(a == b for a, b in due)
-    first_agreement = 99 + AGREE_EVERY
-    assert [it for it, (d, _) in zip(range(100, 200), due) if d][:AGREE_EVERY + 1] == \
-        list(range(100, first_agreement + 1)) + [first_agreement + 5]
+    first = 99 + FIRST_AGREE  # K = 1 until then: the first replicas measure the cost
+    agreements = [it for it in range(100, 200) if ranks[0].agreement_due(it)]
+    assert agreements == [first + n * AGREE_EVERY for n in range(4)]
+    assert [it for it, (d, _) in zip(range(100, 200), due) if d][:FIRST_AGREE + 2] == \
+        list(range(100, first + 1)) + [first + 5, first + 10]
     ranks[0].restart(300)
     assert ranks[0].k == 1 and ranks[0].due(300) and ranks[0].due(301)
 
