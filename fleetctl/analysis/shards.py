@@ -257,7 +257,9 @@ def _mark_suspects(merged: dict, shared: list[str], links_of, named: set[str]) -
     fault as it starts, each shard seeing a link or two of it before enough are in to name the
     switch. Marked `evidence.suspect_switch`, so the event machine opens them only if they
     persist (`EventRules.k_open_suspect` windows): one fault, one event on the switch, not a
-    few short-lived link events ahead of it. Two faulty cables on one spine still open, late."""
+    few short-lived link events ahead of it. Two faulty cables on one spine still open, late.
+    A single link of such a switch is marked `evidence.lone_link_of`: opened after
+    `EventRules.k_open_lone` windows (a lone cable's event one window later)."""
     if links_of is None:
         return
     for sw in shared:
@@ -269,6 +271,9 @@ def _mark_suspects(merged: dict, shared: list[str], links_of, named: set[str]) -
         if len({f["element"]["id"] for f in on}) >= 2:
             for f in on:
                 f["evidence"]["suspect_switch"] = sw
+        elif on:  # one link of it: a lone cable, or the switch's fault in its first window (seen by
+            # a shard or two before the others' links are in, once in CI): an event if it stays
+            on[0]["evidence"]["lone_link_of"] = sw
 
 
 def _switches_by_links(merged: dict, shared: list[str], th: Thresholds, links_of,

@@ -14,7 +14,9 @@ confidence, evidence) or, by its absence, good. Per location:
   (`explained_by_open_event`, window.py) opens its own event only after `k_open_gray` bad windows
   in a row: one window naming a twin of the open fault is not a second fault; a link of a
   shared switch that the shards' merge suspects (`suspect_switch`, analysis/shards.py) only
-  after `k_open_suspect`: the switch's fault is usually named whole within a few windows;
+  after `k_open_suspect`: the switch's fault is usually named whole within a few windows; the one
+  link of such a switch the merge saw lossy (`lone_link_of`) after `k_open_lone` (2): in a spine's
+  first window one shard may see one of its links before the others' are in;
 - escalation: an open event whose metric or severity changes gets an `update` record (also when
   the flap count passes 10, 30, 100, ...), never a second event;
 - refinement: a finding on a finer element inside an open event's (a link of the switch the
@@ -54,6 +56,7 @@ class EventRules:
     # links of a shared switch the merge suspects (analysis/shards.py): a spine's fault took up
     # to 4 windows to be named whole in the lab (each shard sees its links of it one by one)
     k_open_suspect: int = 6
+    k_open_lone: int = 2  # the one link of a shared switch the merge saw lossy: the switch's first window?
     m_close: int = 3
     flap_count: int = 3
     flap_window_s: float = 30.0
@@ -160,6 +163,8 @@ class EventTracker:
                 return []  # its bad paths are an open event's: a new fault only if it persists
             if evidence.get("suspect_switch") and st["bad"] < max(need, r.k_open_suspect):
                 return []  # part of a switch's fault being named: a fault of its own if it stays
+            if evidence.get("lone_link_of") and st["bad"] < max(need, r.k_open_lone):
+                return []  # the same, seen on one link so far: a lone cable if it stays a window more
             if flap is None and st["bad"] < need:
                 return []
             metric = "flapping" if flap else f["metric"]

@@ -299,6 +299,35 @@ def test_a_spine_fault_named_link_by_link_first_opens_one_event_on_the_spine(fou
     assert [(r["kind"], r["element"]["id"]) for r in more] == [("open", "spine3")]
 
 
+def test_a_spine_fault_seen_on_one_link_first_opens_one_event_on_the_spine(four_shards):
+    """A spine's first window: one shard names one of its links before the others' are in (a CI
+    run opened a link event that closed a window later, when the spine was named). The lone link
+    is marked `lone_link_of`: no event in its first window; the spine's one event after it."""
+    from fleetctl.lens.events import EventRules, EventTracker
+
+    topo, layout, shards = four_shards
+    tracker = EventTracker(EventRules(), topo.location)
+    rng = np.random.default_rng(6)
+    records, seen = _run_windows(tracker, topo, layout, shards, rng,
+                                 _loss(topo, ["leaf1->spine3", "spine3->leaf1"], 0.05), 1)
+    assert [(f["element"]["id"], f["evidence"].get("lone_link_of")) for f in seen[0]] == [("leaf1--spine3", "spine3")]
+    assert records == []
+    more, _ = _run_windows(tracker, topo, layout, shards, rng, _loss(topo, _spine_links(topo, "spine3"), 0.05), 2,
+                           t0=1)
+    assert [(r["kind"], r["element"]["id"]) for r in more] == [("open", "spine3")]
+
+
+def test_a_lone_faulty_cable_on_a_spine_opens_a_window_later():
+    from fleetctl.lens.events import EventRules, EventTracker
+
+    tracker = EventTracker(EventRules())
+    finding = {"element": {"type": "link", "id": "leaf1--spine3", "direction": "both"}, "metric": "loss",
+               "severity": "critical", "confidence": 0.9, "evidence": {"lone_link_of": "spine3"}}
+    assert tracker.window(0.0, 1.0, [finding], now=1.0) == []
+    assert [(r["kind"], r["element"]["id"]) for r in tracker.window(1.0, 2.0, [finding], now=2.0)] == \
+        [("open", "leaf1--spine3")]
+
+
 def test_two_faulty_cables_on_one_spine_still_open_once_they_persist(four_shards):
     from fleetctl.lens.events import EventRules, EventTracker
 
