@@ -452,16 +452,18 @@ class Follower:
             yield from self._drain()  # what was appended to the old file before it was renamed
             old = self._ino
             self.close()
-            yield from self._between(old)
-            self._open(at_end=False)
+            self._open(at_end=False)  # the live file first: one rotated while the files between were
+            # read would be skipped otherwise (a burst in CI lost a file so); later ones show next poll
+            yield from self._between(old, self._ino)
         elif st is not None and st.st_size < self._fh.tell():  # truncated in place
             self._fh.seek(0)
             self._buf, self._discarding = b"", False
         yield from self._drain()
 
-    def _between(self, old_ino: int | None) -> Iterator[dict]:
-        """Rotated files newer than the one just finished: several rotations between two polls
-        (a burst of events) leave whole files the follower never had open."""
+    def _between(self, old_ino: int | None, new_ino: int | None) -> Iterator[dict]:
+        """Rotated files newer than the one just finished and older than the one now open: several
+        rotations between two polls (a burst of events) leave whole files the follower never had
+        open. The one now open may itself have been rotated since: it is read through its handle."""
         rotated = log_files(self.path)[:-1]  # oldest first, the live file left out
         inos = []
         for p in rotated:
@@ -471,7 +473,9 @@ class Follower:
                 inos.append(None)
         if old_ino is None or old_ino not in inos:
             return
-        for p in rotated[inos.index(old_ino) + 1:]:
+        for p, ino in zip(rotated[inos.index(old_ino) + 1:], inos[inos.index(old_ino) + 1:]):
+            if new_ino is not None and ino == new_ino:
+                return
             yield from self._whole(p)
 
     def _whole(self, path: Path) -> Iterator[dict]:
