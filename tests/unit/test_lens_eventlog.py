@@ -128,7 +128,7 @@ def test_concurrent_writers_never_interleave(tmp_path):
 
 def test_follow_sees_appends_rotation_and_truncation(tmp_path):
     path = tmp_path / "e.jsonl"
-    log = EventLog(path, max_bytes=MAX_LINE, keep=3)
+    log = EventLog(path, max_bytes=MAX_LINE, keep=10)  # no file deleted while the follower catches up
     log.append(record("ev-20261201T050000-0000"))  # before following: not seen
     stop = threading.Event()
     got: list[str] = []
@@ -138,23 +138,25 @@ def test_follow_sees_appends_rotation_and_truncation(tmp_path):
         for rec in follower:
             got.append(rec["id"])
 
-    t = threading.Thread(target=consume)
+    t = threading.Thread(target=consume, daemon=True)  # (a failure must not keep pytest from ending)
     t.start()
-    time.sleep(0.2)
-    ids = [f"ev-20261201T060000-{i:04d}" for i in range(120)]
-    for eid in ids:  # ~40 records per file: two rotations while following
-        log.append(record(eid, evidence={"pad": "r" * 1500}))
-    _wait(lambda: len(got) >= len(ids))
-    assert got == ids
-    with open(path, "r+b") as fh:  # truncated in place (an operator's `> events.jsonl`)
-        fh.truncate(0)
-    time.sleep(0.1)
-    with open(path, "ab") as fh:
-        fh.write(b"garbage\n")
-    log.append(record("ev-20261201T070000-0001"))
-    _wait(lambda: got[-1] == "ev-20261201T070000-0001")
-    stop.set()
-    t.join(5)
+    try:
+        time.sleep(0.2)
+        ids = [f"ev-20261201T060000-{i:04d}" for i in range(120)]
+        for eid in ids:  # ~40 records per file: two rotations while following
+            log.append(record(eid, evidence={"pad": "r" * 1500}))
+        _wait(lambda: len(got) >= len(ids))
+        assert got == ids
+        with open(path, "r+b") as fh:  # truncated in place (an operator's `> events.jsonl`)
+            fh.truncate(0)
+        time.sleep(0.1)
+        with open(path, "ab") as fh:
+            fh.write(b"garbage\n")
+        log.append(record("ev-20261201T070000-0001"))
+        _wait(lambda: got[-1] == "ev-20261201T070000-0001")
+    finally:
+        stop.set()
+        t.join(5)
     assert not t.is_alive() and follower.skipped == 1
 
 
