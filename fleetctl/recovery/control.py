@@ -82,10 +82,15 @@ def join_slot(store) -> int:
     return base + n - 1
 
 
+def joined_count(store) -> int:
+    """How many standbys joined the run (bounded, whatever the counter says)."""
+    return min(int(store.add(JOINED, 0)), JOINED_MAX)
+
+
 def slot_count(store) -> int:
     """The job's own slots plus the standbys that joined it."""
     base = int(store.get("slots")) if store.check(["slots"]) else 0
-    return base + min(int(store.add(JOINED, 0)), JOINED_MAX)
+    return base + joined_count(store)
 
 
 def post_exit(store, slot: int, code: int) -> None:
@@ -317,7 +322,7 @@ class Controller:
         if self.plan is None or now < self._next_join_look:
             return
         self._next_join_look = now + JOIN_LOOK_EVERY_S
-        self.slots = self.own_slots + min(int(self.store.add(JOINED, 0)), JOINED_MAX)
+        self.slots = self.own_slots + joined_count(self.store)
 
     def _read_hellos(self) -> None:
         if len(self.hellos.keys() | self.gone.keys()) >= self.slots:  # (a lost slot is in both)
