@@ -11,19 +11,23 @@ fleetctl.snapshot) advances one iteration every --pace seconds when nothing goes
 net iterations reached at the end times the uninterrupted time per iteration (measured in the first
 minute of the arm), over the arm's wall time; iterations redone after a rollback count as lost.
 
-Faults, one every --period seconds, cycling: an Xid 79 on one of the job's nodes, that node's NIC
-down, a lossy (5 %) link from that node. The lab has no GPU and gloo runs over the management network,
-so the effect on the job is emulated the way the real thing behaves: an Xid or a NIC down hangs the
-job (its rank on that node is stopped with SIGSTOP, as a rank stuck in a collective), a lossy link
-does not stop it. The lab fault itself is real (kernel log line, link down, nftables loss) and is what
-the detectors see.
+Faults, one every --period seconds, cycling through --kinds (default the issue's schedule: kill,
+xid, nic, hang; `link` is the fifth kind): the rank on one of the job's nodes killed with SIGKILL; an
+Xid 79 on that node; that node's NIC down; the rank hung with no node fault (SIGSTOP, as a rank stuck
+in its own work); a lossy (5 %) link from that node. The lab has no GPU and gloo runs over the
+management network, so the effect on the job of an Xid or a NIC down is emulated the way the real
+thing behaves: it hangs the job (its rank on that node is stopped with SIGSTOP, as a rank stuck in a
+collective); a lossy link does not stop it. The lab fault itself is real (kernel log line, link down,
+nftables loss) and is what the detectors see.
 
-- plain: nobody acts until the hang timeout (--hang-timeout, standing for the NCCL/PyTorch watchdog),
-  then the stuck rank dies, the job fails, and it is requeued (`scontrol requeue`, no node excluded);
-  it restarts from its own periodic checkpoint (every --ckpt-every iterations).
+- plain: a killed rank fails the job (`srun --kill-on-bad-exit`); a hung one is killed at the hang
+  timeout (--hang-timeout, standing for the NCCL/PyTorch watchdog). A failed job is requeued
+  (`scontrol requeue`, no node excluded, standing for the site's or user's resubmission) and restarts
+  from its own periodic checkpoint (every --ckpt-every iterations).
 - fleetctl: `fleetctl act run` with an audit of the job's nodes at every pass, a spare pool of 2, and
   policies: Xid/NIC findings -> snapshot (a hung job cannot answer: 5 s timeout), drain, swap; a lens
-  loss event on a link -> snapshot of the jobs crossing it. lens is not run here: the benchmark
+  loss event on a link -> snapshot of the jobs crossing it. A kill or a hang with no node fault is
+  nothing act sees: the job fails or hangs as in the plain arm, and is requeued the same way. lens is not run here: the benchmark
   writes the event record lens would write, --lens-delay seconds after the loss starts.
 - norollback: the same 2 training ranks under `srun fleetctl run --standbys K` (tests/resilient_train.py,
   K + 2 nodes, K = --standbys), disk snapshots every --ckpt-every iterations' worth of time as the
@@ -61,7 +65,7 @@ from fleetctl.slurm.parse import expand_nodelist, parse_record  # noqa: E402
 
 TRAIN = REPO / "tests" / "snapshot_train.py"
 RTRAIN = REPO / "tests" / "resilient_train.py"
-KINDS = ("xid", "nic", "link")
+KINDS = ("kill", "xid", "nic", "hang", "link")
 JOB = """#!/bin/bash
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 export MASTER_ADDR=$("$PY" -c 'import json, os, sys; print(json.loads(os.environ["LAB_ADDRS"])[sys.argv[1]])' "$first")
@@ -91,7 +95,7 @@ class Arm:
         (work / "registry").mkdir()
         self.snap, self.log = work / "snap", work / "job.log"
         self.job = ""
-        self.stopped: list[tuple[int, float]] = []  # (pid, when) of ranks hung by a fault
+        self.stopped: list[tuple[int, float, str]] = []  # (pid, when, fault kind) of ranks hung by a fault
         self.events: list[dict] = []
         self.act = None
 
@@ -218,23 +222,27 @@ class Arm:
             link = f"{node}:eth0--leaf{1 if int(node.removeprefix('node')) <= 2 else 2}"
             self.fleetctl("lab", "fault", "add", link, "--loss", "5")
             self.events.append({"due": time.monotonic() + self.args.lens_delay, "link": link, "nodes": nodes})
-        if kind in ("xid", "nic"):
+        if kind in ("kill", "xid", "nic", "hang"):
             pid = target[1] if target else self.rank_pid(node)
-            if pid:
+            if pid and kind == "kill":
+                os.kill(pid, signal.SIGKILL)
+            elif pid:
                 os.kill(pid, signal.SIGSTOP)
-                self.stopped.append((pid, time.monotonic()))
+                self.stopped.append((pid, time.monotonic(), kind))
         return {"kind": kind, "t": round(t, 1), "node": node, "progress": self.progress()}
 
     def tick(self, now: float):
-        """The plain arm's watchdog and requeue; the lens events due in the fleetctl arm."""
-        if self.name == "plain":
-            for pid, when in list(self.stopped):
-                if now - when >= self.args.hang_timeout:
+        """The watchdog and requeue of a job that fails (plain, and fleetctl for what act does not
+        see: a kill, a hang with no node fault); the lens events due in the fleetctl arm."""
+        if self.name in ("plain", "fleetctl"):
+            for entry in list(self.stopped):
+                pid, when, kind = entry
+                if now - when >= self.args.hang_timeout and (self.name == "plain" or kind == "hang"):
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
-                    self.stopped.remove((pid, when))
+                    self.stopped.remove(entry)
             state = self.job_record().get("JobState", "")
             if state in ("FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL", "TIMEOUT"):
                 self.slurm("scontrol", "requeue", self.job)
@@ -253,7 +261,7 @@ class Arm:
     def repair(self):
         """Clear the lab's faults and bring fleetctl-drained nodes back (acknowledging their Xid)."""
         self.fleetctl("lab", "fault", "clear")
-        for pid, _ in self.stopped:  # a rank still hung in the fleetctl arm was killed by the requeue
+        for pid, _, _ in self.stopped:  # a rank still hung in the fleetctl arm was killed by the requeue
             try:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
@@ -278,7 +286,7 @@ class Arm:
         if self.act is not None:
             self.act.terminate()
             self.act.wait(timeout=30)
-        for pid, _ in self.stopped:
+        for pid, _, _ in self.stopped:
             try:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
@@ -302,7 +310,7 @@ def run_arm(arm: Arm, args) -> dict:
     # Uninterrupted time per iteration: the first 60 s (before any fault).
     time.sleep(min(60.0, args.period / 2))
     per_iter = (time.monotonic() - t0) / max(1, arm.progress() - p0)
-    faults, k = [], 0
+    faults, k, kinds = [], 0, args.kinds.split(",")
     try:
         while time.monotonic() - t0 < args.duration:
             now = time.monotonic()
@@ -310,7 +318,7 @@ def run_arm(arm: Arm, args) -> dict:
             if now >= due and due - t0 < args.duration:
                 if k:
                     arm.repair()
-                faults.append(arm.inject(KINDS[k % len(KINDS)], now - t0))
+                faults.append(arm.inject(kinds[k % len(kinds)], now - t0))
                 k += 1
             arm.tick(now)
             time.sleep(0.5)
@@ -344,12 +352,15 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=0.1)
     ap.add_argument("--ckpt-every", type=int, default=600, help="the job's own periodic checkpoint, iterations")
     ap.add_argument("--arms", default="norollback,fleetctl,plain")
+    ap.add_argument("--kinds", default="kill,xid,nic,hang", help=f"fault kinds, in turn: {','.join(KINDS)}")
     ap.add_argument("--standbys", type=int, default=2, help="the norollback arm's standby nodes")
     ap.add_argument("--replenish", type=int, default=4, help="the norollback arm's replacement standbys: "
                     "one-node jobs on the spare pool's nodes (`fleetctl run --replenish`; 0: none)")
     ap.add_argument("--out", default="")
     ap.add_argument("--workdir", default="", help="keep each arm's files (job log, act output, action log) here")
     args = ap.parse_args()
+    if not args.kinds or set(args.kinds.split(",")) - set(KINDS):
+        ap.error(f"--kinds: a comma-separated list of {', '.join(KINDS)}")
     params = LabParams(hosts=max(4, 4 + args.standbys), nics_per_host=2, leaves=2, spines=2, gpus_per_host=4)
     out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "args": vars(args), "arms": []}
     with LabSession(params) as lab, tempfile.TemporaryDirectory() as scratch:

@@ -10,9 +10,12 @@ confidence, evidence) or, by its absence, good. Per location:
   one event with metric `flapping`, its count and period (mean time between bad starts), whether
   or not any bad run was long enough to open an event; it closes only after the location stayed
   good for `m_close` windows and three periods;
-- explained: a finding whose bad paths nearly all cross the element of an open event
-  (`explained_by_open_event`, window.py) opens its own event only after `k_open_gray` bad windows
-  in a row: one window naming a twin of the open fault is not a second fault; a link of a
+- explained: a finding whose bad paths nearly all cross the element of an open event, and whose
+  other paths show nothing significant (`explained_by_open_event` with `outside_open_event`,
+  window.py), opens nothing while that event is open: a twin of the open fault, named because
+  they share nearly every path, is not a second fault however long it lasts (the coordinator
+  tests its paths away from the event, and raises a second fault from those at once); a merge's
+  explained finding (shard.py, no such test) opens after `k_open_gray` bad windows; a link of a
   shared switch that the shards' merge suspects (`suspect_switch`, analysis/shards.py) only
   after `k_open_suspect`: the switch's fault is usually named whole within a few windows; the one
   link of such a switch the merge saw lossy (`lone_link_of`) after `k_open_lone` (2): in a spine's
@@ -159,8 +162,10 @@ class EventTracker:
             need = r.k_open_down if f["metric"] == "down" else \
                 r.k_open_gray if f["metric"] in ("delay", "clock") else r.k_open
             evidence = f.get("evidence") or {}
+            if evidence.get("explained_by_open_event") and "outside_open_event" in evidence:
+                return []  # judged on its paths away from the event: nothing there (window.py)
             if evidence.get("explained_by_open_event") and st["bad"] < max(need, r.k_open_gray):
-                return []  # its bad paths are an open event's: a new fault only if it persists
+                return []  # a merge's (shard.py): a new fault only if it persists
             if evidence.get("suspect_switch") and st["bad"] < max(need, r.k_open_suspect):
                 return []  # part of a switch's fault being named: a fault of its own if it stays
             if evidence.get("lone_link_of") and st["bad"] < max(need, r.k_open_lone):

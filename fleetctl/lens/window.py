@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import binom
 
 from fleetctl.analysis.integrity import IntegrityThresholds, host_delay_note, hosts_set_aside, \
     overload_marks, probes_kept, responders_log_pending
@@ -349,6 +350,14 @@ class WindowAnalyzer:
         return self.step.rollup.paths_through(element_columns(self.topo, element))
 
     def _mark_explained(self, findings: list[dict], sig, open_elements: list[dict]) -> None:
+        """A finding whose bad paths nearly all cross an open event's element is judged again on
+        its own paths that do not: loss (or delay) there that is significant against the clean
+        background makes it a fault of its own, at once; none (or too few probes to say) makes it
+        that event seen again, marked `explained_by_open_event` with `outside_open_event` (the
+        probes away from the event and their p-value), and it opens nothing while the event is
+        open. A twin of a faulty cable (with two leaves, every path but the loop probes') was
+        named two windows in a row under a 2 % loss in CI: persistence is no evidence when the
+        fault that explains it persists too."""
         if not open_elements or not findings:
             return
         here = {self.location(el) for el in open_elements}
@@ -364,12 +373,34 @@ class WindowAnalyzer:
             mine = paths & bad
             if not (mine.any() and cover[mine].mean() >= EXPLAINED_SHARE):
                 continue
+            outside = self._outside_open_event(f, sig, paths & ~cover, cover | paths)
+            f["evidence"]["outside_open_event"] = outside
+            if outside["p_value"] < outside["alpha"]:
+                continue  # its own paths away from the event show the fault: a second one
             f["evidence"]["explained_by_open_event"] = True
             # a finer element inside an open event's (a link of a switch named a window ago):
             # the same fault seen more sharply, which refines that event (events.py)
             inside = [el for el, t in zip(open_elements, through) if not (paths & ~t).any()]
             if inside:
                 f["refines"] = self.location(inside[0])
+
+    def _outside_open_event(self, f: dict, sig, rest: np.ndarray, taken: np.ndarray) -> dict:
+        """The binomial test of a finding on its paths that avoid every open event (`rest`)
+        against the paths that touch neither it nor an event: probes lost for loss (at the
+        finding test's alpha), delayed paths for delay."""
+        if f["metric"] == "delay":
+            others = sig.valid & ~taken
+            n, k = int(rest.sum()), int((rest & sig.delayed).sum())
+            bg = max(float(sig.delayed[others].mean()) if others.any() else 0.0, 1e-3)
+            alpha, counted = self.th.element_alpha, {"paths_delayed": k}
+        else:
+            clean = sig.valid & ~taken & ~(sig.lossy | sig.delayed)
+            n, k = int(sig.sent[rest].sum()), int(sig.lost[rest].sum())
+            bg = max((float(sig.lost[clean].sum()) + 0.5) / (float(sig.sent[clean].sum()) + 1.0),
+                     self.th.background_loss)
+            alpha, counted = self.th.loss_alpha, {"probes": n, "lost": k}
+        p = float(binom.sf(k - 1, n, min(bg, 0.5))) if n and k else 1.0
+        return {"paths": int(rest.sum()), **counted, "p_value": float(f"{p:.3g}"), "alpha": alpha}
 
     def _findings(self, sig) -> list[dict]:
         """The window step's findings (every rule), one verdict per element: a loss (or down)

@@ -153,10 +153,36 @@ def test_defaults_open_loss_at_once_and_gray_delay_after_two():
     assert [r["kind"] for r in feed(tr, "B", el=gray, metric="delay", t0=1002.0)] == ["open"]
 
 
-def test_a_finding_an_open_event_explains_must_persist_to_open():
-    """CI saw it: a 2 % loss on leaf2--spine1 was open, and one window named leaf1->spine1 (the
-    twin of spine1->leaf2 but for the loop probes): a second event. Now it waits for a second."""
+def test_a_finding_an_open_event_explains_opens_nothing_while_it_is_open():
+    """CI saw it twice: a 2 % loss on leaf2--spine1 was open, and windows named leaf1->spine1 (the
+    twin of spine1->leaf2 but for the loop probes): a second event, first after one window, then
+    (with a 2-window persistence rule) after two. The coordinator now tests the twin on its own
+    paths away from the event (`outside_open_event`): nothing there, no event however long."""
     tr = EventTracker()  # loss opens at once...
+    assert [r["kind"] for r in feed(tr, "B")] == ["open"]
+    twin = {"type": "link", "id": "leaf1--spine1", "direction": "leaf1->spine1"}
+
+    def explained(t):
+        f = finding(twin)
+        f["evidence"]["explained_by_open_event"] = True
+        f["evidence"]["outside_open_event"] = {"paths": 4, "probes": 160, "lost": 0,
+                                               "p_value": 1.0, "alpha": 1e-6}
+        return tr.window(t, t + 1, [finding(), f], now=t + 1)
+
+    for t in range(1001, 1021):  # ... but not when an open event explains its paths
+        assert explained(float(t)) == []
+    tr.window(1021.0, 1022.0, [], now=1022.0)
+    tr.window(1022.0, 1023.0, [], now=1023.0)
+    assert [r["kind"] for r in tr.window(1023.0, 1024.0, [], now=1024.0)] == ["close"]
+    f = finding(twin)  # the event closed: the same place is judged as any other
+    assert [(r["kind"], r["element"]["id"]) for r in tr.window(1024.0, 1025.0, [f], now=1025.0)] \
+        == [("open", "leaf1--spine1")]
+
+
+def test_a_merge_explained_finding_must_persist_to_open():
+    """A merge's explained finding (shard.py: a link of a switch with an open merged event, no test
+    on its other paths) opens after k_open_gray windows in a row."""
+    tr = EventTracker()
     assert [r["kind"] for r in feed(tr, "B")] == ["open"]
     twin = {"type": "link", "id": "leaf1--spine1", "direction": "leaf1->spine1"}
 
@@ -165,7 +191,7 @@ def test_a_finding_an_open_event_explains_must_persist_to_open():
         f["evidence"]["explained_by_open_event"] = True
         return tr.window(t, t + 1, [finding(), f], now=t + 1)
 
-    assert explained(1001.0) == []  # ... but not when an open event explains its paths
+    assert explained(1001.0) == []
     assert tr.window(1002.0, 1003.0, [finding()], now=1003.0) == []
     for t in (1003.0, 1005.0, 1007.0):  # not as a flap either, one window at a time
         assert explained(t) == []

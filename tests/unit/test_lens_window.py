@@ -354,7 +354,35 @@ def test_a_finding_whose_bad_paths_cross_an_open_event_is_marked_explained(fabri
         assert all("explained_by_open_event" not in f["evidence"] for f in res.findings)
         res = an.analyze(probes, a, b, {}, set(), open_elements=[twins[named[0]]])
         marked += all(f["evidence"].get("explained_by_open_event") for f in res.findings)
+        for f in res.findings:  # no loop probes here: no path of the twin avoids the event
+            assert f["evidence"]["outside_open_event"]["paths"] == 0
+            assert f["evidence"]["outside_open_event"]["p_value"] == 1.0
     assert marked >= 2
+
+
+def test_a_finding_with_loss_on_its_own_paths_away_from_the_open_event_is_not_explained(fabric):
+    """The test on a finding's paths that avoid the open event (loop probes, for a twin): loss
+    there well above the clean paths' is a second fault; a lost probe or two is not."""
+    from fleetctl.analysis.signals import window_signals
+
+    topo, _ = fabric
+    syn = run(fabric, duration=2.0)
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    n = 40
+    sent = np.full(n, 500)
+    rest = np.zeros(n, dtype=bool)
+    rest[:4] = True  # the finding's own paths away from the event
+    taken = np.zeros(n, dtype=bool)
+    taken[:10] = True  # ... and the rest of its paths or the event's
+    for lost_each, independent in ((0, False), (1, False), (10, True)):
+        lost = np.zeros(n, dtype=np.int64)
+        lost[:4] = lost_each
+        lost[4:10] = 25  # the event's own loss, never the background
+        lost[10] = 1  # the clean background: 1 in 15,000
+        sig = window_signals(sent, lost, np.zeros(n), np.zeros(n), an.th)
+        out = an._outside_open_event({"metric": "loss"}, sig, rest, taken)
+        assert out["paths"] == 4 and out["probes"] == 2000 and out["lost"] == 4 * lost_each
+        assert (out["p_value"] < out["alpha"]) is independent, out
 
 
 def test_a_finding_inside_an_open_events_element_refines_it(fabric):
