@@ -13,7 +13,9 @@ binomial over the path's elements (2e-5 per element crossed everywhere). Scenari
 - gray spine: every link of one spine loses 0.6 % (each direction);
 - lossy spine: 3 %;
 - cable: one leaf-spine cable, both directions, 2 %;
-- two at once: a gray spine (0.8 %) and a cable on another spine (2 %).
+- two at once: a gray spine (0.8 %) and a cable on another spine (2 %);
+- delay spine: every path through one spine 200 us slower (the switch itself: once per path),
+  each path's delay 10 us plus |N(0, 3 us)| of noise (baseline 10 us).
 A window is right when the merged findings name exactly the truth (the spine as a switch, the
 cable as a link), and nothing else.
 
@@ -78,13 +80,16 @@ class ShardSim:
         self.setup_s = time.perf_counter() - t0
         self.rate = self.plan.rate / SPORTS  # per flow (each direction a path)
 
-    def window(self, rng, log_keep: np.ndarray, t_end: float) -> tuple[str, float]:
+    def window(self, rng, log_keep: np.ndarray, t_end: float,
+               extra_us: np.ndarray | None = None) -> tuple[str, float]:
         survive = np.exp(self.inc @ log_keep)
         sent = rng.poisson(self.rate, len(self.paths))
         lost = rng.binomial(sent, 1 - survive)
-        delay = np.full(len(self.paths), 10.0)
+        base = np.full(len(self.paths), 10.0)
+        delay = base if extra_us is None else \
+            base + np.abs(rng.normal(0.0, 3.0, len(self.paths))) + self.inc @ extra_us
         t0 = time.perf_counter()
-        m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], delay))
+        m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], base))
         sig = self.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
         findings = [f.to_dict() for f in self.step.findings(sig, 0)]
         doc = self.pub.document(t_end, 1.0, self.pub.counts(self.step, sig, findings), findings)
@@ -92,8 +97,9 @@ class ShardSim:
         return text, time.perf_counter() - t0
 
 
-def scenarios(topo, seed: int) -> dict[str, tuple[dict[int, float], set[str]]]:
-    """name -> (element index -> loss, the truth: element ids the merge should name)."""
+def scenarios(topo, seed: int) -> dict[str, tuple[dict[int, float], set[str], dict[int, float] | None]]:
+    """name -> (element index -> loss, the truth: element ids the merge should name, element
+    index -> extra delay in us, or None: no delay noise either)."""
     rng = np.random.default_rng(seed)
     spines = sorted(s for s, t in topo.switch_tier.items() if t == 2)
     leaves = sorted(s for s, t in topo.switch_tier.items() if t == 1)
@@ -115,11 +121,13 @@ def scenarios(topo, seed: int) -> dict[str, tuple[dict[int, float], set[str]]]:
 
     lid, cab = cable(a)
     lid2, cab2 = cable(b)
-    return {"clean": ({}, set()),
-            "gray_spine_0.6pct": (spine(a, 0.006), {a}),
-            "lossy_spine_3pct": (spine(b, 0.03), {b}),
-            "cable_2pct": (cab, {lid}),
-            "gray_spine_and_cable": ({**spine(a, 0.008), **cab2}, {a, lid2})}
+    return {"clean": ({}, set(), None),
+            "gray_spine_0.6pct": (spine(a, 0.006), {a}, None),
+            "lossy_spine_3pct": (spine(b, 0.03), {b}, None),
+            "cable_2pct": (cab, {lid}, None),
+            "gray_spine_and_cable": ({**spine(a, 0.008), **cab2}, {a, lid2}, None),
+            "clean_with_delay_noise": ({}, set(), {}),
+            "delay_spine_200us": ({}, {b}, {topo.index("switch", b): 200.0})}
 
 
 def fabric_and_layout(sus: int, shard_sus: int) -> tuple[dict, object, object]:
@@ -150,15 +158,20 @@ def one(sus: int, shard_sus: int, windows: int, seed: int) -> dict:
     step_s, merge_s, doc_bytes = [], [], []
     rng = np.random.default_rng(seed)
     results = {}
-    for name, (faults, truth) in scenarios(topo, seed).items():
+    for name, (faults, truth, delays) in scenarios(topo, seed).items():
         log_keep = np.full(topo.n_elements, np.log1p(-BACKGROUND))
         for e, p in faults.items():
             log_keep[e] = np.log1p(-p)
+        extra = None
+        if delays is not None:
+            extra = np.zeros(topo.n_elements)
+            for e, us in delays.items():
+                extra[e] = us
         right, other, shard_named = 0, set(), 0
         for w in range(windows):
             docs = []
             for sim in sims:
-                text, dt = sim.window(rng, log_keep, 1000.0 + w)
+                text, dt = sim.window(rng, log_keep, 1000.0 + w, extra)
                 docs.append(text)
                 step_s.append(dt)
                 doc_bytes.append(len(text))

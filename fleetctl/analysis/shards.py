@@ -174,17 +174,29 @@ def shard_counts(step, sig, findings: list[dict], shared_cols: np.ndarray,
     """What a shard publishes of one window besides its findings: per shared switch (columns
     `shared_cols` of the step's incidence) the probes through it and lost, and the same over all
     valid paths, each net of the paths that the window's loss findings cross (`columns_of(el)`:
-    an element dict's incidence columns). Weighted as the incidence is (untraced rows by their
-    crossing probability)."""
+    an element dict's incidence columns); and for delay, the valid paths through it, those of
+    them delayed and their summed excess (us), with the same over all valid paths, net of the
+    paths any of the window's findings cross and of lossy paths (whose delay is the survivors').
+    Weighted as the incidence is (untraced rows by their crossing probability)."""
     rows = np.array(sig.valid, dtype=bool)
     for f in findings:
         if f.get("metric") in ("loss", "down"):
             rows &= ~step.rollup.paths_through(columns_of(f["element"]))
+    drows = rows & ~np.asarray(sig.lossy, dtype=bool)
+    for f in findings:
+        if f.get("metric") == "delay":
+            drows &= ~step.rollup.paths_through(columns_of(f["element"]))
     sent = np.where(rows, np.asarray(sig.sent, float), 0.0)
     lost = np.where(rows, np.asarray(sig.lost, float), 0.0)
+    delayed = drows & np.asarray(sig.delayed, dtype=bool)
+    excess = np.where(delayed, np.nan_to_num(np.asarray(sig.excess_us, float)), 0.0)
     inc = step.inc[:, shared_cols]
     return {"probes": float(sent.sum()), "lost": float(lost.sum()),
-            "through": np.asarray(inc.T @ sent).ravel(), "lost_through": np.asarray(inc.T @ lost).ravel()}
+            "through": np.asarray(inc.T @ sent).ravel(), "lost_through": np.asarray(inc.T @ lost).ravel(),
+            "paths": float(drows.sum()), "delayed": float(delayed.sum()),
+            "paths_through": np.asarray(inc.T @ drows.astype(float)).ravel(),
+            "delayed_through": np.asarray(inc.T @ delayed.astype(float)).ravel(),
+            "excess_through": np.asarray(inc.T @ excess).ravel()}
 
 
 # ---------------------------------------------------------------------- the merge
@@ -198,6 +210,10 @@ class ShardWindow:
     lost: float
     switches: dict[str, tuple[float, float]]  # shared switch -> (probes through, lost), net
     findings: list[dict]
+    paths: float = 0.0  # valid paths for delay, net (0: a document without delay figures)
+    delayed: float = 0.0
+    # shared switch -> (valid paths through it, delayed, their summed excess in us), net
+    delay_switches: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -228,14 +244,32 @@ def merge_windows(windows: list[ShardWindow], expected: list[str], shared: list[
             have["evidence"]["shards"].append(w.shard)
     rows, named = _switch_tests(windows, shared, th)
     named += _switches_by_links(merged, shared, th, links_of, {n for n, _ in named})
+    delay_rows, delay_named = _switch_delay_tests(windows, shared, th)
+    delay_named += _switches_by_links(merged, shared, th, links_of, {n for n, _ in delay_named},
+                                      metrics=("delay",))
+    _fold_switches(merged, named, "loss", links_of)
+    _fold_switches(merged, delay_named, "delay", links_of)
+    _mark_suspects(merged, shared, links_of, {n for n, _ in named})
+    _mark_suspects(merged, shared, links_of, {n for n, _ in delay_named}, metrics=("delay",))
+    switches = {r["switch"]: r for r in rows}
+    for r in delay_rows:
+        switches.setdefault(r["switch"], {"switch": r["switch"]})["delay"] = \
+            {k: v for k, v in r.items() if k != "switch"}
+    return MergeResult(sorted(merged.values(), key=sort_key), used, missing,
+                       [switches[s] for s in shared if s in switches])
+
+
+def _fold_switches(merged: dict, named: list[tuple[str, dict]], metric: str, links_of) -> None:
+    """Each switch named by the merge becomes one finding of `metric`; the shards' findings of
+    that metric on its links fold into it (`evidence.links`)."""
+    family = ("loss", "down") if metric == "loss" else ("delay",)
     for sw, row in named:
-        key = finding_key({"type": "switch", "id": sw}, "loss")
+        key = finding_key({"type": "switch", "id": sw}, metric)
         links = set(links_of(sw)) if links_of else set()
-        folded = [k for k, f in merged.items() if f["metric"] in ("loss", "down")
+        folded = [k for k, f in merged.items() if f["metric"] in family
                   and f["element"]["type"] == "link" and f["element"]["id"] in links]
         folded_shards = sorted({s for k in folded for s in merged[k]["evidence"]["shards"]})
-        folded_links = sorted({merged[k]["element"].get("direction", merged[k]["element"]["id"])
-                               for k in folded})
+        folded_links = sorted({_link_name(merged[k]["element"]) for k in folded})
         for k in folded:
             del merged[k]
         if key in merged:  # named by a shard too: one finding, with the pooled figures
@@ -243,30 +277,37 @@ def merge_windows(windows: list[ShardWindow], expected: list[str], shared: list[
             merged[key]["evidence"]["shards"] = sorted(set(merged[key]["evidence"]["shards"]) |
                                                        set(folded_shards) | set(row["shards"]))
             continue
-        merged[key] = {"element": {"type": "switch", "id": sw}, "metric": "loss",
-                       "severity": row.get("severity") or severity("loss", row["loss"], 0.0),
+        merged[key] = {"element": {"type": "switch", "id": sw}, "metric": metric,
+                       "severity": row.get("severity") or
+                       severity(metric, row.get("loss", 0.0), row.get("excess_us", 0.0)),
                        "confidence": row["confidence"],
                        "evidence": {"merge": row, "links": folded_links,
                                     "shards": sorted(set(row["shards"]) | set(folded_shards))}}
-    _mark_suspects(merged, shared, links_of, {n for n, _ in named})
-    return MergeResult(sorted(merged.values(), key=sort_key), used, missing, rows)
 
 
-def _mark_suspects(merged: dict, shared: list[str], links_of, named: set[str]) -> None:
+def _link_name(el: dict) -> str:
+    """A link direction (`leaf1->spine2`), or the cable's id when both directions are meant."""
+    d = el.get("direction")
+    return el["id"] if d in (None, "", "both") else d
+
+
+def _mark_suspects(merged: dict, shared: list[str], links_of, named: set[str],
+                   metrics=("loss", "down")) -> None:
     """Link findings on two links or more of one shared switch not (yet) named: a spine's
     fault as it starts, each shard seeing a link or two of it before enough are in to name the
     switch. Marked `evidence.suspect_switch`, so the event machine opens them only if they
     persist (`EventRules.k_open_suspect` windows): one fault, one event on the switch, not a
     few short-lived link events ahead of it. Two faulty cables on one spine still open, late.
     A single link of such a switch is marked `evidence.lone_link_of`: opened after
-    `EventRules.k_open_lone` windows (a lone cable's event one window later)."""
+    `EventRules.k_open_lone` windows (a lone cable's event one window later). Delay findings
+    likewise, among themselves (`metrics`)."""
     if links_of is None:
         return
     for sw in shared:
         if sw in named:
             continue
         links = set(links_of(sw))
-        on = [f for f in merged.values() if f["metric"] in ("loss", "down")
+        on = [f for f in merged.values() if f["metric"] in metrics
               and f["element"]["type"] == "link" and f["element"]["id"] in links]
         if len({f["element"]["id"] for f in on}) >= 2:
             for f in on:
@@ -277,12 +318,12 @@ def _mark_suspects(merged: dict, shared: list[str], links_of, named: set[str]) -
 
 
 def _switches_by_links(merged: dict, shared: list[str], th: Thresholds, links_of,
-                       already: set[str]) -> list[tuple[str, dict]]:
+                       already: set[str], metrics=("loss", "down")) -> list[tuple[str, dict]]:
     """The roll-up's switch rule over every shard's findings together: a shared switch with at
-    least `switch_min_links` of its link directions named lossy, half of them or more, by two
-    shards or more, is the switch (each shard saw only its own links of it: a spine's fault is
-    a few link findings in every shard, and each shard's paths through it are explained by
-    them, so the pooled test has nothing left to see)."""
+    least `switch_min_links` of its link directions named lossy (or delayed, `metrics`), half of
+    them or more, by two shards or more, is the switch (each shard saw only its own links of it:
+    a spine's fault is a few link findings in every shard, and each shard's paths through it are
+    explained by them, so the pooled test has nothing left to see)."""
     if links_of is None:
         return []
     out = []
@@ -293,7 +334,7 @@ def _switches_by_links(merged: dict, shared: list[str], th: Thresholds, links_of
         dirs, shards, conf, sev = 0, set(), [], []
         for f in merged.values():
             el = f["element"]
-            if f["metric"] in ("loss", "down") and el["type"] == "link" and el["id"] in links:
+            if f["metric"] in metrics and el["type"] == "link" and el["id"] in links:
                 dirs += 2 if el.get("direction") == "both" else 1
                 shards |= set(f["evidence"]["shards"])
                 conf.append(f["confidence"])
@@ -352,3 +393,58 @@ def _switch_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds)
         total_k -= k[best]
     out = [{"switch": s, **rows[s]} for s in shared if s in rows]
     return out, named
+
+
+def _switch_delay_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds):
+    """Per shared switch, delayed paths pooled over the shards: (figures of every switch with
+    paths, the switches named). A switch is named where the share of its paths delayed is at
+    least `candidate_share` and twice the background's (the other paths' share, at least 1e-3),
+    and improbable under it (binomial, `element_alpha` over the switches tested); greedy, the
+    most concentrated first, a named switch's paths leaving the next test's background. A gray
+    spine seen by every shard is a few delayed paths in each (too few for a shard to name it, or
+    a link or two): pooled, it is all of them."""
+    n = {s: 0.0 for s in shared}
+    k = {s: 0.0 for s in shared}
+    x = {s: 0.0 for s in shared}
+    by: dict[str, list[str]] = {s: [] for s in shared}
+    total_n = sum(w.paths for w in windows)
+    total_k = sum(w.delayed for w in windows)
+    for w in windows:
+        for sw, (sn, sk, sx) in w.delay_switches.items():
+            if sw in n and sn > 0:
+                n[sw] += sn
+                k[sw] += sk
+                x[sw] += sx
+                by[sw].append(w.shard)
+    named: list[tuple[str, dict]] = []
+    rows: dict[str, dict] = {}
+    left = [s for s in shared if n[s] > 0]
+    alpha = th.element_alpha / max(1, len(left))
+    while left and len(named) < th.pooled_max_faults:
+        best, best_llr = None, -np.inf
+        for sw in left:
+            p0 = min(0.5, max(1e-3, (total_k - k[sw]) / max(1.0, total_n - n[sw])))
+            share = k[sw] / n[sw]
+            row = {"paths": int(round(n[sw])), "delayed": int(round(k[sw])), "share": round(share, 4),
+                   "background": round(p0, 6), "shards": sorted(by[sw]),
+                   "excess_us": round(x[sw] / k[sw], 1) if k[sw] >= 1 else 0.0}
+            rows[sw] = row
+            if k[sw] < th.min_bad_paths or share < max(2 * p0, th.candidate_share):
+                continue
+            p = float(binom.sf(round(k[sw]) - 1, round(n[sw]), p0))
+            if p >= alpha:
+                continue
+            r = min(share, 1 - 1e-12)
+            llr = k[sw] * np.log(r / p0) + (n[sw] - k[sw]) * np.log((1 - r) / (1 - p0))
+            row["p_value"] = p
+            if llr > best_llr:
+                best, best_llr = sw, llr
+        if best is None:
+            break
+        row = rows[best]
+        row["confidence"] = round(float(np.sqrt((row["share"] - row["background"]) / row["share"])), 3)
+        named.append((best, row))
+        left.remove(best)
+        total_n -= n[best]
+        total_k -= k[best]
+    return [{"switch": s, **rows[s]} for s in shared if s in rows], named

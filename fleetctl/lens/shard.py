@@ -8,9 +8,13 @@ a shared or synced directory. One document (version 1):
     {"version": 1, "shard": "shard-3", "t_end": 1796000000.0, "window_s": 1.0,
      "probes": 512000.0, "lost": 51.0,                  # valid probes and lost, net (below)
      "switches": {"spine7": [31900.0, 4.0], ...},       # per shared switch: probes through, lost
+     "paths": 9800.0, "delayed": 12.0,                  # valid paths for delay, delayed, net
+     "delay_switches": {"spine7": [610.0, 3.0, 41.5]},  # paths through, delayed, excess us (sum)
      "findings": [ {...finding as lens reports it...} ]}
 
-Probes and losses are net of the paths the window's own loss findings cross. A document is
+Probes and losses are net of the paths the window's own loss findings cross; paths for delay net
+of those any of its findings cross, and of lossy paths. The delay fields are optional (a document
+without them, from before 2026-12-05, adds nothing to the pooled delay test). A document is
 hostile input to the merge: bounded in size, every number finite and in range, every element
 one of the site's, every switch one the layout says is shared.
 """
@@ -71,19 +75,32 @@ class ShardPublisher:
 
     def document(self, t_end: float, window_s: float, counts: dict | None,
                  findings: list[dict]) -> dict:
-        switches = {}
+        switches, delay = {}, {}
         if counts is not None:
             for sw, n, k in zip(self.shared, counts["through"].tolist(),
                                 counts["lost_through"].tolist()):
                 if n > 0:
                     switches[sw] = [round(n, 3), round(k, 3)]
+            for sw, n, k, x in zip(self.shared, counts["paths_through"].tolist(),
+                                   counts["delayed_through"].tolist(),
+                                   counts["excess_through"].tolist()):
+                if n > 0:
+                    delay[sw] = [round(n, 3), round(k, 3), round(x, 1)]
         return {"version": VERSION, "shard": self.name, "t_end": t_end, "window_s": window_s,
                 "probes": round(counts["probes"], 3) if counts else 0.0,
                 "lost": round(counts["lost"], 3) if counts else 0.0,
-                "switches": switches, "findings": findings[:MAX_FINDINGS]}
+                "switches": switches,
+                "paths": round(counts["paths"], 3) if counts else 0.0,
+                "delayed": round(counts["delayed"], 3) if counts else 0.0,
+                "delay_switches": delay, "findings": findings[:MAX_FINDINGS]}
 
     def publish(self, doc: dict) -> None:
         write_atomic(self.path, json.dumps(doc, separators=(",", ":"), default=_plain).encode())
+
+
+def _family(metric: str) -> str:
+    """Loss and down are one fault family (a switch suspected of either), delay another."""
+    return "delay" if metric == "delay" else "loss"
 
 
 def _plain(v):
@@ -166,7 +183,31 @@ def parse_document(doc, topo: Topology, layout: ShardLayout, what: str) -> Shard
     if lost > probes:
         raise DataError(f"{what}: lost more probes than it counted")
     found = [_finding(topo, f, f"{what}: finding {i}") for i, f in enumerate(findings)]
-    return ShardWindow(shard, float(t_end), probes, lost, sw, found)
+    paths, delayed, dsw = _delay_figures(doc, shared, what)
+    return ShardWindow(shard, float(t_end), probes, lost, sw, found, paths, delayed, dsw)
+
+
+def _delay_figures(doc: dict, shared: set[str], what: str):
+    """The optional delay fields: (paths, delayed, per shared switch (paths, delayed, excess))."""
+    if "delay_switches" not in doc and "paths" not in doc:
+        return 0.0, 0.0, {}
+    table = doc.get("delay_switches")
+    if not isinstance(table, dict):
+        raise DataError(f"{what}: delay_switches is not an object")
+    paths, delayed = _count(doc.get("paths"), f"{what}: paths"), _count(doc.get("delayed"), f"{what}: delayed")
+    if delayed > paths:
+        raise DataError(f"{what}: more paths delayed than it counted")
+    out: dict[str, tuple[float, float, float]] = {}
+    for name, v in table.items():
+        if name not in shared or not isinstance(v, list) or len(v) != 3:
+            raise DataError(f"{what}: delay switch {name[:80]!r} is not a shared switch with "
+                            "[paths, delayed, excess_us]")
+        n, k = _count(v[0], f"{what}: {name} paths"), _count(v[1], f"{what}: {name} delayed")
+        x = _count(v[2], f"{what}: {name} excess_us")
+        if k > n:
+            raise DataError(f"{what}: {name} has more paths delayed than through it")
+        out[name] = (n, k, x)
+    return paths, delayed, out
 
 
 # ---------------------------------------------------------------------- the merge
@@ -198,7 +239,8 @@ class ShardMerge:
                 for lid in lids:
                     self._switches_of_link.setdefault(lid, []).append(sw)
         self._tick = 0
-        self._suspected: dict[str, int] = {}  # shared switch -> the last window it was suspected
+        # (shared switch, "loss" or "delay") -> the last window it was suspected so
+        self._suspected: dict[tuple[str, str], int] = {}
 
     def read(self, now: float) -> tuple[list[ShardWindow], dict[str, str]]:
         """The fresh windows, and why each source gave none (its path -> reason)."""
@@ -238,15 +280,15 @@ class ShardMerge:
         for f in findings:
             sw = f["evidence"].get("suspect_switch")
             if sw:
-                self._suspected[sw] = self._tick
-        self._suspected = {sw: t for sw, t in self._suspected.items()
+                self._suspected[(sw, _family(f["metric"]))] = self._tick
+        self._suspected = {key: t for key, t in self._suspected.items()
                            if self._tick - t < SUSPECT_WINDOWS}
         for f in findings:
             el = f["element"]
-            if el["type"] != "link" or f["metric"] not in ("loss", "down"):
+            if el["type"] != "link":
                 continue
             for sw in self._switches_of_link.get(el["id"], ()):
-                if sw in self._suspected:
+                if (sw, _family(f["metric"])) in self._suspected:
                     f["evidence"].setdefault("suspect_switch", sw)
 
     def links_of(self, switch: str) -> list[str]:

@@ -80,13 +80,18 @@ class _Shard:
         self.step = WindowStep(topo, self.paths)
         self.pub = ShardPublisher(layout, topo, list(shard.hosts), "/nonexistent")
 
-    def window(self, rng, probes: int, loss_of: np.ndarray, t_end: float = 1000.0):
+    def window(self, rng, probes: int, loss_of: np.ndarray, t_end: float = 1000.0,
+               delay_of: np.ndarray | None = None):
+        """One window: per-element loss rates `loss_of`; `delay_of`: per-element extra delay (us),
+        on top of 100 us and a few us of noise per path (the baseline: 100 us)."""
         inc = self.paths.matrix(self.topo.n_elements)
         survive = np.exp(inc @ np.log1p(-loss_of))
         sent = np.full(len(self.paths), probes)
         lost = rng.binomial(sent, 1 - survive)
-        delay = np.full(len(self.paths), 10.0)
-        m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], delay))
+        base = np.full(len(self.paths), 100.0)
+        delay = base.copy() if delay_of is None else \
+            base + np.abs(rng.normal(0, 3, len(self.paths))) + inc @ delay_of
+        m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], base))
         sig = self.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
         findings = [f.to_dict() for f in self.step.findings(sig, 0)]
         doc = self.pub.document(t_end, 1.0, self.pub.counts(self.step, sig, findings), findings)
@@ -165,6 +170,72 @@ def test_clean_windows_merge_to_nothing_and_a_missing_shard_is_said(four_shards)
     assert res.findings == [] and res.shards_missing == ["shard-3"]
 
 
+def _delay(topo, labels: list[str], extra_us: float) -> np.ndarray:
+    delay = np.zeros(topo.n_elements)
+    for lab in labels:
+        delay[find(topo, lab)] = extra_us
+    return delay
+
+
+def test_a_gray_spine_delaying_every_shard_is_one_delay_finding_on_the_switch(four_shards):
+    """200 us more through spine2: each shard sees it on its own paths (with two leaves a shard
+    names one of its cables to spine2, both directions: the twins share every path); the merge
+    names the switch once, for delay, from every shard's link findings folded into it (before
+    2026-12-05: four delay findings on four cables, the spine named nowhere)."""
+    topo, layout, shards = four_shards
+    nothing = _loss(topo, [], 0.0)
+    for seed in range(5):
+        rng = np.random.default_rng(300 + seed)
+        docs = [s.window(rng, 40, nothing, delay_of=_delay(topo, ["spine2"], 200.0)) for s in shards]
+        assert all(d["delay_switches"].get("spine2", [0, 0])[1] > 0 or d["findings"] for d in docs)
+        res = _merge(topo, layout, docs)
+        assert [(f["element"]["type"], f["element"]["id"], f["metric"]) for f in res.findings] == \
+            [("switch", "spine2", "delay")], res.findings
+        assert res.findings[0]["evidence"]["shards"] == [s.name for s in layout.shards]
+        assert len(res.findings[0]["evidence"]["links"]) >= 4
+        assert all("spine2" in link for link in res.findings[0]["evidence"]["links"])
+
+
+def test_the_pooled_delay_test_names_a_switch_no_shard_could(four_shards):
+    """The merge's own test on documents whose shards named nothing: 40 of spine3's 100 paths
+    delayed in every shard, no other path: spine3, from the pooled share alone; as many delayed
+    paths spread over every spine (10 of each one's 100): nothing."""
+    topo, layout, shards = four_shards
+    docs = [s.window(np.random.default_rng(7), 40, _loss(topo, [], 0.0)) for s in shards]
+    for d in docs:
+        d["findings"] = []
+        d["paths"], d["delayed"] = 400.0, 40.0
+        d["delay_switches"] = {sw: [100.0, 40.0, 40 * 80.0] if sw == "spine3" else [100.0, 0.0, 0.0]
+                               for sw in ("spine1", "spine2", "spine3", "spine4")}
+    res = _merge(topo, layout, docs)
+    assert [(f["element"]["id"], f["metric"]) for f in res.findings] == [("spine3", "delay")]
+    ev = res.findings[0]["evidence"]["merge"]
+    assert ev["paths"] == 400 and ev["delayed"] == 160 and ev["excess_us"] == 80.0
+    assert res.findings[0]["severity"] == "minor"  # 80 us (100 us: major)
+    for d in docs:
+        d["delay_switches"] = {sw: [100.0, 10.0, 10 * 80.0] for sw in ("spine1", "spine2", "spine3", "spine4")}
+    assert _merge(topo, layout, docs).findings == []
+
+
+def test_clean_noisy_delays_merge_to_nothing(four_shards):
+    topo, layout, shards = four_shards
+    nothing = _loss(topo, [], 0.0)
+    for seed in range(10):
+        rng = np.random.default_rng(400 + seed)
+        docs = [s.window(rng, 40, nothing, delay_of=np.zeros(topo.n_elements)) for s in shards]
+        assert _merge(topo, layout, docs).findings == []
+
+
+def test_a_document_without_delay_figures_still_merges(four_shards):
+    """Documents written before the delay fields: read, and add nothing to the delay test."""
+    topo, layout, shards = four_shards
+    doc = shards[0].window(np.random.default_rng(5), 40, _loss(topo, [], 0.0))
+    for key in ("paths", "delayed", "delay_switches"):
+        del doc[key]
+    w = parse_document(doc, topo, layout, "an old document")
+    assert w.paths == 0 and w.delay_switches == {}
+
+
 # ---------------------------------------------------------------------- documents are input
 def _good_doc(four_shards):
     topo, layout, shards = four_shards
@@ -186,6 +257,13 @@ def _good_doc(four_shards):
     (lambda d: d["findings"][0].update(metric="rm -rf"), "metric"),
     (lambda d: d.update(findings=[{}] * 501), "at most 500"),
     (lambda d: d.update(t_end="now"), "not a time"),
+    (lambda d: d.update(delay_switches=[]), "delay_switches is not an object"),
+    (lambda d: d.update(delayed=d["paths"] + 1), "more paths delayed"),
+    (lambda d: d.update(paths=float("inf")), "not a count"),
+    (lambda d: d["delay_switches"].update(leaf2=[1, 0, 0]), "not a shared switch"),
+    (lambda d: d["delay_switches"].update(spine1=[1, 2, 0]), "more paths delayed"),
+    (lambda d: d["delay_switches"].update(spine1=[1, 0]), "paths, delayed, excess_us"),
+    (lambda d: d["delay_switches"].update(spine1=[5, 1, -3]), "not a count"),
 ])
 def test_hostile_documents_are_refused_by_name(four_shards, change, message):
     topo, layout, _ = four_shards
@@ -270,10 +348,31 @@ def test_a_link_of_a_switch_with_an_open_merged_event_waits_before_its_own_event
     assert tracker.window(3, 4.0, res.findings, silent=set(tracker.loc), now=4.0) == []
 
 
-def _run_windows(tracker, topo, layout, shards, rng, loss, windows, t0=0):
+def test_a_spine_delay_named_link_by_link_first_opens_one_event_on_the_spine(four_shards):
+    """The same for delay: two shards each name a cable of a slowing spine before the others:
+    suspects, no event; then the whole spine is slow: one event, on the spine, for delay."""
+    from fleetctl.lens.events import EventRules, EventTracker
+
+    topo, layout, shards = four_shards
+    tracker = EventTracker(EventRules(), topo.location)
+    rng = np.random.default_rng(4)
+    nothing = _loss(topo, [], 0.0)
+    partial = _delay(topo, ["leaf1->spine3", "spine3->leaf1", "leaf3->spine3", "spine3->leaf3"], 200.0)
+    records, seen = _run_windows(tracker, topo, layout, shards, rng, nothing, 3, delay_of=partial)
+    links = [f for fs in seen for f in fs]
+    assert links and {f["element"]["id"] for f in links} <= {"leaf1--spine3", "leaf2--spine3",
+                                                             "leaf3--spine3", "leaf4--spine3"}
+    assert all(f["metric"] == "delay" and f["evidence"]["suspect_switch"] == "spine3" for f in links)
+    assert records == []
+    more, _ = _run_windows(tracker, topo, layout, shards, rng, nothing, 3, t0=3,
+                           delay_of=_delay(topo, ["spine3"], 200.0))
+    assert [(r["kind"], r["element"]["id"], r["metric"]) for r in more] == [("open", "spine3", "delay")]
+
+
+def _run_windows(tracker, topo, layout, shards, rng, loss, windows, t0=0, delay_of=None):
     records, seen = [], []
     for w in range(t0, t0 + windows):
-        res = _merge(topo, layout, [s.window(rng, 40, loss) for s in shards])
+        res = _merge(topo, layout, [s.window(rng, 40, loss, delay_of=delay_of) for s in shards])
         seen.append(res.findings)
         records += tracker.window(w, w + 1.0, res.findings, now=w + 1.0)
     return records, seen

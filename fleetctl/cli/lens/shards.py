@@ -71,7 +71,7 @@ def _render_layout(console, doc: dict) -> None:
 def merge_cmd(app: Application, directories, root, max_hosts, once, window_s, stale_s,
               state_dir) -> int:
     """Join the shards' windows: one finding per element however many shards name it, and the
-    switches the shards share named from their pooled loss (docs/lens.md, "Shards").
+    switches the shards share named from their pooled loss and delay (docs/lens.md, "Shards").
 
     \b
     Exit codes with --once: 0 every shard in, nothing found; 1 a shard missing or a finding;
