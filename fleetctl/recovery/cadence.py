@@ -12,7 +12,10 @@ Every rank must replicate at the same iterations: the resume point is the newest
 rank (or its replica) has. So K is agreed, not chosen per rank: FIRST_AGREE iterations into a
 generation, then every AGREE_EVERY, each rank says the K it wants and all take the largest (one
 all-reduce of one integer, `Resilient.step`); each generation starts at K = 1 from its first
-iteration, on every rank alike, so its first FIRST_AGREE replicas measure the cost.
+iteration, on every rank alike. The job's first generation measures the cost in its first
+FIRST_AGREE replicas; a later one agrees at its first iteration too, where the survivors'
+measurements carry over (a standby that took a rank has none and asks for 1: the largest wins), so
+a fault costs one replica at K = 1, not FIRST_AGREE (1.8 s more of blocking at 64 MB here).
 
 An iteration's time t is measured without the replica's own blocking (at K = 1 a dear replica would
 otherwise pass for the loop's work, and K would come out too small).
@@ -37,6 +40,7 @@ class Cadence:
     k: int = 1
     base: int = -1  # replicate at iterations base + n K
     gen_start: int = -1
+    first_agree: int = FIRST_AGREE  # the generation's first agreement, iterations in
     cost_s: float | None = None  # running mean of one replica's blocking
     iteration_s: float | None = None  # running mean of one iteration (step to step)
     _last_step: float | None = None
@@ -50,11 +54,12 @@ class Cadence:
     def auto(self) -> bool:
         return self.every is None
 
-    def restart(self, start: int) -> None:
-        """A generation starts at iteration `start` (its replica of start - 1 taken on entry)."""
+    def restart(self, start: int, gen: int = 0) -> None:
+        """Generation `gen` starts at iteration `start` (its replica of start - 1 taken on entry)."""
         self._last_step, self._blocked = None, 0.0
         if self.auto:
             self.k, self.base, self.gen_start = 1, start - 1, start - 1
+            self.first_agree = FIRST_AGREE if gen == 0 else 1
 
     def due(self, iteration: int) -> bool:
         return (iteration - self.base) % self.k == 0
@@ -70,7 +75,8 @@ class Cadence:
 
     def agreement_due(self, iteration: int) -> bool:
         n = iteration - self.gen_start
-        return self.auto and (n == FIRST_AGREE or (n > FIRST_AGREE and (n - FIRST_AGREE) % AGREE_EVERY == 0))
+        return self.auto and (n in (self.first_agree, FIRST_AGREE) or
+                              (n > FIRST_AGREE and (n - FIRST_AGREE) % AGREE_EVERY == 0))
 
     def wanted(self) -> int:
         """The K this rank's measurements ask for."""

@@ -331,7 +331,7 @@ class Resilient:
         if self.snapshot_options is not None and self.snapshotter is None:
             self._snapshotter()
         self.progress.resume(self.rank, self.start - 1)
-        self.cadence.restart(self.start)
+        self.cadence.restart(self.start, self.gen)
         self._replicate(self.start - 1)  # the holder has this rank's state before its first iteration
 
     def _snapshotter(self) -> None:

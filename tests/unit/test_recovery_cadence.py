@@ -76,6 +76,29 @@ def test_every_rank_agrees_at_the_same_iterations_and_a_generation_starts_at_one
     assert ranks[0].k == 1 and ranks[0].due(300) and ranks[0].due(301)
 
 
+def test_a_later_generation_agrees_at_its_first_iteration_on_the_survivors_measurements():
+    """After a fault the survivors know the cost already: K is agreed at the generation's first
+    iteration (a new standby asks for 1, the survivors' wish wins), then again FIRST_AGREE in and
+    every AGREE_EVERY as in the first generation; the first generation still measures first."""
+    survivor = _measured(Cadence(None), 0.060, 0.5)  # wants K = 3
+    standby = Cadence(None)
+    for rank in (survivor, standby):
+        rank.restart(500, gen=2)
+    assert [it for it in range(500, 600) if survivor.agreement_due(it)] == \
+        [500, 499 + FIRST_AGREE] + [499 + FIRST_AGREE + n * AGREE_EVERY for n in range(1, 4)]
+    assert [standby.agreement_due(it) for it in range(500, 600)] == \
+        [survivor.agreement_due(it) for it in range(500, 600)]
+    k = max(survivor.wanted(), standby.wanted())
+    assert (standby.wanted(), k) == (1, 3)
+    for rank in (survivor, standby):
+        rank.adopt(k, 500)
+    assert [it for it in range(500, 510) if survivor.due(it)] == [500, 503, 506, 509]
+    assert [it for it in range(500, 510) if standby.due(it)] == [500, 503, 506, 509]
+    first = Cadence(None)
+    first.restart(0, gen=0)
+    assert [it for it in range(0, 10) if first.agreement_due(it)] == [FIRST_AGREE - 1]
+
+
 def test_resilient_refuses_a_bad_cadence_by_name(monkeypatch):
     torch = pytest.importorskip("torch")
     from fleetctl.recovery.resilient import Resilient
