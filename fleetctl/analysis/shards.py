@@ -397,9 +397,10 @@ def _switch_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds)
 
 def _switch_delay_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds):
     """Per shared switch, delayed paths pooled over the shards: (figures of every switch with
-    paths, the switches named). A switch is named where the share of its paths delayed is at
-    least `candidate_share` and twice the background's (the other paths' share, at least 1e-3),
-    and improbable under it (binomial, `element_alpha` over the switches tested); greedy, the
+    paths, the switches named). A switch is named where `switch_min_links` (3) paths or more and
+    a share of its paths of at least `candidate_share` are delayed, twice the background's share
+    (the other paths', at least 1e-3) or more, and improbable under that share (binomial,
+    `element_alpha` over the switches tested); greedy, the
     most concentrated first, a named switch's paths leaving the next test's background. A gray
     spine seen by every shard is a few delayed paths in each (too few for a shard to name it, or
     a link or two): pooled, it is all of them."""
@@ -429,7 +430,7 @@ def _switch_delay_tests(windows: list[ShardWindow], shared: list[str], th: Thres
                    "background": round(p0, 6), "shards": sorted(by[sw]),
                    "excess_us": round(x[sw] / k[sw], 1) if k[sw] >= 1 else 0.0}
             rows[sw] = row
-            if k[sw] < th.min_bad_paths or share < max(2 * p0, th.candidate_share):
+            if k[sw] < max(th.min_bad_paths, th.switch_min_links) or share < max(2 * p0, th.candidate_share):
                 continue
             p = float(binom.sf(round(k[sw]) - 1, round(n[sw]), p0))
             if p >= alpha:
