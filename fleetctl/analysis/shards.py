@@ -350,30 +350,71 @@ def _switch_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds)
     """Per shared switch, pooled over the shards: (figures of every switch with probes, the
     switches named). Greedy as pooled_loss_blame: the most concentrated excess first; a named
     switch's probes leave the background of the next test."""
+    n, k, by = _pool(shared, [(w.shard, {sw: v[:2] for sw, v in w.switches.items()}) for w in windows])
+    return _greedy(shared, n, k, by, sum(w.probes for w in windows), sum(w.lost for w in windows),
+                   ("probes", "lost", "loss", 6), th.loss_alpha, th.pooled_max_faults,
+                   floor=th.background_loss, ceiling=1.0, min_k=th.pooled_min_lost,
+                   min_rate=th.pooled_min_loss)
+
+
+def _switch_delay_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds):
+    """Per shared switch, delayed paths pooled over the shards: (figures of every switch with
+    paths, the switches named). A switch is named where `switch_min_links` (3) paths or more and
+    a share of its paths of at least `candidate_share` are delayed, twice the background's share
+    (the other paths', at least 1e-3) or more, and improbable under that share (binomial,
+    `element_alpha` over the switches tested); greedy as the loss test. A gray spine seen by every
+    shard is a few delayed paths in each (too few for a shard to name it, or a link or two):
+    pooled, it is all of them."""
+    n, k, by = _pool(shared, [(w.shard, {sw: v[:2] for sw, v in w.delay_switches.items()})
+                              for w in windows])
+    excess, _, _ = _pool(shared, [(w.shard, {sw: (v[2], 0.0) for sw, v in w.delay_switches.items()})
+                                  for w in windows])
+    rows, named = _greedy(shared, n, k, by, sum(w.paths for w in windows),
+                          sum(w.delayed for w in windows), ("paths", "delayed", "share", 4),
+                          th.element_alpha, th.pooled_max_faults, floor=1e-3, ceiling=0.5,
+                          min_k=max(th.min_bad_paths, th.switch_min_links),
+                          min_rate=th.candidate_share)
+    # the mean excess of the delayed paths: in every row, and a named switch's severity
+    for sw, row in [(r["switch"], r) for r in rows] + named:
+        row["excess_us"] = round(excess[sw] / k[sw], 1) if k[sw] >= 1 else 0.0
+    return rows, named
+
+
+def _pool(shared: list[str], per_shard: list[tuple[str, dict]]):
+    """Sum per shared switch of each shard's (count, bad): (counts, bads, shards that had it)."""
     n = {s: 0.0 for s in shared}
     k = {s: 0.0 for s in shared}
     by: dict[str, list[str]] = {s: [] for s in shared}
-    total_n = sum(w.probes for w in windows)
-    total_k = sum(w.lost for w in windows)
-    for w in windows:
-        for sw, (sn, sk) in w.switches.items():
+    for shard, table in per_shard:
+        for sw, (sn, sk) in table.items():
             if sw in n and sn > 0:
                 n[sw] += sn
                 k[sw] += sk
-                by[sw].append(w.shard)
+                by[sw].append(shard)
+    return n, k, by
+
+
+def _greedy(shared, n, k, by, total_n, total_k, keys, alpha, max_named, *, floor, ceiling,
+            min_k, min_rate):
+    """The pooled binomial test of each switch against the rest (background clamped to
+    [floor, ceiling]): a switch with `min_k` bad or more, a rate of at least `min_rate` and twice
+    the background, and a p-value under `alpha` over the switches tested; the one with the largest
+    log-likelihood ratio is named, its counts leave the background, and the rest are tested again.
+    `keys`: the row's names for (count, bad, rate, rate's digits)."""
+    count_key, bad_key, rate_key, digits = keys
     named: list[tuple[str, dict]] = []
     rows: dict[str, dict] = {}
     left = [s for s in shared if n[s] > 0]
-    alpha = th.loss_alpha / max(1, len(left))
-    while left and len(named) < th.pooled_max_faults:
+    alpha = alpha / max(1, len(left))
+    while left and len(named) < max_named:
         best, best_llr = None, -np.inf
         for sw in left:
-            p0 = max(th.background_loss, (total_k - k[sw]) / max(1.0, total_n - n[sw]))
+            p0 = min(ceiling, max(floor, (total_k - k[sw]) / max(1.0, total_n - n[sw])))
             rate = k[sw] / n[sw]
-            row = {"probes": int(round(n[sw])), "lost": int(round(k[sw])),
-                   "loss": round(rate, 6), "background": round(p0, 6), "shards": sorted(by[sw])}
+            row = {count_key: int(round(n[sw])), bad_key: int(round(k[sw])),
+                   rate_key: round(rate, digits), "background": round(p0, 6), "shards": sorted(by[sw])}
             rows[sw] = row
-            if k[sw] < th.pooled_min_lost or rate < max(2 * p0, th.pooled_min_loss):
+            if k[sw] < min_k or rate < max(2 * p0, min_rate):
                 continue
             p = float(binom.sf(round(k[sw]) - 1, round(n[sw]), p0))
             if p >= alpha:
@@ -386,64 +427,7 @@ def _switch_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds)
         if best is None:
             break
         row = rows[best]
-        row["confidence"] = round(float(np.sqrt((row["loss"] - row["background"]) / row["loss"])), 3)
-        named.append((best, row))
-        left.remove(best)
-        total_n -= n[best]
-        total_k -= k[best]
-    out = [{"switch": s, **rows[s]} for s in shared if s in rows]
-    return out, named
-
-
-def _switch_delay_tests(windows: list[ShardWindow], shared: list[str], th: Thresholds):
-    """Per shared switch, delayed paths pooled over the shards: (figures of every switch with
-    paths, the switches named). A switch is named where `switch_min_links` (3) paths or more and
-    a share of its paths of at least `candidate_share` are delayed, twice the background's share
-    (the other paths', at least 1e-3) or more, and improbable under that share (binomial,
-    `element_alpha` over the switches tested); greedy, the
-    most concentrated first, a named switch's paths leaving the next test's background. A gray
-    spine seen by every shard is a few delayed paths in each (too few for a shard to name it, or
-    a link or two): pooled, it is all of them."""
-    n = {s: 0.0 for s in shared}
-    k = {s: 0.0 for s in shared}
-    x = {s: 0.0 for s in shared}
-    by: dict[str, list[str]] = {s: [] for s in shared}
-    total_n = sum(w.paths for w in windows)
-    total_k = sum(w.delayed for w in windows)
-    for w in windows:
-        for sw, (sn, sk, sx) in w.delay_switches.items():
-            if sw in n and sn > 0:
-                n[sw] += sn
-                k[sw] += sk
-                x[sw] += sx
-                by[sw].append(w.shard)
-    named: list[tuple[str, dict]] = []
-    rows: dict[str, dict] = {}
-    left = [s for s in shared if n[s] > 0]
-    alpha = th.element_alpha / max(1, len(left))
-    while left and len(named) < th.pooled_max_faults:
-        best, best_llr = None, -np.inf
-        for sw in left:
-            p0 = min(0.5, max(1e-3, (total_k - k[sw]) / max(1.0, total_n - n[sw])))
-            share = k[sw] / n[sw]
-            row = {"paths": int(round(n[sw])), "delayed": int(round(k[sw])), "share": round(share, 4),
-                   "background": round(p0, 6), "shards": sorted(by[sw]),
-                   "excess_us": round(x[sw] / k[sw], 1) if k[sw] >= 1 else 0.0}
-            rows[sw] = row
-            if k[sw] < max(th.min_bad_paths, th.switch_min_links) or share < max(2 * p0, th.candidate_share):
-                continue
-            p = float(binom.sf(round(k[sw]) - 1, round(n[sw]), p0))
-            if p >= alpha:
-                continue
-            r = min(share, 1 - 1e-12)
-            llr = k[sw] * np.log(r / p0) + (n[sw] - k[sw]) * np.log((1 - r) / (1 - p0))
-            row["p_value"] = p
-            if llr > best_llr:
-                best, best_llr = sw, llr
-        if best is None:
-            break
-        row = rows[best]
-        row["confidence"] = round(float(np.sqrt((row["share"] - row["background"]) / row["share"])), 3)
+        row["confidence"] = round(float(np.sqrt((row[rate_key] - row["background"]) / row[rate_key])), 3)
         named.append((best, row))
         left.remove(best)
         total_n -= n[best]
