@@ -113,3 +113,20 @@ def test_a_spine_losing_on_every_link_is_the_spine_and_three_lossy_cables_are_no
         assert ("switch", "spine1") not in got, got
         named += bool(got) and got <= {("link", x) for x in cables}
     assert named >= 8, named
+
+
+def test_a_cable_lossy_both_ways_is_the_cable_not_its_switch():
+    """A cable lossy in both directions raises the pooled loss of every link of its switches, in
+    and out (its paths cross them all): with 16 hosts a leaf, 2 % on leaf1--spine1 put leaf1's
+    other links over the pooled floor and leaf1 stood as a switch (6 of 6 windows). With that
+    cable's paths set aside its other links are clean: it is the cable. (A gray spine is still the
+    spine: test_a_spine_losing_on_every_link_is_the_spine_and_three_lossy_cables_are_not.)"""
+    topo = leaf_spine(8, 2, 8, 2)
+    right = 0
+    for seed in range(4):
+        run, stats = thin_window(topo, [Fault(x, "loss", 0.02) for x in ("leaf1->spine1", "spine1->leaf1")],
+                                 500 + seed)
+        got = {(f["element"]["type"], f["element"]["id"]) for f in triangulate(topo, run.paths, stats)}
+        assert not any(t == "switch" for t, _ in got), got
+        right += got == {("link", "leaf1--spine1")}
+    assert right >= 3, right
