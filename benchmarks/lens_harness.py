@@ -27,6 +27,7 @@ synthetic agents in one process that speak the real agent protocol; prints JSON.
     python benchmarks/lens_harness.py --hosts 128,512,1280 [--duration 90] [--fault-at 40]
     python benchmarks/lens_harness.py --hosts 1280 --duration 3600 --fault-at 0   # a clean soak
     python benchmarks/lens_harness.py --hosts 512 --shards 2    # two shard coordinators + lens merge
+    python benchmarks/lens_harness.py --hosts 512 --shards 2 --fault-kind delay   # the spine 200 us slow
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from tests.support.fabrics import mix64  # noqa: E402  (the per-switch ECMP hash
 ROW_DTYPE, RECEIVED_ROW_DTYPE = summary_wire_dtypes()
 BACKGROUND_LOSS = 2e-5
 FAULT_LOSS = 0.02
+FAULT_DELAY_S = 200e-6  # --fault-kind delay: every path through the faulty element this much slower
 STREAM_PIECE = 400  # as mesh.agent
 JITTER_S = 5e-6
 TEMPLATES = 8  # fault-free windows drawn, then reused with each window's times and clocks
@@ -271,6 +273,7 @@ class Agents:
         self.drift = self.rng.uniform(-30e-6, 30e-6, n)
         self.elem_delay = self.rng.uniform(0.5e-6, 2e-6, self.topo.n_elements)
         self.elem_loss = np.full(self.topo.n_elements, BACKGROUND_LOSS)
+        self.elem_extra = np.zeros(self.topo.n_elements)  # a delay fault's seconds, per element
         self.t0 = time.time()
 
     def register(self, host: str) -> dict:
@@ -353,18 +356,25 @@ class Agents:
         the agents send them. Without a fault, one of TEMPLATES draws is reused with window k's
         times and clock offsets (drawing costs the harness ~0.5 s a window at 1,280 hosts, on
         the cores the coordinator needs); with a fault every window is drawn afresh."""
-        faulty = bool((self.elem_loss != BACKGROUND_LOSS).any())
+        faulty = bool((self.elem_loss != BACKGROUND_LOSS).any() or self.elem_extra.any())
         pool = self.fault_templates if faulty else self.templates
         if len(pool) < TEMPLATES:
             pool.append(self._draw())
         return self._encode(k, pool[k % len(pool)])
 
-    def draw_ahead(self, fault_cols: list[int]) -> None:
+    def set_fault(self, cols: list[int], kind: str, on: bool) -> None:
+        """The fault on (or off) its elements: a 2 % loss, or 200 us more delay."""
+        if kind == "delay":
+            self.elem_extra[cols] = FAULT_DELAY_S if on else 0.0
+        else:
+            self.elem_loss[cols] = FAULT_LOSS if on else BACKGROUND_LOSS
+
+    def draw_ahead(self, fault_cols: list[int], kind: str = "loss") -> None:
         """The fault's windows drawn before the run, so that drawing them does not compete
         with the coordinator when the fault starts (a 1,280-host draw is ~0.5 s)."""
-        self.elem_loss[fault_cols] = FAULT_LOSS
+        self.set_fault(fault_cols, kind, True)
         self.fault_templates = [self._draw() for _ in range(TEMPLATES)]
-        self.elem_loss[fault_cols] = BACKGROUND_LOSS
+        self.set_fault(fault_cols, kind, False)
 
     def _draw(self) -> dict:
         """What a window's probes give, without its time or the clocks (module docstring)."""
@@ -376,18 +386,22 @@ class Agents:
         recv = sent - lost_out
         ans = recv - rng.binomial(recv, 1 - keep_r)
         nz = np.maximum(ans, 1)
+        base_fwd, base_rev = self.base_fwd, self.base_rev
+        if self.elem_extra.any():
+            base_fwd = base_fwd + self.m_fwd @ self.elem_extra
+            base_rev = base_rev + self.m_rev @ self.elem_extra
         keep = np.flatnonzero(sent > 0)
         d = {"keep": keep, "sent": sent[keep], "ans": ans[keep], "recv": recv,
              # the answered probes' mean send time (sends spread evenly over the window) and
              # the send time of the one with the smallest forward time, in the window
              "u1": (0.5 + rng.normal(0, 0.29, n_f) / np.sqrt(nz))[keep],
              "ub": rng.uniform(0.0, 1.0, keep.size),
-             "med_f": (5e-6 + self.base_fwd + JITTER_S * (np.log(2) + rng.normal(0, 1, n_f)
+             "med_f": (5e-6 + base_fwd + JITTER_S * (np.log(2) + rng.normal(0, 1, n_f)
                                                           / np.sqrt(nz)))[keep],
-             "med_r": (5e-6 + self.base_rev + JITTER_S * (np.log(2) + rng.normal(0, 1, n_f)
+             "med_r": (5e-6 + base_rev + JITTER_S * (np.log(2) + rng.normal(0, 1, n_f)
                                                           / np.sqrt(nz)))[keep],
-             "min_f": (5e-6 + self.base_fwd + rng.exponential(JITTER_S / nz))[keep],
-             "min_r": (5e-6 + self.base_rev + rng.exponential(JITTER_S / nz))[keep]}
+             "min_f": (5e-6 + base_fwd + rng.exponential(JITTER_S / nz))[keep],
+             "min_r": (5e-6 + base_rev + rng.exponential(JITTER_S / nz))[keep]}
         src = self.src_host[keep]
         d["bounds"] = bounds = np.searchsorted(src, np.arange(len(self.hosts) + 1))
         bins: dict[int, list] = {}
@@ -508,10 +522,10 @@ def drive(agents: Agents, duration: float, fault: tuple | None, restarts: int, h
         t_rel = tick - start
         at_second = abs(tick - round(tick)) < 1e-6  # faults change with a window, as drawn
         if fault and at_second and not fault_on and fault[1] <= t_rel < fault[2]:
-            agents.elem_loss[fault[0]] = FAULT_LOSS
+            agents.set_fault(fault[0], fault[3], True)
             fault_on, fault_t = True, time.time()
         elif fault and at_second and fault_on and t_rel >= fault[2]:
-            agents.elem_loss[fault[0]] = BACKGROUND_LOSS
+            agents.set_fault(fault[0], fault[3], False)
             fault_on = False
         while restart_at and t_rel >= restart_at[0]:
             restart_at.pop(0)
@@ -632,7 +646,7 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
 
 
 def _run(procs: list, stop_evt, fabric: Fabric, key_path, port, fault_cols: list[int],
-         fault_at: float, fault_for: float, duration: float, restarts: int):
+         fault_at: float, fault_for: float, duration: float, restarts: int, kind: str = "loss"):
     """Start the coordinators' processes, register every agent (`port`: one, or each host's),
     drive the run, stop. Returns (agents, registration seconds, the fault, the harness's timing)."""
     from fleetctl.lens.register import read_key
@@ -643,9 +657,9 @@ def _run(procs: list, stop_evt, fabric: Fabric, key_path, port, fault_cols: list
     t_reg = time.time()
     agents.register_all()
     registered_s = time.time() - t_reg
-    fault = (fault_cols, fault_at, fault_at + fault_for) if fault_at > 0 else None
+    fault = (fault_cols, fault_at, fault_at + fault_for, kind) if fault_at > 0 else None
     if fault:
-        agents.draw_ahead(fault_cols)
+        agents.draw_ahead(fault_cols, kind)
     harness = drive(agents, duration, fault, restarts)
     _stop(procs, stop_evt, agents)
     return agents, registered_s, fault, harness
@@ -679,10 +693,11 @@ def merge_main(site_path: str, dirs: list[str], merge_dir: str, stop_evt) -> Non
 
 
 def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_for: float,
-            restarts: int) -> dict:
+            restarts: int, kind: str = "loss") -> dict:
     """The site in `n_shards` shards: a real coordinator per shard (its own process, port and
     state), `lens merge` in another, every host's agent registered with its shard's coordinator;
-    the fault: a 2 % loss on every link of one spine (shared by every shard)."""
+    the fault, on one spine (shared by every shard): a 2 % loss on every link of it (`kind`
+    loss), or every path through it 200 us slower (delay: the switch itself, once a path)."""
     from fleetctl.analysis.shards import partition
     from fleetctl.config.site import parse_site
     from fleetctl.lens.register import write_key
@@ -702,6 +717,8 @@ def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_f
     spine = layout.shared[0]
     fault_cols = [c for lid, (a, b) in topo.links.items() if spine in (a, b)
                   for c in (topo.link_dir(lid, a, b), topo.link_dir(lid, b, a))]
+    if kind == "delay":
+        fault_cols = [topo.index("switch", spine)]
     ctx = multiprocessing.get_context("fork")
     stop_evt = ctx.Event()
     base = 20000 + os.getpid() % 15000
@@ -717,7 +734,7 @@ def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_f
     procs.append(ctx.Process(target=merge_main, args=(str(site), dirs, str(merge_dir), stop_evt)))
     t_begin = time.time()
     agents, registered_s, fault, harness = _run(procs, stop_evt, fabric, key_path, port_of,
-                                                fault_cols, fault_at, fault_for, duration, restarts)
+                                                fault_cols, fault_at, fault_for, duration, restarts, kind)
 
     def opened(path: Path) -> list[dict]:
         if not path.exists():
@@ -746,8 +763,10 @@ def sharded(hosts: int, n_shards: int, duration: float, fault_at: float, fault_f
     return {"hosts": hosts, "shards": len(layout.shards), "shard_hosts": max_hosts,
             "shared_switches": len(layout.shared), "duration_s": duration,
             "registration_s": round(registered_s, 2), "per_shard": shards,
-            "fault": {"spine": spine, "link_directions": len(fault_cols), "at_s": fault_at,
-                      "for_s": fault_for, "loss": FAULT_LOSS} if fault else None,
+            "fault": {"spine": spine, "kind": kind, "elements": len(fault_cols), "at_s": fault_at,
+                      "for_s": fault_for, **({"delay_us": round(FAULT_DELAY_S * 1e6)}
+                                             if kind == "delay" else {"loss": FAULT_LOSS})}
+            if fault else None,
             "merge_time_to_culprit_s": round(min(_epoch(e) for e in culprit) - harness["fault_started"], 2)
             if culprit and harness["fault_started"] else None,
             "merge_culprit_events": len(culprit),
@@ -781,11 +800,14 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=1,
                     help="run the site as this many lens shards and `lens merge` (the fault: "
                          "every link of one spine)")
+    ap.add_argument("--fault-kind", choices=["loss", "delay"], default="loss",
+                    help="with --shards: a 2 %% loss on every link of the spine, or every path "
+                         "through it 200 us slower")
     args = ap.parse_args()
     if args.shards > 1:
         for n in (int(x) for x in args.hosts.split(",")):
             print(json.dumps(sharded(n, args.shards, args.duration, args.fault_at, args.fault_for,
-                                     args.restarts)), flush=True)
+                                     args.restarts, args.fault_kind)), flush=True)
         return
     for n in (int(x) for x in args.hosts.split(",")):
         print(json.dumps(one(n, args.duration, args.fault_at, args.fault_for, args.restarts)),

@@ -161,7 +161,10 @@ def trial(work: Path, n: int, args, expected: str, rng: random.Random) -> dict:
 
 
 def percentile(values, q):
+    """The q-th percentile (nearest rank); None for no values (`--trials 0`)."""
     values = sorted(values)
+    if not values:
+        return None
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
@@ -190,9 +193,9 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "recovery_inprocess", "when": time.strftime("%Y-%m-%d"), "machine": platform.node(),
         "cpus": os.cpu_count(), "ranks": args.ranks, "standbys": 1, "steps": args.steps, "sleep_s": args.sleep,
-        "resumed_s": {"p50": percentile(resumed, 50), "p99": percentile(resumed, 99), "max": max(resumed)},
+        "resumed_s": {"p50": percentile(resumed, 50), "p99": percentile(resumed, 99), "max": max(resumed, default=None)},
         "decided_s_p50": percentile([t["decided_s"] for t in trials], 50),
-        "lost_iterations": {"max": max(t["lost_iterations"] for t in trials),
+        "lost_iterations": {"max": max((t["lost_iterations"] for t in trials), default=None),
                             "counts": {str(k): sum(1 for t in trials if t["lost_iterations"] == k)
                                        for k in sorted({t["lost_iterations"] for t in trials})}},
         "bit_identical": f"{sum(t['bit_identical'] for t in trials)}/{len(trials)}",
