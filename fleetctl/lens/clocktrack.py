@@ -16,6 +16,7 @@ import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,6 +45,7 @@ class ClockTracker:
         self.jump_us, self.max_drift_ppm, self.hold_s = jump_us, max_drift_ppm, hold_s
         self.chunks: deque[np.ndarray] = deque()
         self.fit: tuple = (None, 0)  # (ClockModel, its epoch in ns)
+        self.window_fit: tuple = (None, 0)  # the same for the windows' one-way delays (_for_windows)
         self.last_fit = -1e18
         self.fit_cost_s = 0.0  # CPU time of the last fit (the refit period stretches to it)
         self.adds = 0  # windows added
@@ -124,6 +126,7 @@ class ClockTracker:
         except (DataError, ValueError, np.linalg.LinAlgError):
             return False
         self._compare(model, epoch, t_end)
+        self.window_fit = (self._for_windows(model), epoch)
         self.fit = (model, epoch)  # one assignment: readers never see a mixed pair
         self.last_fit = t_end
         self.fit_seq += 1  # after `moved`: a reader that sees the new number sees its hosts
@@ -151,6 +154,18 @@ class ClockTracker:
             for i in np.flatnonzero(np.abs(centred) > MOVED_US).tolist():
                 out[self.hosts[int(members[i])]] = round(float(centred[i]), 1)
         return out
+
+    def _for_windows(self, model):
+        """The model the windows' one-way delays use: a host's estimate only once a second fit
+        has followed its first (offset NaN before: its paths' one-way delay is not measured).
+        A first fit covers a few seconds of bounds and can misjudge a drift by hundreds of ppm;
+        extrapolated over the next seconds its offsets were milliseconds off, every path of such
+        a host looked slow, and a sharded harness's merge opened delay events on ten NIC cables
+        (the host-side rule caught most of those hosts, not all)."""
+        confirmed = np.array([len(self.history[h]) >= 2 for h in self.hosts], dtype=bool)
+        if confirmed.all():
+            return model
+        return replace(model, offset=np.where(confirmed, model.offset, np.nan))
 
     @property
     def model(self):

@@ -304,7 +304,7 @@ class Coordinator:
                  if not self.supervisor.covered(h, a - 0.3, b + o.echo_timeout_s)}
         began = time.monotonic()
         data = summary if summary is not None and not probes.size else probes
-        model, epoch = self.clock.fit
+        model, epoch = self.clock.window_fit  # hosts whose clock a second fit has confirmed
         res = self.analyzer.analyze(data, a, b, health, blind, (model, epoch),
                                     self.baselines.current(),
                                     [ev["element"] for ev in self.tracker.open_events()])

@@ -236,6 +236,31 @@ def test_a_jump_is_judged_only_against_a_fit_that_knew_the_drift(fabric):
     # (a real step after two fits is seen: test_clock_tracking_follows_offsets_and_reports_a_jump)
 
 
+def test_the_windows_use_a_hosts_clock_only_once_a_second_fit_confirmed_it(fabric):
+    """A first fit's drift can be hundreds of ppm off (a few seconds of bounds): the windows'
+    one-way delays leave a host out (offset NaN: not measured) until a second fit has followed
+    its first; the tracker's own model (findings, status) keeps every estimate."""
+    syn = run(fabric, seed=7, duration=8.0)
+    hosts, nic_host = _hosts(fabric)
+    tr = ClockTracker(hosts, nic_host, refit_s=2.0, horizon_s=4.0)
+    assert tr.window_fit == (None, 0)
+    fits = 0
+    for a, b, probes in windows(syn):
+        tr.add(probes)
+        if tr.maybe_refit(b):
+            fits += 1
+            model, epoch = tr.window_fit
+            assert epoch == tr.epoch_ns and np.isfinite(tr.model.offset).all()
+            if fits == 1:
+                assert np.isnan(model.offset).all()
+                t = np.zeros(len(hosts))
+                assert np.isnan(model.theta(np.arange(len(hosts)), np.roll(np.arange(len(hosts)), 1), t)).all()
+            else:
+                assert model is tr.model
+                break
+    assert fits == 2
+
+
 def test_a_fit_in_the_worker_process_is_the_fit_here(fabric):
     """lens fits clocks in a worker process (its interpreter lock is the windows'): the same
     model, bit for bit, and the worker's CPU time as the fit's cost."""
