@@ -34,6 +34,11 @@ MIN_SIGMA = 1e-7  # floor of a pair's uncertainty (s), so one lucky pair cannot 
 IRLS_ROUNDS = 4  # reweighted least-squares rounds of the network fit
 HUBER_C = 3.0  # residuals beyond 3 robust sigmas are down-weighted
 MAX_PEERS = 8  # host pairs fitted per host (by most probes), plus a spanning forest
+# weight of a row r_h = 0 per host (drift relative to the reference): a host whose pairs say
+# nothing of its drift (free slopes, fit_pair) would otherwise get the least-squares minimum-norm
+# answer, which spreads offsets into drift x t0 (64 sparse hosts: 1,046 ppm for a -28 ppm host);
+# 100 ppm costs what 0.1 us costs an offset row at 1 us, nothing against a pair's drift row
+DRIFT_PRIOR = 1e3
 
 
 @dataclass
@@ -46,6 +51,7 @@ class PairFit:
     margin: float  # half the gap between the bound envelopes, s (negative: bounds overlap)
     span: float  # time covered, s
     probes: int
+    drift_known: bool = True  # False: the bounds left the slope free (fit_pair), offset only
 
 
 @dataclass
@@ -71,7 +77,10 @@ class ClockModel:
 def fit_pair(t1, t2, t3, t4, bins: int = 32) -> tuple[float, float, float, float] | None:
     """Max-margin line between upper bounds (t1, t2-t1) and lower bounds (t4, t3-t4).
 
-    Returns (t0, a, b, margin) with theta(t) = a + b (t - t0), or None with too few probes."""
+    Returns (t0, a, b, margin) with theta(t) = a + b (t - t0), or None with too few probes.
+    A slope at the +-MAX_DRIFT bound means the bounds did not pin it (a few of them, the upper
+    ones early and the lower ones late, say: tilting widens the gap without end); the caller
+    then keeps the offset at b = 0 and no drift (synchronize)."""
     t1, t2, t3, t4 = (np.asarray(x, dtype=np.float64) for x in (t1, t2, t3, t4))
     ok = np.isfinite(t1) & np.isfinite(t2) & np.isfinite(t3) & np.isfinite(t4)
     if ok.sum() < 4:
@@ -172,8 +181,20 @@ def synchronize(hosts: list[str], src: np.ndarray, dst: np.ndarray, t1, t2, t3, 
         t0, off, drift, margin = got
         t = a1[idx]
         span = float(np.nanmax(t) - np.nanmin(t))
-        fits.append(PairFit(a, b, t0, off, drift, margin, span, len(idx)))
+        known = abs(drift) < MAX_DRIFT * (1 - 1e-9)
+        if not known:  # the slope is free: the offset at t0 with no drift, and no drift said
+            off, margin = _offset_only(a1[idx], a2[idx], a3[idx], a4[idx], t0)
+            drift = 0.0
+        fits.append(PairFit(a, b, t0, off, drift, margin, span, len(idx), known))
     return network_fit(hosts, fits)
+
+
+def _offset_only(t1, t2, t3, t4, t0: float) -> tuple[float, float]:
+    """(offset, margin) of the flat line between a pair's bounds: halfway between the tightest
+    upper bound (t2 - t1) and the tightest lower one (t3 - t4)."""
+    up = float(np.nanmin(t2 - t1))
+    lo = float(np.nanmax(t3 - t4))
+    return (up + lo) / 2, (up - lo) / 2
 
 
 def _chosen_pairs(a: np.ndarray, b: np.ndarray, probes: np.ndarray, n: int, max_peers: int
@@ -206,7 +227,8 @@ def _solve(fits: list[PairFit], col: np.ndarray, nf: int, robust: np.ndarray) ->
     for f, rw in zip(fits, robust):
         sigma = max(abs(f.margin), MIN_SIGMA)
         w_off = rw / sigma
-        w_dr = rw * max(f.span, 1e-3) / (2.0 * sigma)  # a drift error e moves the ends e*span/2
+        w_dr = rw * max(f.span, 1e-3) / (2.0 * sigma) if f.drift_known else 0.0  # a drift
+        # error e moves the ends e*span/2; a pair whose bounds left the slope free says nothing
         for h, sign in ((f.b, 1.0), (f.a, -1.0)):
             if col[h] >= 0:
                 rows += [r, r, r + 1]
@@ -214,6 +236,12 @@ def _solve(fits: list[PairFit], col: np.ndarray, nf: int, robust: np.ndarray) ->
                 vals += [sign * w_off, sign * w_off * f.t0, sign * w_dr]
         rhs += [w_off * f.offset, w_dr * f.drift]
         r += 2
+    for j in range(nf):  # DRIFT_PRIOR
+        rows.append(r)
+        cols.append(nf + j)
+        vals.append(DRIFT_PRIOR)
+        rhs.append(0.0)
+        r += 1
     mat = coo_matrix((vals, (rows, cols)), shape=(r, 2 * nf)).tocsr()
     return lsqr(mat, np.array(rhs), atol=1e-14, btol=1e-14, iter_lim=20 * (2 * nf + 10))[0]
 

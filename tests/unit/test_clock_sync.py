@@ -120,3 +120,35 @@ def test_max_margin_line_matches_a_general_lp_solver():
         assert abs(m - res.x[2] * scale) < 1e-9, (trial, m, res.x[2] * scale)
         assert np.all(a + b * ut + m <= uv + 1e-9) and np.all(a + b * lt - m >= lv - 1e-9)
         assert abs(b) <= MAX_DRIFT
+
+
+def test_a_pair_whose_bounds_leave_the_slope_free_says_nothing_of_drift():
+    """Three windows of one tightest bound each way per pair (what a fleet budget gives a first
+    fit): the max-margin slope of some pairs is free and sat at the +-1,000 ppm bound, and a host
+    seen only through such pairs got the least-squares minimum-norm drift: 1,046 ppm for a -28
+    ppm clock. Such a pair now gives its offset at b = 0 and no drift; the host's drift leans to
+    the reference's (the drift prior) instead of absorbing offsets."""
+    from fleetctl.analysis.clock import MAX_DRIFT
+
+    rng = np.random.default_rng(1)
+    n = 64
+    off, dr = rng.uniform(-2e-3, 2e-3, n), rng.uniform(-30e-6, 30e-6, n)
+    rows = []
+    for a in range(n):
+        for b in rng.choice(n, 12, replace=False):
+            if a == b:
+                continue
+            for w in range(3):
+                t1, t4 = w + rng.uniform(0, 1), w + rng.uniform(0, 1)
+                d1, d2 = 10e-6 + rng.exponential(1e-6, 2)
+                rows.append((a, b, t1, t1 + d1 + off[b] - off[a] + (dr[b] - dr[a]) * t1,
+                             t4 - d2 + off[b] - off[a] + (dr[b] - dr[a]) * t4, t4))
+    src, dst, t1, t2, t3, t4 = (np.array(c) for c in zip(*rows))
+    m = synchronize([f"h{i}" for i in range(n)], src, dst, t1, t2, t3, t4)
+    assert not any(abs(f.drift) >= MAX_DRIFT * 0.999 for f in m.pairs)
+    assert any(not f.drift_known for f in m.pairs)  # the case is there
+    for comp in set(m.component.tolist()) - {-1}:
+        members = np.flatnonzero(m.component == comp)
+        ref = members[0]
+        err = np.abs((m.drift[members] - m.drift[ref]) - (dr[members] - dr[ref])) * 1e6
+        assert err.max() < 80.0, err.max()  # was 1,046 ppm; the clocks are within 30 ppm
