@@ -60,11 +60,13 @@ class WindowStep:
         self.switch_cols = np.flatnonzero((topo.element_types() == ELEMENT_TYPES.index("switch"))
                                           & crossed)
         pos = {int(c): i for i, c in enumerate(self.link_cols)}
-        self.switch_links, self.switch_in = [], []  # per crossed switch: its link directions, into it
+        # per crossed switch: its link directions, which go into it, and each one's cable (link id)
+        self.switch_links, self.switch_in, self.switch_cables = [], [], []
         for c in self.switch_cols:
             sw = topo.elements[c].id
             mine = sorted(e for e in self.rollup.switch_links[sw] if e in pos)
             self.switch_links.append(np.array([pos[e] for e in mine], dtype=np.int64))
+            self.switch_cables.append(np.array([topo.elements[e].id for e in mine]))
             self.switch_in.append(np.array([topo.elements[e].direction.endswith("->" + sw)
                                             for e in mine], dtype=bool))
         self.switches_only = self.inc[:, self.switch_cols].tocsr()
@@ -134,7 +136,7 @@ def pooled_loss_blame(step: WindowStep, sig: PathSignals) -> dict[int, float]:
         for j, (links, into) in enumerate(zip(step.switch_links, step.switch_in)):
             if stands[n_links + j]:
                 stands[n_links + j] = _switch_pattern(stands[links], into, th) and \
-                    _beyond_one_cable(step, links, into, rows, sent, lost)
+                    _beyond_one_cable(step, j, rows, sent, lost)
         cand = np.flatnonzero(stands)
         if cand.size == 0:
             break
@@ -142,10 +144,7 @@ def pooled_loss_blame(step: WindowStep, sig: PathSignals) -> dict[int, float]:
         ok = cand[p < th.loss_alpha / max(1, n.size)]
         if ok.size == 0:
             break
-        r, q = np.minimum(rate[ok], 1 - 1e-12), p0[ok]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            llr = k[ok] * np.log(r / q) + (n[ok] - k[ok]) * np.log((1 - r) / (1 - q))
-        best = int(ok[np.nanargmax(llr)])
+        best = int(ok[np.nanargmax(_llr(k[ok], n[ok], np.minimum(rate[ok], 1 - 1e-12), p0[ok]))])
         magnitude = float(-np.log(1 - min(rate[best], 1 - 1e-12)))
         if best < n_links:
             c = int(step.link_cols[best])
@@ -178,18 +177,24 @@ def _switch_pattern(own: np.ndarray, into: np.ndarray, th: Thresholds) -> bool:
                 and 2 * own[~into].sum() >= (~into).sum())
 
 
-def _beyond_one_cable(step: WindowStep, links: np.ndarray, into: np.ndarray, rows: np.ndarray,
-                      sent: np.ndarray, lost: np.ndarray) -> bool:
+def _llr(k: np.ndarray, n: np.ndarray, r: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Log-likelihood ratio of k lost of n at rate r against the background rate q."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return k * np.log(r / q) + (n - k) * np.log((1 - r) / (1 - q))
+
+
+def _beyond_one_cable(step: WindowStep, j: int, rows: np.ndarray, sent: np.ndarray,
+                      lost: np.ndarray) -> bool:
     """Does the switch's pattern hold with the paths of its worst cable (both directions: the
     one whose loss stands out most, log-likelihood ratio) set aside? A cable lossy both ways
     raises every link of its switch (a 2 % cable of a rail-optimized spine put its 14 other link
     directions at 0.3-0.9 %, over the 0.5 % floor for most: the spine was named, not the cable);
     a switch losing on every link still shows on the others. A switch of two cables or fewer is
     left to the first test: without one cable too few of its links remain to tell."""
-    th, a = step.th, step.links_only[:, links]
-    ids = np.array([step.topo.elements[int(step.link_cols[p])].id for p in links])
+    th, into, ids = step.th, step.switch_in[j], step.switch_cables[j]
     if np.unique(ids).size < 3:
         return True
+    a = step.links_only[:, step.switch_links[j]]
 
     def counts(keep: np.ndarray):
         s, l = np.where(keep, sent, 0.0), np.where(keep, lost, 0.0)
@@ -198,9 +203,7 @@ def _beyond_one_cable(step: WindowStep, links: np.ndarray, into: np.ndarray, row
         return n, k, p0
 
     n, k, p0 = counts(rows)
-    r = np.clip(k / np.maximum(n, 1.0), p0, 1 - 1e-12)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        llr = np.nan_to_num(k * np.log(r / p0) + (n - k) * np.log((1 - r) / (1 - p0)))
+    llr = np.nan_to_num(_llr(k, n, np.clip(k / np.maximum(n, 1.0), p0, 1 - 1e-12), p0))
     cable = ids == ids[int(np.argmax(llr))]
     through = np.asarray(a[:, cable].sum(axis=1)).ravel() > 0
     n, k, p0 = counts(rows & ~through)
