@@ -11,6 +11,8 @@ host's clock (element type `clock`), which the event machine turns into events.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import select
 import threading
 import time
 from collections import deque
@@ -290,6 +292,17 @@ _POOL: ProcessPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+def worker_pool() -> ProcessPoolExecutor:
+    """The one fit worker of this process, started on first use."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            # forkserver: a clean process, not a fork of this one and its threads
+            _POOL = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver"),
+                                        initializer=_end_with, initargs=(os.getpid(),))
+        return _POOL
+
+
 def fit_elsewhere(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str], epoch: int):
     """_fit in one worker process shared by every tracker of this process. At 1,280 hosts a fit
     is ~2 s of CPU every ~8 s: in a thread it held the coordinator's interpreter lock for a
@@ -298,11 +311,7 @@ def fit_elsewhere(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str], ep
     second failure in a row fits here."""
     global _POOL
     for _attempt in range(2):
-        with _POOL_LOCK:
-            if _POOL is None:
-                # forkserver: a clean process, not a fork of this one and its threads
-                _POOL = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver"))
-            pool = _POOL
+        pool = worker_pool()
         try:
             return pool.submit(_fit, probes, nic_host, hosts, epoch).result()
         except (BrokenProcessPool, OSError, EOFError):
@@ -311,6 +320,39 @@ def fit_elsewhere(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str], ep
                     _POOL = None
             pool.shutdown(wait=False, cancel_futures=True)
     return _fit(probes, nic_host, hosts, epoch)
+
+
+def _end_with(owner_pid: int) -> None:
+    """The worker's initializer: exit when the process that started it ends, however it ends.
+    A forkserver worker holds the write ends of its own call queue and of the forkserver's
+    liveness pipe, so a coordinator killed with SIGKILL left the worker (and with it the
+    forkserver) blocked forever; a pidfd of the owner is readable once the owner has exited."""
+    try:
+        fd = os.pidfd_open(owner_pid)
+    except ProcessLookupError:
+        os._exit(0)
+    except OSError:  # a kernel before 5.3: poll the pid instead
+        fd = None
+
+    def wait() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while _alive(owner_pid):
+                time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=wait, name="end-with-owner", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def stop_workers() -> None:
