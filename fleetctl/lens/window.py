@@ -183,6 +183,7 @@ class WindowAnalyzer:
                                           self._path_sent(fi[judged], sent[judged]))
         if not pair.any():
             return s.select(pair), None
+        paired = s.select(pair)
         loss_known = None
         if pending:
             out.log_pending = sorted(pending)
@@ -190,7 +191,7 @@ class WindowAnalyzer:
             out.loss_unknown = int(s.rows["sent"][pair][late].sum())
             loss_known = ~late
         n_p = len(self.paths)
-        fig = path_figures(s.select(pair), self.flows, n_p, self.nic_host, clock, epoch,
+        fig = path_figures(paired, self.flows, n_p, self.nic_host, clock, epoch,
                            loss_known)
         w = Windows(t_end - t_start, np.array([int(t_start * 1e9)]), fig.sent[None],
                     fig.lost[None], fig.p50_us[None], fig.p99_us[None], clock is not None)
@@ -199,7 +200,7 @@ class WindowAnalyzer:
             cols, sent, lost, q = loop_figures(s.select(loops), self.flows, n_p)
             place_loop_figures(w, cols, sent[None], lost[None], q[:, None, :], self.topo,
                                self.paths)
-        return s.select(pair), w
+        return paired, w
 
     def _path_sent(self, flow_rows: np.ndarray, sent: np.ndarray) -> np.ndarray:
         """Probes per path (both ways) of NIC-pair rows: their flows' forward and return paths."""
