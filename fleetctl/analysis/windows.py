@@ -58,7 +58,8 @@ class Windows:
 
 def seconds(ns: np.ndarray, epoch_ns: int) -> np.ndarray:
     """int64 ns timestamps to float seconds since the run epoch; NaN where not recorded (0)."""
-    out = (ns - epoch_ns).astype(np.float64) * 1e-9
+    out = (ns - epoch_ns).astype(np.float64)  # the difference in integers: no rounding of ns
+    out *= 1e-9  # in place: 5 M records a column at 1,280 x 8
     out[ns == NOT_RECORDED] = np.nan
     return out
 

@@ -80,16 +80,16 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     marks = overload_marks(run.health, hosts, IntegrityThresholds(
         echo_timeout_s=echo_timeout_s(run.parameters)))
     keep = probes_kept(run.probes, nic_host, hosts, marks)
-    probes = run.probes[keep] if keep.any() else run.probes
+    probes = _rows(run.probes, keep) if keep.any() else run.probes
     pair = probes["dst_nic"] >= 0  # the rest are loop probes to a switch (loops.py)
     all_pair = run.probes["dst_nic"] >= 0
     if not all_pair.any():
         raise DataError(f"run {run.run_id}: no NIC-to-NIC probe records")
-    clock = host_clock(run.probes[all_pair], nic_host, hosts, run.epoch_ns)
+    clock = host_clock(_rows(run.probes, all_pair), nic_host, hosts, run.epoch_ns)
     usable = keep.any() and pair.any()
     if not usable:  # every probe set aside: nothing to triangulate
         probes, pair = run.probes, all_pair
-    w = build_windows(probes[pair], run.flows, len(run.paths), len(topo.nics), nic_host,
+    w = build_windows(_rows(probes, pair), run.flows, len(run.paths), len(topo.nics), nic_host,
                       window_s, run.epoch_ns, clock)
     add_loop_stats(w, probes[~pair], run.flows, topo, run.paths)
     findings, dropped, fdr = _findings(run, w, solver, statistic, usable, marks)
@@ -104,6 +104,12 @@ def analyze(run: RunData, solver: str = "nnls", window_s: float | None = None,
     table = health_table(topo, run.paths, w)
     return Analysis(findings, clock, w, solver, table, _clock_summary(run, clock, all_pair), integrity,
                     measurability(table, dropped, fdr))
+
+
+def _rows(records: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The records where `mask` holds; the array itself when it holds everywhere (a 1,280 x 8
+    run's 5 M records are 270 MB a copy, and most runs keep every probe)."""
+    return records if mask.all() else records[mask]
 
 
 def _findings(run: RunData, w, solver: str, statistic: str, usable: bool, marks) -> tuple[list, list, float]:
@@ -136,9 +142,12 @@ def _findings(run: RunData, w, solver: str, statistic: str, usable: bool, marks)
 
 def _clock_summary(run: RunData, clock, all_pair) -> dict:
     nic_host = run.topo.nic_host_index
-    t_send = run.probes["t_send"][all_pair]
-    span = float((t_send.max() - t_send.min()) * 1e-9)
-    probed = np.unique(nic_host[np.r_[run.probes["src_nic"][all_pair], run.probes["dst_nic"][all_pair]]])
+    pairs = _rows(run.probes, all_pair)
+    span = float((pairs["t_send"].max() - pairs["t_send"].min()) * 1e-9)
+    seen = np.zeros(len(run.topo.hosts), dtype=bool)  # a flag per host, not a sort of every probe
+    seen[nic_host[pairs["src_nic"]]] = True
+    seen[nic_host[pairs["dst_nic"]]] = True
+    probed = np.flatnonzero(seen)
     csum = {"hosts": int(probed.size),
             "synchronized": int(np.isfinite(clock.offset[probed]).sum()),
             "pairs": len(clock.pairs),
