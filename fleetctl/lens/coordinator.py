@@ -30,6 +30,9 @@ from fleetctl.errors import DataError
 from fleetctl.lens.agents import AgentSupervisor
 from fleetctl.lens.baseline import PathBaselines
 from fleetctl.lens.clocktrack import MOVED_US, ClockTracker, stop_workers
+from fleetctl.lens.debugrecords import DebugCollector
+from fleetctl.lens.debugstore import DIRECTORY as DEBUG_DIRECTORY
+from fleetctl.lens.debugstore import DebugStore
 from fleetctl.lens.events import EventRules, EventTracker, iso
 from fleetctl.lens.ingest import Ingest
 from fleetctl.lens.jobs import JobMap, JobRefresh
@@ -66,7 +69,8 @@ class LensPlan:
             duration=opts.agent_hours * 3600, linger=opts.echo_timeout_s, echo_timeout_s=opts.echo_timeout_s,
             health_window_s=opts.health_window_s, output="stream" if opts.records else "summary")
         self.agent_cfg.update(summary_window_s=opts.window_s,
-                              summary_bins=max(1, min(100, round(opts.window_s / FLAP_BIN_S))))
+                              summary_bins=max(1, min(100, round(opts.window_s / FLAP_BIN_S))),
+                              debug_records=opts.debug_share)
         self.t0 = time.time()
         self.fingerprint = f"{len(self.paths)}:{len(self.flows)}:{len(self.plan.pairs)}"
         self._by_node: dict[str, tuple[list, list]] | None = None
@@ -144,6 +148,8 @@ class Coordinator:
         self.host_side: set[str] = set()  # hosts whose own side slowed their probes last window
         self.tracker: EventTracker | None = None
         self.supervisor: AgentSupervisor | None = None
+        self.debug: DebugCollector | None = None  # sampled debug records (lens.debug_records)
+        self.debug_store: DebugStore | None = None
 
     # ------------------------------------------------------------------ setup
     def _build(self, nodes: list[str]) -> None:
@@ -172,6 +178,7 @@ class Coordinator:
                         if self.shard.foreign else ""))
         self.ingest = Ingest(self.plan.flows)
         self.ingest.set_fields(list(agent_module.HEALTH_FIELDS))
+        self._build_debug()
         self.jobs = JobMap(self.plan.topo, self.plan.paths)
         rules = EventRules(k_open=o.k_open, k_open_down=o.k_open_down, k_open_gray=o.k_open_gray,
                            m_close=o.m_close, flap_count=o.flap_count,
@@ -181,6 +188,38 @@ class Coordinator:
         else:  # a re-plan keeps the events
             self.tracker.locate = self.plan.topo.location
             self.tracker.jobs_for = self.jobs.affected
+
+    def _build_debug(self) -> None:
+        """This plan's sampled debug records (lens.debug_records): collected beside the
+        summaries and written under <state_dir>/debug-records for `lens records`; never
+        analysed. What the store buffered for the old plan is written first."""
+        share = self.opts.debug_share
+        if share <= 0:
+            return
+        if self.debug is not None:  # a re-plan: records of the old flows still waiting go
+            self.counters["debug_records_shed"] += self.debug.pending
+        if self.debug_store is None:
+            self.debug_store = DebugStore(self.opts.path(DEBUG_DIRECTORY), counters=self.counters)
+        topo = self.plan.topo
+        self._debug_guard(lambda: self.debug_store.set_layout(self.plan.flows, topo.nics,
+                                                              topo.nic_host))
+        self.debug = DebugCollector(self.plan.flows, share, counters=self.counters)
+
+    def _close_debug(self, a: float, b: float) -> None:
+        if self.debug is None:
+            return
+        probes = self.debug.close(int(a * 1e9), int(b * 1e9))
+        self._debug_guard(lambda: self.debug_store.append(probes, a, b))
+
+    def _debug_guard(self, fn) -> None:
+        """A debug store that cannot write (a full disk) costs its records (counted), logged
+        once; never the detection."""
+        try:
+            fn()
+        except (DataError, OSError, ValueError) as exc:
+            self.counters["debug_write_errors"] = self.counters.get("debug_write_errors", 0) + 1
+            if self.counters["debug_write_errors"] == 1:
+                self.log(f"cannot write the debug records (reported once): {exc}")
 
     def _on_batch(self, node: str, batch: dict) -> None:
         try:
@@ -264,6 +303,8 @@ class Coordinator:
         finally:
             if self.supervisor:
                 self.supervisor.stop()
+            if self.debug_store is not None:
+                self._debug_guard(self.debug_store.flush)
             self._write_status(time.time(), stopping=True)
             stop_workers()
 
@@ -275,6 +316,8 @@ class Coordinator:
         while True:
             node, batch, t = item
             self.ingest.add(node, batch, t)
+            if self.debug is not None and "debug" in batch:
+                self.debug.add(node, batch["debug"], t)
             self.counters["batches"] += 1
             self._note_health(node, batch)
             try:
@@ -347,6 +390,7 @@ class Coordinator:
                             "late_records": self.ingest.late}
         self.outputs.window(self._window_doc(res), probes, health, self.last_window,
                             self.tracker.open_events())
+        self._close_debug(a, b)
         self._save(b)
         if self.shard is not None:
             self._publish_shard(res, a, b)

@@ -45,6 +45,9 @@ class LensOptions:
     # what agents send: per-window, per-flow summaries (O(flows) a window for the coordinator),
     # or every probe record ("records": needed by segments, which keep every record)
     agent_output: str = "summary"
+    # in summary mode, the share of flows (0-1) whose every probe record agents also send, kept
+    # under <state_dir>/debug-records for `lens records` (lens/debugrecords.py); 0: off
+    debug_records: float = 0.0
     # how agents run: started by the coordinator over the site's transport, or node-resident
     # services that register with it (lens/register.py) on `listen` with the key in `key_file`
     agents: str = "started"
@@ -70,7 +73,7 @@ class LensOptions:
                     "segment_s", "segment_retention", "health_window_s", "echo_timeout_s",
                     "replan_s", "clock_jump_us", "clock_max_drift_ppm", "port", "segments",
                     "agent_output", "agents", "listen", "key_file", "coordinator", "trace_via",
-                    "trace_timeout_s", "shard_max_hosts"):
+                    "trace_timeout_s", "shard_max_hosts", "debug_records"):
             if key in lens and lens[key] is not None:
                 setattr(o, key, lens[key])
         if o.rate is not None and float(o.rate) <= 0:
@@ -93,6 +96,10 @@ class LensOptions:
             raise UsageError(f"lens.trace_via {self.trace_via!r}: agents or transport")
         if not 5 <= float(self.trace_timeout_s) <= 3600:
             raise UsageError(f"lens.trace_timeout_s {self.trace_timeout_s}: between 5 and 3600 seconds")
+        share = self.debug_records
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise UsageError(f"lens.debug_records {share!r}: a share of flows between 0 and 1 "
+                             "(0.01: one flow in a hundred)")
         for name in ("k_open", "k_open_down", "k_open_gray", "m_close", "flap_count"):
             if not 1 <= int(getattr(self, name)) <= 1000:
                 raise UsageError(f"lens.{name} {getattr(self, name)}: between 1 and 1000")
@@ -101,6 +108,12 @@ class LensOptions:
     def records(self) -> bool:
         """Do agents send every probe record (segments keep them all), not summaries?"""
         return bool(self.segments) or self.agent_output == "records"
+
+    @property
+    def debug_share(self) -> float:
+        """The share of flows sampled for the debug records: none in records mode (every record
+        is sent already)."""
+        return 0.0 if self.records else float(self.debug_records)
 
     @property
     def lag_s(self) -> float:

@@ -56,6 +56,7 @@ MAX_DURATION_S = 7 * 86400.0
 MAX_TRACE_FLOWS = 200_000  # flows a node traces (its sends and its echoes: ~3,000 at 8 NICs)
 MAX_TRACE_HOPS = 64
 MAX_TRACE_DOC = 64 << 20  # the trace answer, one line
+MAX_DEBUG_SHARE = 1.0  # share of flows sampled for debug records (records per batch are capped)
 
 
 class RegistrationError(DataError):
@@ -227,6 +228,11 @@ def check_config(key: bytes, head: dict, body: bytes, c_nonce: str, a_nonce: str
                                 f"(rate {rate:g}/s, duration {duration:g} s, {len(pairs)} pairs)")
     if cfg.get("output") not in ("summary", "stream"):
         raise RegistrationError(f"output {str(cfg.get('output'))[:20]!r}: a registered agent streams")
+    share = cfg.get("debug_records", 0.0)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) \
+            or not 0 <= share <= MAX_DEBUG_SHARE:
+        raise RegistrationError(f"debug_records {str(share)[:20]!r}: a share of flows between 0 "
+                                f"and {MAX_DEBUG_SHARE:g}")
     entry = cfg["nodes"][node]
     nics = entry.get("nics") if isinstance(entry, dict) else None
     if not isinstance(nics, list) or not all(isinstance(n, list) and n for n in nics):

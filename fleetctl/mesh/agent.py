@@ -20,6 +20,12 @@ health row. Output modes (config "output"):
   "stream" (continuous probing): each batch is printed at once as `FLS1 <batch> <i> <n> <text>`
       lines (collect.parse_stream joins them), then an end object; memory stays bounded by the ring.
 
+Sampled debug records (config "debug_records", a share of flows in [0, 1], summary mode only): beside
+its summaries a batch also carries, in record mode's encoding, every record and answer-log entry of
+the flows `debug_sampled` picks (a hash of the flow id: the same flows on every host and every
+run), at most MAX_DEBUG_RECORDS of each per batch (whole flows are left out beyond it, counted).
+The summaries are unchanged; the coordinator stores these records for `fleetctl lens records`.
+
 Clock: timestamps go through a clock source chosen by the node's "clock" entry: the system clock,
 or "offset" (a fixed offset and drift, e.g. the lab's emulated skew: mesh.collect.injected_clocks). The
 agent never reads anything but its configuration and /proc counters.
@@ -39,10 +45,11 @@ import socket
 import struct
 import sys
 import time
+from array import array
 
 from fleetctl.mesh.health import HEALTH_FIELDS, HealthMeter  # payload-local
 from fleetctl.mesh.records import ANSWERED, FREE, PENDING, SEND_FAILED, UNANSWERED  # payload-local
-from fleetctl.mesh.records import RecordRing, b64, b64_bytes  # payload-local
+from fleetctl.mesh.records import RECORD_FIELDS, RecordRing, b64, b64_bytes  # payload-local
 from fleetctl.mesh.summary import RECEIVED_FIELDS, RECEIVED_ROW, ROW, SUMMARY_FIELDS  # payload-local
 from fleetctl.mesh.summary import pack, received_counts, summarize  # payload-local
 from fleetctl.mesh.wire import ECHO, ECHO_LEN, HEAD, IDS, IDS_AT, IDS_T1  # payload-local
@@ -78,6 +85,12 @@ MAX_LAG_S = 0.25  # further behind schedule than this: skip ahead (counted), do 
 TICK_MIN_S, TICK_MAX_S, TICK_PACKETS = 0.005, 0.02, 32
 MAX_DRAIN = 256  # datagrams read from one socket per turn: the send schedule must not starve
 STREAM_PIECE = 400  # characters of batch text per output line (srun splits longer lines)
+# debug sample: Knuth's multiplicative hash (2**32 / golden ratio) spreads neighbouring flow ids
+# (a pair's source ports) over the 32-bit range, so a share picks flows all over the plan
+DEBUG_HASH = 2654435761
+# sampled records per batch, and as many answer-log entries: ~30 bytes each on the wire, so a
+# batch grows by at most ~60 KB whatever the share (a summary window is one batch a second)
+MAX_DEBUG_RECORDS = 2000
 COUNTERS = ("sent", "send_errors", "skipped", "echoes", "answered", "answer_errors", "foreign",
             "garbled", "bad_mac", "replayed", "unexpected", "late", "records_dropped",
             "log_dropped", "loop_errors", "ring_forced")
@@ -101,6 +114,40 @@ def unpack(key: bytes, tag: bytes, data: bytes, counters: dict) -> tuple | None:
         counters[got] += 1
         return None
     return (*got, bytes(data[:HEAD.size]))
+
+
+# ---------------------------------------------------------------------- debug sample
+def debug_rank(flow: int) -> int:
+    """A flow's place in the debug sample: the share s samples the flows ranked below s * 2**32."""
+    return (flow * DEBUG_HASH) & 0xFFFFFFFF
+
+
+def debug_sampled(flow: int, share: float) -> bool:
+    """Is `flow` in the debug sample of this share? The same answer on every host and run."""
+    return debug_rank(flow) < int(share * 4294967296)
+
+
+def debug_cap(idx: list, flows, cap: int) -> tuple[list, int]:
+    """At most `cap` of the positions `idx` (into `flows`), whole flows only: the flows ranked
+    lowest are kept, as a smaller share would have picked them. (kept positions, left out)."""
+    if len(idx) <= cap:
+        return idx, 0
+    count: dict[int, int] = {}
+    for i in idx:
+        count[flows[i]] = count.get(flows[i], 0) + 1
+    keep, total = set(), 0
+    for f in sorted(count, key=debug_rank):
+        if total + count[f] > cap:
+            break
+        keep.add(f)
+        total += count[f]
+    kept = [i for i in idx if flows[i] in keep]
+    return kept, len(idx) - len(kept)
+
+
+def b64_picked(values, code: str, pick: list) -> str:
+    """The items `pick` of `values` as one b64 text (record mode's encoding of a field)."""
+    return "".join(b64(array(code, [values[i] for i in pick])))
 
 
 # ---------------------------------------------------------------------- clock sources
@@ -189,6 +236,11 @@ class Agent:
             raise ValueError(f"unknown output mode {output!r}")
         self.stream = output != "document"  # batches printed as they leave the ring
         self.summaries = output == "summary"
+        # a share of flows whose every record also goes out (summary mode: records mode has all)
+        share = float(config.get("debug_records", 0.0))
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"debug_records {share!r}: a share between 0 and 1")
+        self.debug_share = share if self.summaries else 0.0
         # summary windows: the coordinator's (the sender's clock cuts them); at most 100 bins
         self.summary_window_ns = int(1e9 * min(60.0, max(0.1, float(
             config.get("summary_window_s", 1.0)))))
@@ -213,6 +265,11 @@ class Agent:
         # flows answered here: flow -> [highest seq, bitmap] (bounded by the assignment)
         self.replay = {int(f) + j: [-1, 0] for f, _s, d, _a in config["pairs"]
                        if int(d) in self.nics for j in range(len(self.sports))}
+        # the sampled flows this node sends or answers, found once (a set lookup per record)
+        mine = [f + j for f, _s, _d, _a in self.pairs for j in range(len(self.sports))]
+        mine += [f for f, _s, _a in self.loops] + list(self.replay)
+        self.debug_flows = frozenset(f for f in mine if debug_sampled(f, self.debug_share)) \
+            if self.debug_share > 0 else frozenset()
 
     def _sizes(self, config: dict) -> tuple[float, float]:
         """The loop's tick and the record bounds from the load; (sends, answers) per second."""
@@ -570,6 +627,10 @@ class Agent:
                  "health": rows}
         if self.summaries:
             batch["summary"] = self._summary(recs, flows, t1s)
+            if self.debug_flows:
+                debug = self._debug(recs, flows, seqs)
+                if debug is not None:
+                    batch["debug"] = debug
         else:
             batch["records"] = {"n": len(recs["flow"]),
                                 **{k: "".join(b64(v)) for k, v in recs.items()}}
@@ -588,6 +649,22 @@ class Agent:
                 "row_bins": {"n": len(bins), "data": "".join(b64(bins))},
                 "received": {"n": len(got["flow"]),
                              "data": "".join(b64_bytes(pack(got, RECEIVED_FIELDS, RECEIVED_ROW)))}}
+
+    def _debug(self, recs: dict, flows, seqs) -> dict | None:
+        """The sampled flows' records and answer-log entries of a batch in record mode's
+        encoding, at most MAX_DEBUG_RECORDS of each (`dropped`: those left out); None if none."""
+        mine, rf = self.debug_flows, recs["flow"]
+        idx, dropped = debug_cap([i for i in range(len(rf)) if rf[i] in mine], rf,
+                                 MAX_DEBUG_RECORDS)
+        got, dropped_log = debug_cap([i for i in range(len(flows)) if flows[i] in mine], flows,
+                                     MAX_DEBUG_RECORDS)
+        if not idx and not got and not dropped and not dropped_log:
+            return None
+        return {"records": {"n": len(idx), **{name: b64_picked(recs[name], code, idx)
+                                              for name, code in RECORD_FIELDS}},
+                "received": {"n": len(got), "flow": b64_picked(flows, "I", got),
+                             "seq": b64_picked(seqs, "I", got)},
+                "dropped": dropped + dropped_log}
 
     def _print_object(self, obj: dict) -> None:
         """One object as FLS1 lines: `FLS1 <batch> <i> <n> <piece>` (compact JSON in pieces)."""

@@ -273,7 +273,8 @@ MAX_SUMMARY_ROWS = 1 << 21  # per batch: an agent sends one row per flow and win
 RECEIVED_DTYPE = np.dtype([("window", "<i8"), ("flow", "<i4"), ("count", "<u4")])
 
 
-def _bounded_array(doc: dict, name: str, dtype, n: int, node: str) -> np.ndarray:
+def _bounded_array(doc: dict, name: str, dtype, n: int, node: str,
+                   what: str = "summary") -> np.ndarray:
     """One base64(zlib) array of exactly n items; inflated no further than that (a hostile
     batch cannot make the coordinator inflate a bomb)."""
     size = np.dtype(dtype).itemsize * n
@@ -283,10 +284,37 @@ def _bounded_array(doc: dict, name: str, dtype, n: int, node: str) -> np.ndarray
         raw = z.decompress(base64.b64decode("".join(text) if isinstance(text, list) else text),
                            size + 1)
     except (KeyError, ValueError, TypeError, zlib.error) as exc:
-        raise DataError(f"{node}: summary field {name!r} is unreadable: {exc}") from None
+        raise DataError(f"{node}: {what} field {name!r} is unreadable: {exc}") from None
     if len(raw) != size:
-        raise DataError(f"{node}: summary field {name!r} holds {len(raw)} bytes, not {size}")
+        raise DataError(f"{node}: {what} field {name!r} holds {len(raw)} bytes, not {size}")
     return np.frombuffer(raw, dtype=dtype)
+
+
+def decode_debug(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+    """(sender records by field, responder log keys flow << 32 | seq, records the agent left
+    out) of one batch's sampled debug records (agent._debug): record mode's encoding, read as
+    `_decode_one` reads it but each array inflated to exactly its announced length, at most
+    agent.MAX_DEBUG_RECORDS; DataError for anything malformed or out of bounds."""
+    if not isinstance(doc, dict):
+        raise DataError(f"{node}: debug records are not an object")
+    try:
+        rec, got = doc.get("records") or {}, doc.get("received") or {}
+        n, m, dropped = int(rec.get("n", 0)), int(got.get("n", 0)), int(doc.get("dropped", 0))
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:  # Infinity is JSON here
+        raise DataError(f"{node}: debug records are malformed: {exc}") from None
+    cap = agent.MAX_DEBUG_RECORDS
+    if not (0 <= n <= cap and 0 <= m <= cap and 0 <= dropped <= 1 << 32):
+        raise DataError(f"{node}: debug record counts out of range ({n}, {m}, {dropped})")
+    fields = {k: _bounded_array(rec, k, t, n, node, "debug record") if n else np.zeros(0, t)
+              for k, t in _TYPES.items()}
+    if not np.isin(fields["state"], (agent.ANSWERED, agent.UNANSWERED, agent.SEND_FAILED)).all():
+        raise DataError(f"{node}: debug records hold an unknown record state")
+    keys = np.zeros(0, np.uint64)
+    if m:
+        keys = (_bounded_array(got, "flow", "<u4", m, node, "debug answer log")
+                .astype(np.uint64) << np.uint64(32)) | \
+            _bounded_array(got, "seq", "<u4", m, node, "debug answer log").astype(np.uint64)
+    return fields, keys, dropped
 
 
 def summary_wire_dtypes() -> tuple[np.dtype, np.dtype]:

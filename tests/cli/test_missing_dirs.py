@@ -12,6 +12,7 @@ from fleetctl.cli import run
     (["lens", "events"], "--state-dir"),
     (["lens", "status"], "--state-dir"),
     (["lens", "stop"], "--state-dir"),
+    (["lens", "records"], "--state-dir"),
     (["act", "log"], "--state-dir"),
     (["act", "undo", "a1"], "--state-dir"),
     (["explain", "node1"], "--state-dir"),

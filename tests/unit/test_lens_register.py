@@ -169,6 +169,8 @@ def test_a_forged_configuration_is_refused_by_the_node(key):
     ({"rate": "fast"}, "incomplete"), ({"pairs": {"a": 1}}, "must be lists"),
     ({"nodes": {"node1": []}}, "malformed"), ({"nodes": {"node1": {"nics": [5]}}}, "malformed"),
     ({"rate": 5000.0, "pairs": [[i, 0, 1, "10.0.0.2"] for i in range(100)]}, "probes/s"),
+    ({"debug_records": 1.5}, "debug_records"), ({"debug_records": -0.1}, "debug_records"),
+    ({"debug_records": "all"}, "debug_records"), ({"debug_records": True}, "debug_records"),
 ])
 def test_even_an_authenticated_coordinator_is_bounded(key, change, why):
     c_nonce, a_nonce = proto.nonce(), proto.nonce()
@@ -176,6 +178,14 @@ def test_even_an_authenticated_coordinator_is_bounded(key, change, why):
     head_line, body = proto.config_message(key, c_nonce, a_nonce, "node1", cfg).split(b"\n", 1)
     with pytest.raises(proto.RegistrationError, match=why):
         proto.check_config(key, json.loads(head_line), body, c_nonce, a_nonce, "node1")
+
+
+def test_a_debug_sample_within_bounds_reaches_the_agent(key):
+    c_nonce, a_nonce = proto.nonce(), proto.nonce()
+    cfg = {**config_for("node1", 0), "debug_records": 0.01}
+    head_line, body = proto.config_message(key, c_nonce, a_nonce, "node1", cfg).split(b"\n", 1)
+    got = proto.check_config(key, json.loads(head_line), body, c_nonce, a_nonce, "node1")
+    assert got["debug_records"] == 0.01
 
 
 # ---------------------------------------------------------------- streams
