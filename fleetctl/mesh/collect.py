@@ -28,13 +28,19 @@ _TYPES = {"flow": "<u4", "seq": "<u4", "t1": "<i8", "t2": "<i8", "t3": "<i8", "t
           "state": "u1"}
 
 
-def _array(doc: dict, name: str, node: str) -> np.ndarray:
+MAX_DOCUMENT_RECORDS = 1 << 25  # per document or batch: 16x an agent's own max_records default
+
+
+def _count(part: dict, node: str) -> int:
+    """A part's announced record count, bounded (it sizes what may be inflated)."""
     try:
-        text = doc[name]
-        raw = zlib.decompress(base64.b64decode("".join(text) if isinstance(text, list) else text))
-        return np.frombuffer(raw, dtype=_TYPES[name])
-    except (KeyError, ValueError, TypeError, zlib.error) as exc:
-        raise DataError(f"{node}: probe agent output field {name!r} is unreadable: {exc}") from None
+        n = int(part.get("n", 0))
+    except (AttributeError, TypeError, ValueError):
+        raise DataError(f"{node}: probe agent output has no readable record count") from None
+    if not 0 <= n <= MAX_DOCUMENT_RECORDS:
+        raise DataError(f"{node}: probe agent output announces {n} records "
+                        f"(at most {MAX_DOCUMENT_RECORDS})")
+    return n
 
 
 def decode(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -53,15 +59,17 @@ def _decode_one(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray
     if not isinstance(doc, dict):
         raise DataError(f"{node}: probe agent output is not an object")
     rec = doc.get("records") or {}
-    n = int(rec.get("n", 0))
-    fields = {k: _array(rec, k, node) for k in _TYPES} if n else \
-        {k: np.zeros(0, dtype=t) for k, t in _TYPES.items()}
-    if any(len(v) != n for v in fields.values()):
-        raise DataError(f"{node}: probe agent records have inconsistent lengths")
+    n = _count(rec, node)
+    # each array inflated to exactly its announced length and no further: a hostile document
+    # cannot make the coordinator inflate a bomb
+    fields = {k: _bounded_array(rec, k, t, n, node, "probe agent records") if n else
+              np.zeros(0, dtype=t) for k, t in _TYPES.items()}
     got = doc.get("received") or {}
-    if int(got.get("n", 0)):
-        keys = (_array(got, "flow", node).astype(np.uint64) << np.uint64(32)) | \
-            _array(got, "seq", node).astype(np.uint64)
+    m = _count(got, node)
+    if m:
+        keys = (_bounded_array(got, "flow", "<u4", m, node, "responder log").astype(np.uint64)
+                << np.uint64(32)) | \
+            _bounded_array(got, "seq", "<u4", m, node, "responder log").astype(np.uint64)
     else:
         keys = np.zeros(0, dtype=np.uint64)
     return fields, keys

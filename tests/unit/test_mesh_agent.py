@@ -203,3 +203,27 @@ def test_unanswered_probes_are_lost_out_and_a_failed_peer_is_left_out():
     assert len(probes) == doc["records"]["n"] and (probes["lost"] == 1).all()
     assert (probes["t_recv"] == 0).all() and (np.diff(probes["t_send"]) >= 0).all()
     assert len(probe_records({"a": doc}, flows, ["a", "b"], {"b"})) == 0
+
+
+def _packed(raw: bytes) -> str:
+    import base64
+    import zlib
+
+    return base64.b64encode(zlib.compress(raw, 9)).decode()
+
+
+@pytest.mark.parametrize("records, why", [
+    # 64 MB of zeros in a 64 KB field, announced as 8 records: inflated no further than 8
+    ({"n": 8, **{k: _packed(bytes(64 << 20)) for k in ("flow", "seq", "t1", "t2", "t3", "t4",
+                                                        "state")}}, "holds"),
+    ({"n": 1 << 40, "flow": ""}, "announces"),
+    ({"n": "many"}, "record count"),
+    ({"n": 2, "flow": _packed(bytes(8))}, "unreadable"),  # the other fields missing
+])
+def test_a_hostile_records_document_is_a_data_error_not_a_bomb(records, why):
+    """The records decoder (record-mode batches, one-shot documents) inflates each array to
+    exactly the length the document announces, a bounded one, as the summary decoder does."""
+    from fleetctl.errors import DataError
+
+    with pytest.raises(DataError, match=why):
+        decode({"records": records}, "node1")

@@ -26,9 +26,10 @@ def read_stream(proc, timeout=15):
 
 def test_two_streaming_agents_emit_batches_while_running():
     port = free_port()
-    # Generous echo timeout and linger: on a loaded 2-core CI machine an echo can take a few hundred ms.
-    cfg = config(port, rate=100, duration=2.0, linger=1.0, start_in=0.2)
-    cfg.update(output="stream", health_window_s=0.5, echo_timeout_s=1.0)
+    # Generous echo timeout and linger: on a loaded 2-core CI machine (the unit tests in two
+    # processes) an echo took over a second once; every echo is counted below.
+    cfg = config(port, rate=100, duration=2.0, linger=3.0, start_in=0.2)
+    cfg.update(output="stream", health_window_s=0.5, echo_timeout_s=3.0)
     procs = [start(cfg, "a"), start(cfg, "b")]
     texts = {n: read_stream(p) for n, p in zip("ab", procs)}
     docs = {n: parse_stream(t, n) for n, t in texts.items()}
