@@ -77,11 +77,13 @@ class WindowAnalyzer:
         self.report_cols = np.array([e for e, el in enumerate(topo.elements)
                                      if el.type in ("link", "switch", "nic")], dtype=np.int64)
         # per-element delay percentiles (reported in status, metrics and segments, never judged:
-        # findings come from the paths) cost ~0.45 s a window at 1,280 hosts x 8 NICs (3.5 M
-        # incidence entries); a plan that large computes them every DELAY_EVERY_ENTRIES-th
-        # window and reports the last ones between (each row says which window they are from)
+        # findings come from the paths) cost ~0.1 s a window at 1,280 hosts x 8 NICs and 8 ports
+        # a pair (4.5 M incidence entries; 0.45 s before they ranked only the paths with a
+        # delay); a plan that large computes them every DELAY_EVERY_ENTRIES-th window and
+        # reports the last ones between (each row says which window they are from)
         self.delay_every = max(1, int(self.element_index.csr.nnz // DELAY_EVERY_ENTRIES))
         self._delay_seen = 0
+        element_columns(topo, {})  # builds the topology's element index now, not in a window
         self._last_delay: tuple[np.ndarray, float] | None = None
         # location -> "up"/"down"/None at the end of the last window that judged it: a flap whose
         # down moment falls in the first bin of a window is still seen (a link toggled on a
