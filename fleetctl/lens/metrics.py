@@ -30,6 +30,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, generate_latest
 from prometheus_client import make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from fleetctl.errors import UsageError
 from fleetctl.lens.eventlog import METRICS, SEVERITIES
@@ -81,22 +82,55 @@ class _Family:
         self.current = set(rows)
 
 
+_ELEMENT_GAUGES = {
+    "loss_ratio": ("element_loss_ratio", "Probe loss over the element in the last window (0-1)"),
+    "delay_p50_s": ("element_delay_p50_seconds", "Median path delay over the element, last window"),
+    "delay_p99_s": ("element_delay_p99_seconds", "99th percentile path delay, last window"),
+}
+
+
+class _Elements:
+    """The per-element series as a collector: the last window's gauges (`last`, replaced whole
+    each window: an element gone from it loses its series) and the counters summed over every
+    window (`totals`: key -> [probes, lost]), kept as plain rows and made into metric families
+    when scraped. A gauge and two counters a label set through prometheus_client's child
+    objects cost 0.21 s a window at 1,280 hosts x 8 NICs (32,056 elements), once a second."""
+
+    def __init__(self):
+        self.last: dict[tuple[str, ...], dict[str, float]] = {}
+        self.totals: dict[tuple[str, ...], list[float]] = {}
+        self.lock = threading.Lock()  # the totals are added to while a scrape reads them
+
+    def collect(self):
+        last = self.last  # replaced, never changed in place: this view stays whole
+        gauges = {key: GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=_ELEMENT)
+                  for key, (name, doc) in _ELEMENT_GAUGES.items()}
+        for labels, row in last.items():
+            for key, value in row.items():
+                gauges[key].add_metric(labels, value)
+        yield from gauges.values()
+        probes = CounterMetricFamily(f"{PREFIX}_element_probes",
+                                     "Probes over the element, every window", labels=_ELEMENT)
+        lost = CounterMetricFamily(f"{PREFIX}_element_lost_probes",
+                                   "Probes lost over the element, every window", labels=_ELEMENT)
+        with self.lock:
+            totals = [(labels, n, k) for labels, (n, k) in self.totals.items()]
+        for labels, n, k in totals:
+            probes.add_metric(labels, n)
+            lost.add_metric(labels, k)
+        yield probes
+        yield lost
+
+
 class LensMetrics:
     def __init__(self, registry: CollectorRegistry | None = None, *,
                  max_series: int = DEFAULT_MAX_SERIES):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_series = max_series
         r = self.registry
-        self.elements = _Family(r, _ELEMENT, {
-            "loss_ratio": ("element_loss_ratio", "Probe loss over the element in the last window (0-1)"),
-            "delay_p50_s": ("element_delay_p50_seconds", "Median path delay over the element, last window"),
-            "delay_p99_s": ("element_delay_p99_seconds", "99th percentile path delay, last window"),
-        })
-        self.probes_total = PromCounter(f"{PREFIX}_element_probes", "Probes over the element, every window",
-                                        _ELEMENT, registry=r)
-        self.lost_total = PromCounter(f"{PREFIX}_element_lost_probes",
-                                      "Probes lost over the element, every window", _ELEMENT, registry=r)
-        self._counted: set[tuple[str, ...]] = set()  # label sets of the counters (bounded by max_series)
+        # per element: held as plain rows and turned into series only when scraped (_Elements)
+        self.elements = _Elements()
+        r.register(self.elements)
         self.agents = _Family(r, ("node",), {
             "alive": ("agent_alive", "1 when the host's probe agent reported in the last window"),
             "overloaded": ("agent_overloaded", "1 when the agent measured itself overloaded"),
@@ -125,12 +159,16 @@ class LensMetrics:
     # ------------------------------------------------------------ updates
     def _rows(self, entries, fields: dict[str, tuple[str, float]], labels) -> dict:
         """{label key: {field: value in base units}}; `fields` maps each field to the window's key
-        and the factor to base units."""
+        and the factor to base units. Past `max_series` rows the rest are counted, not read."""
         rows = {}
-        for entry in entries or []:
+        if not isinstance(entries, (list, tuple)):
+            if entries:  # not a list of entries at all
+                self.skipped.labels("malformed").inc()
+            entries = []
+        for i, entry in enumerate(entries):
             if len(rows) >= self.max_series:
-                self.skipped.labels("max_series").inc()
-                continue
+                self.skipped.labels("max_series").inc(len(entries) - i)
+                break
             try:
                 if not isinstance(entry, dict):
                     raise ValueError("not an object")
@@ -153,8 +191,8 @@ class LensMetrics:
              "delay_p99_s": ("delay_p99_us", 1e-6), "probes": ("probes", 1), "lost": ("lost", 1)},
             lambda e: (_label(e["type"]), _label(e["id"]), _label(e.get("direction"))))
         self._count(elements)
-        self.elements.replace({k: {n: v for n, v in row.items() if n not in ("probes", "lost")}
-                               for k, row in elements.items()})
+        self.elements.last = {k: {n: v for n, v in row.items() if n not in ("probes", "lost")}
+                              for k, row in elements.items()}
         agents = self._rows(window.get("agents"), {"alive": ("alive", 1), "overloaded": ("overloaded", 1),
                                                    "pps": ("pps", 1), "cpu": ("cpu_pct", 0.01)},
                             lambda e: (_label(e["host"]),))
@@ -173,21 +211,24 @@ class LensMetrics:
     def _count(self, elements: dict) -> None:
         """Add a window's probes and losses to the per-element counters. An element's lost count
         comes from the window (`lost`), else from its rounded loss ratio."""
-        for key, row in elements.items():
-            probes = row.get("probes", math.nan)
-            if not probes > 0:  # NaN or none through it
-                continue
-            if key not in self._counted:
-                if len(self._counted) >= self.max_series:
-                    self.skipped.labels("max_series").inc()
+        totals = self.elements.totals
+        with self.elements.lock:
+            for key, row in elements.items():
+                probes = row.get("probes", math.nan)
+                if not probes > 0:  # NaN or none through it
                     continue
-                self._counted.add(key)
-            lost = row.get("lost", math.nan)
-            if not lost >= 0:
-                ratio = row.get("loss_ratio", math.nan)
-                lost = round(probes * ratio) if ratio >= 0 else 0.0
-            self.probes_total.labels(*key).inc(probes)
-            self.lost_total.labels(*key).inc(min(lost, probes))
+                seen = totals.get(key)
+                if seen is None:
+                    if len(totals) >= self.max_series:
+                        self.skipped.labels("max_series").inc()
+                        continue
+                    seen = totals[key] = [0.0, 0.0]
+                lost = row.get("lost", math.nan)
+                if not lost >= 0:
+                    ratio = row.get("loss_ratio", math.nan)
+                    lost = round(probes * ratio) if ratio >= 0 else 0.0
+                seen[0] += probes
+                seen[1] += min(lost, probes)
 
     def set_open_events(self, events) -> None:
         """Open events by severity and metric, from the event log's current view."""

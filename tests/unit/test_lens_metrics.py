@@ -234,3 +234,12 @@ def test_the_site_cap_reaches_the_server_and_the_unit_sets_a_descriptor_limit(tm
     unit = (Path(__file__).resolve().parents[2] / "prolog_epilog" / "fleetctl-lens.service").read_text()
     limit = re.search(r"^LimitNOFILE=(\d+)$", unit, re.M)
     assert limit and int(limit.group(1)) >= 4096
+
+
+def test_elements_that_are_not_a_list_are_one_malformed_entry():
+    m = LensMetrics()
+    m.observe_window({**window(), "elements": 5})
+    t = m.text()
+    assert value(t, "fleetctl_lens_metrics_skipped_total", reason="malformed") == 1
+    assert not [k for k in samples(t) if k[0] == "fleetctl_lens_element_loss_ratio"]
+    assert value(t, "fleetctl_lens_windows_total") == 1.0
