@@ -250,8 +250,8 @@ def test_two_real_agents_send_their_sample_beside_the_summaries():
     """End to end over loopback: two agents in summary mode with half the flows sampled; the
     summaries count every probe, the debug records hold every probe of the sampled flows."""
     port = free_port()
-    cfg = config(port, rate=100, duration=2.0, linger=1.0, start_in=0.3)
-    cfg.update(output="summary", health_window_s=0.5, echo_timeout_s=0.5, summary_window_s=1.0,
+    cfg = config(port, rate=100, duration=2.0, linger=2.0, start_in=0.3)  # loaded machines
+    cfg.update(output="summary", health_window_s=0.5, echo_timeout_s=2.0, summary_window_s=1.0,
                summary_bins=10, debug_records=0.5)
     procs = [start(cfg, "a"), start(cfg, "b")]
     docs = {n: parse_stream(read_stream(p), n) for n, p in zip("ab", procs)}

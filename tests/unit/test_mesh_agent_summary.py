@@ -98,10 +98,12 @@ def test_merge_adds_the_parts_of_a_window():
 
 def test_two_agents_in_summary_mode_feed_the_coordinators_windows():
     port = free_port()
-    cfg = config(port, rate=100, duration=3.0, linger=1.0, start_in=0.3,
+    # a generous echo timeout: every probe's echo is counted below, and on a loaded 2-core
+    # machine (the unit tests in two processes) one took over 0.5 s
+    cfg = config(port, rate=100, duration=3.0, linger=2.0, start_in=0.3,
                  clock_a={"source": "offset", "offset_ms": 3.0, "drift_ppm": 10.0,
                                        "t0": time.time()})
-    cfg.update(output="summary", health_window_s=0.5, echo_timeout_s=0.5,
+    cfg.update(output="summary", health_window_s=0.5, echo_timeout_s=2.0,
                summary_window_s=1.0, summary_bins=10)
     procs = [start(cfg, "a"), start(cfg, "b")]
     docs = {n: parse_stream(read_stream(p), n) for n, p in zip("ab", procs)}
