@@ -291,3 +291,26 @@ def test_two_faults_on_shared_paths_both_stay_when_each_shows_on_its_own(two_lea
         assert on == off or off != both, seed  # never drops one the solver had found
         kept += on == both
     assert kept >= 36
+
+
+def test_identical_rows_solve_as_one_weighted_row():
+    """nnls's system with its identical rows collapsed (a switch delaying everything makes
+    100,000 bad rows over ~100 suspects; the paths cross them in a few thousand ways): the same
+    minimiser as the whole system, and far fewer rows."""
+    import numpy as np
+    from scipy.optimize import nnls
+    from scipy.sparse import csc_matrix
+
+    from fleetctl.analysis.solvers.tomography import collapse
+
+    rng = np.random.default_rng(4)
+    patterns = (rng.random((30, 12)) < 0.25).astype(float)
+    patterns[:, 0] = 1.0
+    pick = rng.integers(0, 30, 3000)
+    a = patterns[pick]
+    y = a @ np.r_[50.0, np.zeros(11)] + rng.normal(0, 3.0, 3000)
+    small, y_small = collapse(csc_matrix(a), y)
+    assert small.shape[0] == np.unique(a, axis=0).shape[0] <= 30
+    whole, _ = nnls(a, y)
+    once, _ = nnls(small.toarray(), y_small)
+    assert np.allclose(whole, once, atol=1e-8)
