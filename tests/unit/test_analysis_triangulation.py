@@ -314,3 +314,30 @@ def test_identical_rows_solve_as_one_weighted_row():
     whole, _ = nnls(a, y)
     once, _ = nnls(small.toarray(), y_small)
     assert np.allclose(whole, once, atol=1e-8)
+
+
+def test_a_tall_system_squared_has_the_same_nnls_solution():
+    """nnls on the square system (analysis.solvers.tomography.square) of a tall one: the same
+    non-negative least-squares solution, twin columns (rank deficiency) included."""
+    import numpy as np
+    from scipy.optimize import nnls
+    from scipy.sparse import csc_matrix
+
+    from fleetctl.analysis.solvers.tomography import square
+
+    rng = np.random.default_rng(9)
+    a = (rng.random((2000, 40)) < 0.1).astype(float)
+    a[:, 7] = a[:, 3]  # twins: the same column twice
+    x_true = np.zeros(40)
+    x_true[[3, 11]] = [30.0, 12.0]
+    y = a @ x_true + rng.normal(0, 2.0, 2000)
+    r, z = square(csc_matrix(a), y)
+    assert r.shape[0] <= 40
+    whole, _ = nnls(a, y)
+    small, _ = nnls(r, z)
+    cost = lambda x: float(np.sum((a @ x - y) ** 2))  # noqa: E731
+    assert abs(cost(small) - cost(whole)) <= 1e-6 * cost(whole)
+    mask = np.ones(40, bool)
+    mask[[3, 7]] = False  # the twins may split their share between them
+    assert np.allclose(small[mask], whole[mask], atol=1e-6)
+    assert abs(small[3] + small[7] - whole[3] - whole[7]) < 1e-6

@@ -60,11 +60,33 @@ class NnlsSolver(Solver):
         if cand.size == 0:
             return {}
         a, y = collapse(sub, problem.y[rows])
+        if a.shape[0] > 2 * a.shape[1] and a.shape[1] <= GRAM_LIMIT:
+            a, y = square(a, y)
         if a.shape[0] * a.shape[1] <= DENSE_LIMIT:
-            x, _ = nnls(a.toarray(), y, maxiter=50 * a.shape[1] + 100)
+            x, _ = nnls(np.asarray(a.toarray() if hasattr(a, "toarray") else a), y,
+                        maxiter=50 * a.shape[1] + 100)
         else:
             x = lsq_linear(a, y, bounds=(0, np.inf), lsmr_tol="auto", max_iter=200).x
         return prune(problem, cand, rows, sub, x)
+
+
+GRAM_LIMIT = 3_000  # suspects up to which a tall system is squared first (square)
+
+
+def square(a: csc_matrix, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A tall least-squares system as a square one with the same objective up to a constant:
+    with A^T A = V diag(l) V^T, R = diag(sqrt(l)) V^T and z = diag(1/sqrt(l)) V^T A^T y,
+    ||R x - z||^2 = ||A x - y||^2 - ||y||^2 + ||z||^2 (directions of l ~ 0 are ones A^T y has
+    none of). A leaf delaying everything left 5,000-7,600 distinct rows over ~550 suspects at
+    1,280 x 8: the active-set NNLS took 0.8 s on them; on the square system it is n x n."""
+    gram = (a.T @ a).toarray()
+    rhs = a.T @ y
+    lam, vec = np.linalg.eigh(gram)
+    keep = lam > lam.max(initial=0.0) * gram.shape[0] * np.finfo(float).eps
+    scale = np.sqrt(lam[keep])
+    r = scale[:, None] * vec[:, keep].T
+    z = (vec[:, keep].T @ rhs) / scale
+    return r, z
 
 
 def collapse(sub: csc_matrix, y: np.ndarray) -> tuple[csc_matrix, np.ndarray]:
