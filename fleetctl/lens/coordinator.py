@@ -508,6 +508,15 @@ class Coordinator:
         self._start_agents()
 
     # ------------------------------------------------------------------ status
+    def _baseline_coverage(self) -> dict | None:
+        """Paths whose delay baseline is learnt (delay is judged against it)."""
+        b = getattr(self, "baselines", None)
+        if b is None:
+            return None
+        learnt = int((b.count >= b.warmup).sum())
+        return {"paths": int(b.count.size), "learnt": learnt,
+                "share": round(learnt / max(1, b.count.size), 3)}
+
     def _write_status(self, now: float, stopping: bool = False) -> None:
         self.last_status = now
         if self.tracker is None:
@@ -527,6 +536,9 @@ class Coordinator:
                "agents": [s.to_dict() for s in self.supervisor.state.values()]
                if self.supervisor else [],
                "clock": self.clock.status() if hasattr(self, "clock") else [],
+               # delay is judged against a path's learnt baseline: until most paths have one,
+               # a slow switch can read as many slow NICs (docs/scale.md, "accuracy")
+               "delay_baselines": self._baseline_coverage(),
                "open_events": self.tracker.open_events(), "counters": dict(self.counters)}
         try:
             write_atomic(self.opts.path("status.json"), json.dumps(doc, default=_default))

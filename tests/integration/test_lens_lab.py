@@ -192,6 +192,8 @@ def test_clean_run_gives_no_event(lens):
     expect_events(lens, before, 0)
     assert st["running"] and all(a["alive"] for a in st["agents"])
     assert st["last_window"]["probes"] > 1000
+    base = st["delay_baselines"]  # a clean minute teaches most paths their delay
+    assert 0 < base["learnt"] <= base["paths"] and base["share"] > 0.5, base
     assert {c["host"] for c in st["clock"]} >= {f"node{i}" for i in range(1, 9)}
     text = lens.metrics()  # the Prometheus endpoint of the running coordinator
     for i in range(1, 9):

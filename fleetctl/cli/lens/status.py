@@ -43,6 +43,10 @@ def _render(console, doc: dict) -> None:
             ("fleetctl lens", "bold"), " ", text(doc.get("cluster", "")), f": pid {doc['pid']}, "
             "window ", text(doc.get("window_s")), " s, last window ", text(lw.get("t_end", "-")),
             " (", text(lw.get("probes", 0)), " probes, ", text(lw.get("set_aside", 0)), " set aside)"))
+        base = doc.get("delay_baselines") if isinstance(doc.get("delay_baselines"), dict) else {}
+        if base:  # delay is judged only on paths with a learnt baseline
+            console.print(Text.assemble("delay baselines learnt: ", text(base.get("learnt", "-")),
+                                        " of ", text(base.get("paths", "-")), " paths"))
     _open_events(console, doc.get("open_events") or [])
     _agents(console, dicts(doc.get("agents")), dicts(doc.get("clock")))
     _loss(console, dicts(doc.get("elements")))
