@@ -60,7 +60,8 @@ class NnlsSolver(Solver):
         if cand.size == 0:
             return {}
         a, y = collapse(sub, problem.y[rows])
-        if a.shape[0] > 2 * a.shape[1] and a.shape[1] <= GRAM_LIMIT:
+        if a.shape[0] * a.shape[1] > SQUARE_ABOVE and a.shape[0] > 2 * a.shape[1] and \
+                a.shape[1] <= GRAM_LIMIT:
             a, y = square(a, y)
         if a.shape[0] * a.shape[1] <= DENSE_LIMIT:
             x, _ = nnls(np.asarray(a.toarray() if hasattr(a, "toarray") else a), y,
@@ -71,6 +72,10 @@ class NnlsSolver(Solver):
 
 
 GRAM_LIMIT = 3_000  # suspects up to which a tall system is squared first (square)
+# entries above which it is: the normal equations square the condition number, and in a small
+# system near-twins (a two-leaf lab's cable directions, told apart by a few loop rows) must keep
+# the tall NNLS's exact choice; a small system's NNLS is fast anyway
+SQUARE_ABOVE = 1_000_000
 
 
 def square(a: csc_matrix, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
