@@ -71,6 +71,17 @@ class WindowStep:
                                             for e in mine], dtype=bool))
         self.switches_only = self.inc[:, self.switch_cols].tocsr()
 
+    def rows_through(self, cols: list[int]) -> np.ndarray:
+        """Per merged row, whether it crosses any of the elements `cols`, from the incidence's
+        columns (CSC: a CSR column's indices are all 0, which once set aside nothing, so the
+        same element won the pooled test again and a window named one fault only)."""
+        out = np.zeros(self.n_rows, dtype=bool)
+        ptr, idx, data = self.inc.indptr, self.inc.indices, self.inc.data
+        for c in cols:
+            lo, hi = ptr[c], ptr[c + 1]
+            out[idx[lo:hi][data[lo:hi] > 0]] = True
+        return out
+
     # ------------------------------------------------------------------ per window
     def merge(self, stats: WindowStats) -> WindowStats:
         """Per-path figures (every window) summed or medianed over the merged rows."""
@@ -153,10 +164,7 @@ def pooled_loss_blame(step: WindowStep, sig: PathSignals) -> dict[int, float]:
             c = int(step.switch_cols[best - n_links])
             for pos in step.switch_links[best - n_links]:
                 blamed.setdefault(int(step.link_cols[pos]), magnitude)
-        # its paths, from the incidence's columns (CSC: a CSR column's indices are all 0, which
-        # set aside nothing, so the same element won again and a window named one fault only)
-        lo, hi = step.inc.indptr[c], step.inc.indptr[c + 1]
-        rows[step.inc.indices[lo:hi][step.inc.data[lo:hi] > 0]] = False
+        rows &= ~step.rows_through([c])  # its paths: they explain the excess of all they cross
         # an untraced row spreads its loss over every candidate ECMP element it may cross:
         # after the first fault it would name those candidates too (the untraced k=8 fat-tree
         # benchmark: 179 -> 489 wrong); further faults are searched on traced rows only
@@ -265,8 +273,7 @@ def _beyond_blamed(step: WindowStep, sig: PathSignals, blamed: dict[int, float])
     two-fault windows: 5 of 86 faults missed at 1,280 x 8, all of them so)."""
     if not blamed:
         return sig
-    keep = sig.valid & ~step.rollup.paths_through(list(blamed)) & \
-        np.asarray(step.merged.traced, dtype=bool)
+    keep = sig.valid & ~step.rows_through(list(blamed)) & np.asarray(step.merged.traced, dtype=bool)
     return replace(sig, valid=keep)
 
 

@@ -58,20 +58,23 @@ def decode(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
 def _decode_one(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
     if not isinstance(doc, dict):
         raise DataError(f"{node}: probe agent output is not an object")
-    rec = doc.get("records") or {}
-    n = _count(rec, node)
-    # each array inflated to exactly its announced length and no further: a hostile document
-    # cannot make the coordinator inflate a bomb
-    fields = {k: _bounded_array(rec, k, t, n, node, "probe agent records") if n else
-              np.zeros(0, dtype=t) for k, t in _TYPES.items()}
-    got = doc.get("received") or {}
-    m = _count(got, node)
+    rec, got = doc.get("records") or {}, doc.get("received") or {}
+    return _records_and_log(rec, _count(rec, node), got, _count(got, node), node,
+                            ("probe agent records", "responder log"))
+
+
+def _records_and_log(rec: dict, n: int, got: dict, m: int, node: str,
+                     what: tuple[str, str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(sender records by field, responder log keys flow << 32 | seq) of record mode's encoding,
+    `n` records and `m` log entries announced (already bounded): each array inflated to exactly
+    its announced length and no further, so a hostile document cannot inflate a bomb."""
+    fields = {k: _bounded_array(rec, k, t, n, node, what[0]) if n else np.zeros(0, dtype=t)
+              for k, t in _TYPES.items()}
+    keys = np.zeros(0, dtype=np.uint64)
     if m:
-        keys = (_bounded_array(got, "flow", "<u4", m, node, "responder log").astype(np.uint64)
+        keys = (_bounded_array(got, "flow", "<u4", m, node, what[1]).astype(np.uint64)
                 << np.uint64(32)) | \
-            _bounded_array(got, "seq", "<u4", m, node, "responder log").astype(np.uint64)
-    else:
-        keys = np.zeros(0, dtype=np.uint64)
+            _bounded_array(got, "seq", "<u4", m, node, what[1]).astype(np.uint64)
     return fields, keys
 
 
@@ -301,8 +304,8 @@ def _bounded_array(doc: dict, name: str, dtype, n: int, node: str,
 def decode_debug(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
     """(sender records by field, responder log keys flow << 32 | seq, records the agent left
     out) of one batch's sampled debug records (agent._debug): record mode's encoding, read as
-    `_decode_one` reads it but each array inflated to exactly its announced length, at most
-    agent.MAX_DEBUG_RECORDS; DataError for anything malformed or out of bounds."""
+    `_decode_one` reads it, at most agent.MAX_DEBUG_RECORDS; DataError for anything malformed
+    or out of bounds."""
     if not isinstance(doc, dict):
         raise DataError(f"{node}: debug records are not an object")
     try:
@@ -313,15 +316,9 @@ def decode_debug(doc: dict, node: str) -> tuple[dict[str, np.ndarray], np.ndarra
     cap = agent.MAX_DEBUG_RECORDS
     if not (0 <= n <= cap and 0 <= m <= cap and 0 <= dropped <= 1 << 32):
         raise DataError(f"{node}: debug record counts out of range ({n}, {m}, {dropped})")
-    fields = {k: _bounded_array(rec, k, t, n, node, "debug record") if n else np.zeros(0, t)
-              for k, t in _TYPES.items()}
+    fields, keys = _records_and_log(rec, n, got, m, node, ("debug record", "debug answer log"))
     if not np.isin(fields["state"], (agent.ANSWERED, agent.UNANSWERED, agent.SEND_FAILED)).all():
         raise DataError(f"{node}: debug records hold an unknown record state")
-    keys = np.zeros(0, np.uint64)
-    if m:
-        keys = (_bounded_array(got, "flow", "<u4", m, node, "debug answer log")
-                .astype(np.uint64) << np.uint64(32)) | \
-            _bounded_array(got, "seq", "<u4", m, node, "debug answer log").astype(np.uint64)
     return fields, keys, dropped
 
 
