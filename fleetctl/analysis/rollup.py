@@ -101,10 +101,14 @@ class Rollup:
                     self.switch_links[end] |= {topo.link_dir(lid, a, b), topo.link_dir(lid, b, a)}
 
     def paths_through(self, elems: list[int]) -> np.ndarray:
+        """Per path, whether it crosses any of the elements `elems`: from the CSC incidence's
+        column slices (getcol copied a column per call, the slower part of every window's
+        pooled rounds and roll-up)."""
         mask = np.zeros(self.inc.shape[0], dtype=bool)
+        ptr, idx, data = self.inc.indptr, self.inc.indices, self.inc.data
         for e in elems:
-            col = self.inc.getcol(e)
-            mask[col.indices[col.data > 0]] = True
+            lo, hi = ptr[e], ptr[e + 1]
+            mask[idx[lo:hi][data[lo:hi] > 0]] = True
         return mask
 
     def findings(self, blamed: dict[int, float], metric: str, sig: PathSignals,

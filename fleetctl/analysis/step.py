@@ -72,15 +72,9 @@ class WindowStep:
         self.switches_only = self.inc[:, self.switch_cols].tocsr()
 
     def rows_through(self, cols: list[int]) -> np.ndarray:
-        """Per merged row, whether it crosses any of the elements `cols`, from the incidence's
-        columns (CSC: a CSR column's indices are all 0, which once set aside nothing, so the
-        same element won the pooled test again and a window named one fault only)."""
-        out = np.zeros(self.n_rows, dtype=bool)
-        ptr, idx, data = self.inc.indptr, self.inc.indices, self.inc.data
-        for c in cols:
-            lo, hi = ptr[c], ptr[c + 1]
-            out[idx[lo:hi][data[lo:hi] > 0]] = True
-        return out
+        """Per merged row, whether it crosses any of the elements `cols` (the roll-up's incidence
+        is this one)."""
+        return self.rollup.paths_through(cols)
 
     # ------------------------------------------------------------------ per window
     def merge(self, stats: WindowStats) -> WindowStats:

@@ -19,7 +19,9 @@ confidence, evidence) or, by its absence, good. Per location:
   shared switch that the shards' merge suspects (`suspect_switch`, analysis/shards.py) only
   after `k_open_suspect`: the switch's fault is usually named whole within a few windows; the one
   link of such a switch the merge saw lossy (`lone_link_of`) after `k_open_lone` (2): in a spine's
-  first window one shard may see one of its links before the others' are in;
+  first window one shard may see one of its links before the others' are in; a finding that a
+  stronger one of the same window explains (`explained_by_window_finding`, window.py) opens
+  nothing that window: the stronger one opens, and the rule above judges it from then on;
 - escalation: an open event whose metric or severity changes gets an `update` record (also when
   the flap count passes 10, 30, 100, ...), never a second event;
 - refinement: a finding on a finer element inside an open event's (a link of the switch the
@@ -164,6 +166,8 @@ class EventTracker:
             evidence = f.get("evidence") or {}
             if evidence.get("explained_by_open_event") and "outside_open_event" in evidence:
                 return []  # judged on its paths away from the event: nothing there (window.py)
+            if evidence.get("explained_by_window_finding"):
+                return []  # a stronger finding of this window explains it: that one opens
             if evidence.get("explained_by_open_event") and st["bad"] < max(need, r.k_open_gray):
                 return []  # a merge's (shard.py): a new fault only if it persists
             if evidence.get("suspect_switch") and st["bad"] < max(need, r.k_open_suspect):

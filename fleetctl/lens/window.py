@@ -59,6 +59,17 @@ class WindowResult:
     signals: object = None  # the window's PathSignals (merged rows), for a shard's document
 
 
+
+def _bad_paths(f: dict, sig, paths: np.ndarray) -> np.ndarray:
+    """A finding's bad paths for the explained rules: delayed ones for delay; lossy ones for loss,
+    or, for a pooled finding (too few probes a path to call any path lossy), those that lost a
+    probe."""
+    if f["metric"] == "delay":
+        return sig.delayed
+    if (paths & sig.lossy).any():
+        return sig.lossy
+    return np.asarray(sig.lost) > 0
+
 class WindowAnalyzer:
     """Built once per plan (topology, traced paths, flow table); `analyze` per window."""
 
@@ -353,39 +364,90 @@ class WindowAnalyzer:
         return self.step.rollup.paths_through(element_columns(self.topo, element))
 
     def _mark_explained(self, findings: list[dict], sig, open_elements: list[dict]) -> None:
-        """A finding whose bad paths nearly all cross an open event's element is judged again on
+        """A finding whose bad paths nearly all cross an open event's place is judged again on
         its own paths that do not: loss (or delay) there that is significant against the clean
         background makes it a fault of its own, at once; none (or too few probes to say) makes it
         that event seen again, marked `explained_by_open_event` with `outside_open_event` (the
         probes away from the event and their p-value), and it opens nothing while the event is
         open. A twin of a faulty cable (with two leaves, every path but the loop probes') was
         named two windows in a row under a 2 % loss in CI: persistence is no evidence when the
-        fault that explains it persists too."""
-        if not open_elements or not findings:
+        fault that explains it persists too.
+
+        The same holds between the window's own findings, strongest first (most lost probes,
+        or most delayed paths, on its paths): one explained so by a stronger finding of this
+        window is marked `explained_by_window_finding` and opens nothing this window (the
+        stronger one opens, and the rule above takes over). The first window of a loss is
+        partial and thin: CI's lab once opened the cable and a second place on it in the same
+        window, the solver's pick and the pooled test's, which runs apart from it."""
+        if not findings:
             return
-        here = {self.location(el) for el in open_elements}
-        through = [self._through(el) for el in open_elements]
+        places = [self._through_place(el) for el in open_elements]
         cover = np.zeros(self.step.n_rows, dtype=bool)
-        for t in through:
+        for t in places:
             cover |= t
+        here = {self.location(el) for el in open_elements}
         for f in findings:
-            if self.location(f["element"]) in here:
+            if self.location(f["element"]) in here or not cover.any():
                 continue
-            bad = sig.delayed if f["metric"] == "delay" else sig.lossy
             paths = self._through(f["element"]) & sig.valid
-            mine = paths & bad
-            if not (mine.any() and cover[mine].mean() >= EXPLAINED_SHARE):
+            outside = self._explained(f, sig, paths, cover)
+            if outside is None:
                 continue
-            outside = self._outside_open_event(f, sig, paths & ~cover, cover | paths)
             f["evidence"]["outside_open_event"] = outside
             if outside["p_value"] < outside["alpha"]:
                 continue  # its own paths away from the event show the fault: a second one
             f["evidence"]["explained_by_open_event"] = True
             # a finer element inside an open event's (a link of a switch named a window ago):
             # the same fault seen more sharply, which refines that event (events.py)
-            inside = [el for el, t in zip(open_elements, through) if not (paths & ~t).any()]
+            inside = [el for el, t in zip(open_elements, places) if not (paths & ~t).any()]
             if inside:
                 f["refines"] = self.location(inside[0])
+        self._mark_explained_within(findings, sig, here)
+
+    def _mark_explained_within(self, findings: list[dict], sig, open_places: set[str]) -> None:
+        """The window's findings, strongest first, each judged against the places of the
+        stronger ones of its metric kind that stand (_mark_explained)."""
+        fresh = [f for f in findings if self.location(f["element"]) not in open_places
+                 and not f["evidence"].get("explained_by_open_event")]
+        if len(fresh) < 2:
+            return
+        rows = {id(f): self._through(f["element"]) & sig.valid for f in fresh}
+
+        def strength(f: dict) -> float:
+            t = rows[id(f)]
+            return float((t & sig.delayed).sum()) if f["metric"] == "delay" else \
+                float(sig.lost[t].sum())
+
+        standing: dict[bool, list[dict]] = {True: [], False: []}  # delay kind or not
+        for f in sorted(fresh, key=strength, reverse=True):
+            kind = f["metric"] == "delay"
+            stronger = standing[kind]
+            cover = np.zeros(self.step.n_rows, dtype=bool)
+            for g in stronger:
+                cover |= self._through_place(g["element"])
+            outside = self._explained(f, sig, rows[id(f)], cover) if stronger else None
+            if outside is None or outside["p_value"] < outside["alpha"]:
+                stronger.append(f)
+                continue
+            bad = rows[id(f)] & _bad_paths(f, sig, rows[id(f)])
+            by = max(stronger, key=lambda g: int((bad & self._through_place(g["element"])).sum()))
+            f["evidence"]["outside_window_finding"] = outside
+            f["evidence"]["explained_by_window_finding"] = self.location(by["element"])
+
+    def _explained(self, f: dict, sig, paths: np.ndarray, cover: np.ndarray) -> dict | None:
+        """None where fewer than EXPLAINED_SHARE of the finding's bad paths cross `cover`; else
+        the test of its paths away from it (_outside_open_event)."""
+        mine = paths & _bad_paths(f, sig, paths)
+        if not (mine.any() and cover[mine].mean() >= EXPLAINED_SHARE):
+            return None
+        return self._outside_open_event(f, sig, paths & ~cover, cover | paths)
+
+    def _through_place(self, element: dict) -> np.ndarray:
+        """Per merged path: does it cross the element's place (a link's both directions: an
+        event is one per cable, and the first window may have named one direction only)?"""
+        if element.get("type") == "link":
+            element = {"type": "link", "id": element.get("id")}
+        return self._through(element)
 
     def _outside_open_event(self, f: dict, sig, rest: np.ndarray, taken: np.ndarray) -> dict:
         """The binomial test of a finding on its paths that avoid every open event (`rest`)

@@ -395,6 +395,7 @@ def test_killed_agent_and_coordinator_lose_no_event(lens):
     finally:
         faults.clear()
     _closed(lens, ev["id"])
+    expect_events(lens, before, 1, "one fault across a coordinator's restart")
     opens = [r for r in lens.records() if r["kind"] == "open" and r["id"] not in before]
     assert [r["id"] for r in opens] == [ev["id"]], opens
     # the webhook's spool outlived the coordinator: both records reached the receiver

@@ -4,6 +4,7 @@ agent that was not running (blind host) never makes a finding; clock tracking; a
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -412,6 +413,36 @@ def test_a_finding_whose_bad_paths_cross_an_open_event_is_marked_explained(fabri
             assert f["evidence"]["outside_open_event"]["paths"] == 0
             assert f["evidence"]["outside_open_event"]["p_value"] == 1.0
     assert marked >= 2
+
+
+def test_a_finding_a_stronger_one_of_its_window_explains_is_marked(fabric):
+    """Two findings of one window on one fault (a cable's direction and the twin of its other
+    direction: CI's lab opened two events so in the partial first window of a loss): the weaker,
+    whose bad paths all cross the stronger one's cable, is marked and opens nothing; the
+    stronger is not. Two faults apart are two findings, neither marked."""
+    topo, _ = fabric
+    syn = run(fabric, [Fault("spine1->leaf2", "loss", 0.05)], duration=3.0)
+    an = WindowAnalyzer(topo, syn.paths, syn.flows)
+    a, b, probes = next(windows(syn))
+    res = an.analyze(probes, a, b, {}, set())
+    (real,) = res.findings
+    assert real["element"]["direction"] in ("spine1->leaf2", "leaf1->spine1")  # twins here
+    weaker = json.loads(json.dumps(real))
+    weaker["element"] = {"type": "link", "id": "node1:eth0--leaf1", "direction": "node1:eth0->leaf1"}
+    weaker["evidence"] = {}
+    pair = [weaker, json.loads(json.dumps(real))]
+    an._mark_explained(pair, res.signals, [])
+    mark = pair[0]["evidence"].get("explained_by_window_finding")
+    # node1:eth0's lossy paths are those of the fault, through its cable: explained by it
+    assert mark == an.location(real["element"]), pair[0]["evidence"]
+    assert pair[0]["evidence"]["outside_window_finding"]["p_value"] >= 1e-6
+    assert "explained_by_window_finding" not in pair[1]["evidence"]
+    syn = run(fabric, [Fault("spine1->leaf2", "loss", 0.05), Fault("node1:eth0", "down")],
+              duration=3.0)
+    a, b, probes = next(windows(syn))
+    res = an.analyze(probes, a, b, {}, set())
+    assert len({an.location(f["element"]) for f in res.findings}) == 2, res.findings
+    assert not any("explained_by_window_finding" in f["evidence"] for f in res.findings)
 
 
 def test_a_finding_with_loss_on_its_own_paths_away_from_the_open_event_is_not_explained(fabric):
