@@ -179,6 +179,23 @@ def test_a_finding_an_open_event_explains_opens_nothing_while_it_is_open():
         == [("open", "leaf1--spine1")]
 
 
+def test_a_finding_a_stronger_one_of_its_window_explains_opens_nothing_that_window():
+    """CI's lab, 2026-12-05: the partial first window of a 5 % loss on a cable named the cable
+    one way and a second place, and both opened. The second, marked by the coordinator as
+    explained by the stronger finding of its window, waits; the stronger opens, alone. Unmarked
+    (nothing explains it any more), the place opens as any other."""
+    tr = EventTracker()
+    other = {"type": "link", "id": "leaf2--spine2", "direction": "leaf2->spine2"}
+    held = finding(other)
+    held["evidence"].update(explained_by_window_finding="link:leaf1--spine2",
+                            outside_window_finding={"paths": 4, "probes": 160, "lost": 0,
+                                                    "p_value": 1.0, "alpha": 1e-6})
+    out = tr.window(1000.0, 1001.0, [finding(), held], now=1001.0)
+    assert [(r["kind"], r["element"]["id"]) for r in out] == [("open", LINK["id"])]
+    out = tr.window(1001.0, 1002.0, [finding(other)], now=1002.0)
+    assert ("open", "leaf2--spine2") in [(r["kind"], r["element"]["id"]) for r in out]
+
+
 def test_a_merge_explained_finding_must_persist_to_open():
     """A merge's explained finding (shard.py: a link of a switch with an open merged event, no test
     on its other paths) opens after k_open_gray windows in a row."""
