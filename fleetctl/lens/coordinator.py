@@ -38,7 +38,7 @@ from fleetctl.lens.ingest import Ingest
 from fleetctl.lens.jobs import JobMap, JobRefresh
 from fleetctl.lens.options import LensOptions
 from fleetctl.lens.state import STATE_VERSION, first_window_end, read_state, resume
-from fleetctl.lens.window import FLAP_BIN_S, WindowAnalyzer
+from fleetctl.lens.window import FLAP_BIN_S, WindowAnalyzer, held_counts
 from fleetctl.mesh import agent as agent_module
 from fleetctl.meshrun.setup import SetupOptions, payload, prepare
 
@@ -373,6 +373,10 @@ class Coordinator:
         if res.loss_unknown:
             self.counters["probes_loss_unknown"] = \
                 self.counters.get("probes_loss_unknown", 0) + res.loss_unknown
+        held = held_counts(res.findings)
+        for by, n in held.items():
+            if n:
+                self.counters[f"findings_held_{by}"] = self.counters.get(f"findings_held_{by}", 0) + n
         records = self.tracker.window(a, b, findings, silent)
         for rec in records:
             self.outputs.event(rec)
@@ -388,7 +392,7 @@ class Coordinator:
                             "findings": len(res.findings),
                             "host_side_delay": sorted(notes),
                             "late_records": self.ingest.late}
-        self.outputs.window(self._window_doc(res), probes, health, self.last_window,
+        self.outputs.window({**self._window_doc(res), "held": held}, probes, health, self.last_window,
                             self.tracker.open_events())
         self._close_debug(a, b)
         self._save(b)

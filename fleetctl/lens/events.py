@@ -15,7 +15,9 @@ confidence, evidence) or, by its absence, good. Per location:
   window.py), opens nothing while that event is open: a twin of the open fault, named because
   they share nearly every path, is not a second fault however long it lasts (the coordinator
   tests its paths away from the event, and raises a second fault from those at once); a merge's
-  explained finding (shard.py, no such test) opens after `k_open_gray` bad windows; a link of a
+  explained finding (shard.py, no such test) opens after `k_open_gray` bad windows; the event's
+  place such a finding names is not judged good that window (its fault was seen, by another
+  name), only neither good nor bad; a link of a
   shared switch that the shards' merge suspects (`suspect_switch`, analysis/shards.py) only
   after `k_open_suspect`: the switch's fault is usually named whole within a few windows; the one
   link of such a switch the merge saw lossy (`lone_link_of`) after `k_open_lone` (2): in a spine's
@@ -85,6 +87,12 @@ class EventTracker:
         """Feed one window's findings; return the records to append. Locations in `silent`
         (keys) had no usable probes this window: neither good nor bad, their streaks hold."""
         now = time.time() if now is None else now
+        # an open event's place whose fault a finding elsewhere was explained by (window.py,
+        # shard.py) was seen this window under another name: it is not judged good (a 5 % loss
+        # on a lab cable once read good for one window so, and came back as a second bad start)
+        silent = set(silent) | {e for f in findings
+                                if isinstance(e := (f.get("evidence") or {})
+                                              .get("explained_by_open_event"), str)}
         bad: dict[str, dict] = {}
         for f in findings:
             key = self.location(f["element"])

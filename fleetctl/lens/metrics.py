@@ -43,6 +43,7 @@ MAX_CONNECTIONS = 1024
 CONNECTION_TIMEOUT_S = 10.0  # a connection silent this long (between two reads or writes) is closed
 
 _ELEMENT = ("type", "id", "direction")
+HELD_BY = ("open_event", "window_finding")  # a window document's `held` keys
 
 
 def _label(value) -> str:
@@ -151,6 +152,13 @@ class LensMetrics:
         self.probe_rate = Gauge(f"{PREFIX}_probes_per_second",
                                 "Probes per second of all agents together", registry=r)
         self.windows = PromCounter(f"{PREFIX}_windows", "Windows observed", registry=r)
+        # findings that opened nothing because another fault explains them (window.py's
+        # explained rules): an operator sees the rules act, not only their silence
+        self.held = PromCounter(f"{PREFIX}_findings_held", "Findings explained by an open event "
+                                "or a stronger finding of their window, so opening nothing",
+                                ("by",), registry=r)
+        for by in HELD_BY:
+            self.held.labels(by)
         self.skipped = PromCounter(f"{PREFIX}_metrics_skipped",
                                    "Window entries not exported (malformed, or past max_series)",
                                    ("reason",), registry=r)
@@ -206,6 +214,12 @@ class LensMetrics:
             self.window_end.set(_number(window.get("t_end")))
         except (TypeError, ValueError):
             self.skipped.labels("malformed").inc()
+        held = window.get("held")
+        if isinstance(held, dict):
+            for by in HELD_BY:
+                n = held.get(by)
+                if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 2**31:
+                    self.held.labels(by).inc(n)
         self.windows.inc()
 
     def _count(self, elements: dict) -> None:

@@ -332,10 +332,11 @@ def mark_explained(findings: list[dict], open_events: list[dict], links_of) -> N
     switches = {ev["element"]["id"] for ev in open_events if ev["element"].get("type") == "switch"}
     if not switches:
         return
-    links = {lid for sw in switches for lid in links_of(sw)}
+    switch_of = {lid: sw for sw in sorted(switches) for lid in links_of(sw)}
     for f in findings:
-        if f["element"]["type"] == "link" and f["element"]["id"] in links:
-            f["evidence"]["explained_by_open_event"] = True
+        if f["element"]["type"] == "link" and f["element"]["id"] in switch_of:
+            # the switch's place, named: the tracker does not judge it good this window
+            f["evidence"]["explained_by_open_event"] = f"switch:{switch_of[f['element']['id']]}"
 
 
 def run_merge(merge: ShardMerge, tracker, outputs, window_s: float, stop, log=print,

@@ -70,6 +70,14 @@ def _bad_paths(f: dict, sig, paths: np.ndarray) -> np.ndarray:
         return sig.lossy
     return np.asarray(sig.lost) > 0
 
+def held_counts(findings: list[dict]) -> dict[str, int]:
+    """Findings of a window that the explained rules hold (they open nothing), by what explains
+    them: an open event, or a stronger finding of the same window."""
+    ev = [f.get("evidence") or {} for f in findings]
+    return {"open_event": sum(1 for e in ev if e.get("explained_by_open_event")),
+            "window_finding": sum(1 for e in ev if e.get("explained_by_window_finding"))}
+
+
 class WindowAnalyzer:
     """Built once per plan (topology, traced paths, flow table); `analyze` per window."""
 
@@ -396,7 +404,11 @@ class WindowAnalyzer:
             f["evidence"]["outside_open_event"] = outside
             if outside["p_value"] < outside["alpha"]:
                 continue  # its own paths away from the event show the fault: a second one
-            f["evidence"]["explained_by_open_event"] = True
+            # which event's place: the one its bad paths cross most. That place is not judged
+            # good this window (events.py): its fault was seen, under another name
+            bad = paths & _bad_paths(f, sig, paths)
+            by = max(zip(open_elements, places), key=lambda ep: int((bad & ep[1]).sum()))[0]
+            f["evidence"]["explained_by_open_event"] = self.location(by)
             # a finer element inside an open event's (a link of a switch named a window ago):
             # the same fault seen more sharply, which refines that event (events.py)
             inside = [el for el, t in zip(open_elements, places) if not (paths & ~t).any()]
@@ -412,6 +424,12 @@ class WindowAnalyzer:
         if len(fresh) < 2:
             return
         rows = {id(f): self._through(f["element"]) & sig.valid for f in fresh}
+        place: dict[int, np.ndarray] = {}  # a standing finding's place rows, computed once
+
+        def place_of(g: dict) -> np.ndarray:
+            if id(g) not in place:
+                place[id(g)] = self._through_place(g["element"])
+            return place[id(g)]
 
         def strength(f: dict) -> float:
             t = rows[id(f)]
@@ -424,13 +442,13 @@ class WindowAnalyzer:
             stronger = standing[kind]
             cover = np.zeros(self.step.n_rows, dtype=bool)
             for g in stronger:
-                cover |= self._through_place(g["element"])
+                cover |= place_of(g)
             outside = self._explained(f, sig, rows[id(f)], cover) if stronger else None
             if outside is None or outside["p_value"] < outside["alpha"]:
                 stronger.append(f)
                 continue
             bad = rows[id(f)] & _bad_paths(f, sig, rows[id(f)])
-            by = max(stronger, key=lambda g: int((bad & self._through_place(g["element"])).sum()))
+            by = max(stronger, key=lambda g: int((bad & place_of(g)).sum()))
             f["evidence"]["outside_window_finding"] = outside
             f["evidence"]["explained_by_window_finding"] = self.location(by["element"])
 

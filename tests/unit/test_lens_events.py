@@ -179,6 +179,32 @@ def test_a_finding_an_open_event_explains_opens_nothing_while_it_is_open():
         == [("open", "leaf1--spine1")]
 
 
+def test_an_open_fault_seen_under_another_name_is_not_judged_good():
+    """The 8-host lab, 2026-12-05: a steady 5 % loss on leaf1--spine1 read good for one window in
+    its 27th second and bad again the next: a second bad start, and three such in
+    lens.flap_window_s make the event `flapping` (it then closes only 3 periods after its last
+    start). A window whose only finding the open event explains did so. The place the held
+    finding names is neither good nor bad that window: no bad start, no step toward closing."""
+    tr = EventTracker()
+    assert [r["kind"] for r in feed(tr, "B")] == ["open"]
+    twin = {"type": "link", "id": "leaf2--spine2", "direction": "leaf2->spine2"}
+    key = "link:" + LINK["id"]
+    for t in (1001.0, 1005.0, 1009.0):  # 3 windows in 30 s that name only the twin
+        held = finding(twin)
+        held["evidence"].update(explained_by_open_event=key, outside_open_event={
+            "paths": 4, "probes": 160, "lost": 0, "p_value": 1.0, "alpha": 1e-6})
+        assert tr.window(t, t + 1, [held], now=t + 1) == []
+        assert tr.loc[key]["good"] == 0
+        assert feed(tr, "BBB", t0=t + 1) == []
+    assert tr.loc[key]["episodes"] == [1000.0]
+    assert [(e["metric"], e["flap"]) for e in tr.open_events()] == [("loss", None)]
+    # the old truthy mark names no place: the open event's place is judged as before
+    held = finding(twin)
+    held["evidence"]["explained_by_open_event"] = True
+    tr.window(1013.0, 1014.0, [held], now=1014.0)
+    assert tr.loc[key]["good"] == 1
+
+
 def test_a_finding_a_stronger_one_of_its_window_explains_opens_nothing_that_window():
     """CI's lab, 2026-12-05: the partial first window of a 5 % loss on a cable named the cable
     one way and a second place, and both opened. The second, marked by the coordinator as

@@ -243,3 +243,19 @@ def test_elements_that_are_not_a_list_are_one_malformed_entry():
     assert value(t, "fleetctl_lens_metrics_skipped_total", reason="malformed") == 1
     assert not [k for k in samples(t) if k[0] == "fleetctl_lens_element_loss_ratio"]
     assert value(t, "fleetctl_lens_windows_total") == 1.0
+
+
+def test_held_findings_are_counted_by_what_explains_them():
+    m = LensMetrics()
+    t = m.text()  # present at zero before any window
+    assert value(t, "fleetctl_lens_findings_held_total", by="open_event") == 0.0
+    w = window()
+    w["held"] = {"open_event": 2, "window_finding": 1}
+    m.observe_window(w)
+    w = window(2000.0)
+    w["held"] = {"open_event": 1, "window_finding": True, "other": 5}  # a bool is no count
+    m.observe_window(w)
+    t = m.text()
+    assert value(t, "fleetctl_lens_findings_held_total", by="open_event") == 3.0
+    assert value(t, "fleetctl_lens_findings_held_total", by="window_finding") == 1.0
+    assert ("fleetctl_lens_findings_held_total", (("by", "other"),)) not in samples(t)

@@ -344,8 +344,11 @@ def test_a_link_of_a_switch_with_an_open_merged_event_waits_before_its_own_event
     res = _merge(topo, layout, [shards[0].window(rng, 40, spine)])  # one shard in: links only
     assert res.findings and all(f["element"]["type"] == "link" for f in res.findings)
     mark_explained(res.findings, tracker.open_events(), links.get)
-    assert all(f["evidence"]["explained_by_open_event"] for f in res.findings)
+    assert all(f["evidence"]["explained_by_open_event"] == "switch:spine3" for f in res.findings)
     assert tracker.window(3, 4.0, res.findings, silent=set(tracker.loc), now=4.0) == []
+    # not told a shard is missing, links seen alone still never make the switch good
+    tracker.window(4, 5.0, res.findings, now=5.0)
+    assert tracker.loc["switch:spine3"]["good"] == 0
 
 
 def test_a_spine_delay_named_link_by_link_first_opens_one_event_on_the_spine(four_shards):
