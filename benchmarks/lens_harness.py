@@ -26,6 +26,7 @@ synthetic agents in one process that speak the real agent protocol; prints JSON.
 
     python benchmarks/lens_harness.py --hosts 128,512,1280 [--duration 90] [--fault-at 40]
     python benchmarks/lens_harness.py --hosts 1280 --duration 3600 --fault-at 0   # a clean soak
+    python benchmarks/lens_harness.py --hosts 1280 --pin   # the coordinator alone on one CPU
     python benchmarks/lens_harness.py --hosts 512 --shards 2    # two shard coordinators + lens merge
     python benchmarks/lens_harness.py --hosts 512 --shards 2 --fault-kind delay   # the spine 200 us slow
 """
@@ -67,9 +68,15 @@ FAULT_DELAY_S = 200e-6  # --fault-kind delay: every path through the faulty elem
 STREAM_PIECE = 400  # as mesh.agent
 JITTER_S = 5e-6
 TEMPLATES = 8  # fault-free windows drawn, then reused with each window's times and clocks
+# --pin: the coordinator's process on one CPU (its threads and its clock-fit worker inherit it),
+# the agents' on the others: the issue's "one core" for the coordinator, measured in real time
+PIN: dict[str, set[int]] = {}
 
 
 # ---------------------------------------------------------------- the fabric
+HEALTH_WINDOW: list[float] = [0.25]  # lens.health_window_s: the agents' batch period (--health-window)
+
+
 def site_text(hosts: int, state_dir: str, shard_max_hosts: int = 0, sus: int = 0) -> str:
     """gen_rail's site file for `hosts` hosts in `sus` scalable units (default: of up to 256
     hosts), every cable given a /30 (NIC or lower end .1)."""
@@ -86,7 +93,7 @@ def site_text(hosts: int, state_dir: str, shard_max_hosts: int = 0, sus: int = 0
             out += [f'a_address = "{ipaddress.ip_address(a + 1)}"',
                     f'b_address = "{ipaddress.ip_address(a + 2)}"']
             link += 1
-    out += ["", "[lens]", f'state_dir = "{state_dir}"']
+    out += ["", "[lens]", f'state_dir = "{state_dir}"', f"health_window_s = {HEALTH_WINDOW[0]}"]
     if shard_max_hosts:
         out.append(f"shard_max_hosts = {shard_max_hosts}")
     return "\n".join(out) + "\n"
@@ -166,6 +173,8 @@ class TraceTransport:
 # ---------------------------------------------------------------- the coordinator's process
 def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_path: str,
                      nodes: list[str] | None = None, state_dir: str | None = None):
+    if PIN:  # first, before any thread or worker: they inherit the calling thread's mask
+        os.sched_setaffinity(0, PIN["coordinator"])
     from fleetctl.config import load_site
     from fleetctl.lens.coordinator import Coordinator
     from fleetctl.lens.options import LensOptions
@@ -188,6 +197,7 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
     # a float per drain (~70 a second) was 0.15 MB a minute, the "creep" the hour at 512 hosts
     # measured (Python's allocated blocks rose linearly, container objects did not)
     closes, rss = array("d"), []  # (window end, wall s, CPU s) per window, flat
+    probes = array("q")  # per window: the probes it analyzed (0: no agent's summary was in)
     drains = [0.0]  # the drains' CPU seconds, summed
     profile = None
     if os.environ.get("HARNESS_PROFILE"):  # where a window's time goes: pstats to that file
@@ -198,12 +208,14 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
     class Timed(Coordinator):
         # wall time, and this thread's CPU time (on 2 cores the agents' process competes for it)
         def _close(self, a, b):
-            t0, c0 = time.perf_counter(), time.thread_time()
+            t0, c0, n0 = time.perf_counter(), time.thread_time(), self.counters.get("windows", 0)
             if profile is not None:
                 profile.runcall(super()._close, a, b)
             else:
                 super()._close(a, b)
             closes.extend((b, time.perf_counter() - t0, time.thread_time() - c0))
+            probes.append(int((self.last_window or {}).get("probes") or 0)
+                          if self.counters.get("windows", 0) > n0 else 0)
 
         def _drain(self, wait):
             c0 = time.thread_time()
@@ -254,7 +266,8 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
             {"grew": [[t, d] for d, t in grew], "blocks_first": first.get("__blocks__"),
              "blocks_last": last.get("__blocks__")}, indent=1))
     closes = [list(closes[i:i + 3]) for i in range(0, len(closes), 3)]
-    Path(out_path).write_text(json.dumps({"closes": closes, "drains": drains, "rss": rss,
+    Path(out_path).write_text(json.dumps({"closes": closes, "probes": list(probes),
+                                          "drains": drains, "rss": rss,
                                           "counters": c.counters, "plan": c.plan.summary(),
                                           "listener": c.supervisor.counters}))
     # the results are out: end this forked process without waiting on threads at exit (after
@@ -530,10 +543,12 @@ def health_row(t_start: float, dur: float, pps: float) -> list:
     return [row[f] for f in HEALTH_FIELDS]
 
 
-def drive(agents: Agents, duration: float, fault: tuple | None, restarts: int, hw: float = 0.25):
+def drive(agents: Agents, duration: float, fault: tuple | None, restarts: int,
+          hw: float | None = None):
     """Send every host's batches until `duration` has passed; the fault (cable, t_on, t_off) and
     the restarts (host drops its connection, registers again 2 s later) on the way. Returns the
     agents' own timing (the harness's CPU, not the coordinator's)."""
+    hw = HEALTH_WINDOW[0] if hw is None else hw
     hosts = agents.hosts
     start = time.time()
     pps = agents.rate * 8 * 2
@@ -572,14 +587,13 @@ def drive(agents: Agents, duration: float, fault: tuple | None, restarts: int, h
                 pending_reg.remove((when, h))
                 agents.register(h)
         summaries = {}
-        frac = tick - math.floor(tick)
-        if abs(frac) < 1e-6 or abs(frac - 1) < 1e-6:  # window k begins: draw it meanwhile
+        if abs(tick - round(tick)) < 1e-6:  # window k begins: draw it meanwhile
             k_next = int(round(tick))
             gen_thread = threading.Thread(target=_draw, args=(agents, k_next, ready, gen_s), daemon=True)
             gen_thread.start()
-        elif abs(frac - hw) < 1e-6:  # window k has ended (and its echo timeout): send it
-            k = int(math.floor(tick)) - 1
-            summaries = ready.pop(k, {}) or {}
+        after = tick - 1 - hw  # window k goes with the first batch a health window after its end
+        if abs(after - round(after)) < 1e-6:
+            summaries = ready.pop(int(round(after)), {}) or {}
         t0 = time.perf_counter()
         for i, h in enumerate(hosts):
             agents.send(h, health_row(tick - hw, hw, pps), summaries[i] if summaries else None)
@@ -652,12 +666,24 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
         x, y = np.array([r[0] for r in half]) / 60, np.array([r[1] for r in half])
         slope = round(float(np.polyfit(x, y, 1)[0]), 3)
     drain_total = sum(coord["drains"])
+    # windows with (nearly) every host's summaries: a window whose summaries were not all in
+    # when it closed is cheaper, and a p50 over both says little
+    n_probes = coord.get("probes") or []
+    full_at = 0.9 * max(n_probes) if n_probes else 0
+    full = [(s, c) for (_b, s, c), n in zip(coord["closes"], n_probes) if n_probes and n >= full_at]
     return {
         "hosts": hosts, "nics": len(topo.nics), "plan": coord["plan"],
         "duration_s": duration, "registration_s": round(registered_s, 2),
         "windows": len(closes),
         "window_s": {"p50": _q(closes, 50), "p99": _q(closes, 99), "max": _q(closes, 100)},
         "window_cpu_s": {"p50": _q(cpu, 50), "p99": _q(cpu, 99), "max": _q(cpu, 100)},
+        "windows_full": len(full),
+        "window_full_s": {"p50": _q([s for s, _c in full], 50), "p99": _q([s for s, _c in full], 99),
+                          "max": _q([s for s, _c in full], 100)},
+        "window_full_cpu_s": {"p50": _q([c for _s, c in full], 50),
+                              "p99": _q([c for _s, c in full], 99)},
+        "window_probes": {"p10": _q(n_probes, 10), "p50": _q(n_probes, 50), "max": max(n_probes)}
+        if n_probes else None,
         "window_s_after_15s": {"p50": _q(steady, 50), "p99": _q(steady, 99), "max": _q(steady, 100)},
         "ingest_cpu_s_per_s": round(drain_total / max(1.0, duration), 3),
         "rss_mb": {"first": rss[0][1] if rss else None, "last": rss[-1][1] if rss else None,
@@ -674,7 +700,9 @@ def one(hosts: int, duration: float, fault_at: float, fault_for: float, restarts
         if culprit and harness["fault_started"] else None,
         "culprit_events": len(culprit),
         "other_events": others,
-        "harness": harness, "state_dir": str(state)}
+        "harness": harness, "state_dir": str(state),
+        "pinned": {k: sorted(v) for k, v in PIN.items()} or None,
+        "health_window_s": HEALTH_WINDOW[0]}
 
 
 def _run(procs: list, stop_evt, fabric: Fabric, key_path, port, fault_cols: list[int],
@@ -685,6 +713,8 @@ def _run(procs: list, stop_evt, fabric: Fabric, key_path, port, fault_cols: list
 
     for p in procs:
         p.start()
+    if PIN:
+        os.sched_setaffinity(0, PIN["agents"])
     agents = Agents(fabric, read_key(str(key_path)), port)
     t_reg = time.time()
     agents.register_all()
@@ -835,7 +865,18 @@ def main() -> None:
     ap.add_argument("--fault-kind", choices=["loss", "delay"], default="loss",
                     help="with --shards: a 2 %% loss on every link of the spine, or every path "
                          "through it 200 us slower")
+    ap.add_argument("--health-window", type=float, default=0.25,
+                    help="lens.health_window_s: how often each agent sends a batch (s); "
+                         "a multiple of 0.25 that divides 1 or a whole number")
+    ap.add_argument("--pin", action="store_true",
+                    help="the coordinator on CPU 0 alone, the agents' process on the others")
     args = ap.parse_args()
+    HEALTH_WINDOW[0] = args.health_window
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            sys.exit("--pin needs 2 CPUs or more")
+        PIN.update(coordinator={cpus[0]}, agents=set(cpus[1:]))
     if args.shards > 1:
         for n in (int(x) for x in args.hosts.split(",")):
             print(json.dumps(sharded(n, args.shards, args.duration, args.fault_at, args.fault_for,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetctl.analysis.clock import ClockModel
-from fleetctl.analysis.windows import FlowIndex
+from fleetctl.analysis.windows import US_RESOLUTION, FlowIndex
 from fleetctl.model.fabric import PROBE_DTYPE, group_quantiles
 from fleetctl.model.summary import MAX_BINS, SUMMARY_DTYPE, WindowSummary
 
@@ -193,7 +193,9 @@ def path_figures(s: WindowSummary, flows: np.ndarray, n_paths: int, nic_host: np
     out_sent = np.bincount(keys, weights=n_sent, minlength=n_paths).astype(np.int64)
     out_lost = np.bincount(keys, weights=n_lost, minlength=n_paths).astype(np.int64)
     ok = np.isfinite(delay)
-    q = group_quantiles(keys[ok], delay[ok], [0.5, 1.0], n_paths, linear=True)
+    # to the nanosecond (the timestamps' unit), sorted as one packed key: a third of the time
+    q = group_quantiles(keys[ok], delay[ok], [0.5, 1.0], n_paths, linear=True,
+                        resolution=US_RESOLUTION)
     return PathFigures(out_sent, out_lost, q[0], q[1])
 
 
@@ -219,7 +221,8 @@ def loop_figures(s: WindowSummary, flows: np.ndarray, n_paths: int
     sent = np.bincount(path, weights=r["sent"], minlength=n_paths)
     lost = np.bincount(path, weights=r["sent"].astype(np.int64) - r["answered"], minlength=n_paths)
     ok = r["answered"] > 0
-    q = group_quantiles(path[ok], r["fwd"][ok] * 1e-3, [0.5, 1.0], n_paths, linear=True)
+    q = group_quantiles(path[ok], r["fwd"][ok] * 1e-3, [0.5, 1.0], n_paths, linear=True,
+                        resolution=US_RESOLUTION)
     return np.unique(path), sent.astype(np.int64), lost.astype(np.int64), q
 
 

