@@ -49,6 +49,11 @@ STATUS_ELEMENTS = 200
 # hosts x 8 it cost 53 ms: every agent's and clock's entry), else every STATUS_EVERY_S
 STATUS_COST_SHARE = 0.02
 STATUS_EVERY_S = 2.0
+# batches a second (agents / lens.health_window_s) above which one core falls behind: at 1,280
+# agents x 4 a second (5,120) the pinned scale harness saw 57 of 157 windows close without their
+# summaries, at 1 a second (1,280) 105 of 111 with them; 512 agents x 4 (2,048) kept up for an
+# hour on this 2-core machine (docs/scale.md)
+ADVISED_BATCHES_PER_S = 2100.0
 
 
 class LensPlan:
@@ -126,6 +131,15 @@ def _agent_tracer(opts: LensOptions, log):
     def tracer(cfg: dict, hosts: list[str], warnings: list[str]) -> dict[str, dict]:
         return trace_through_agents(address, key, cfg, hosts, opts.trace_timeout_s, log, warnings)
     return tracer
+
+
+def batch_period_for(agents: int) -> float:
+    """The shortest health window of 0.25 s times a power of two (it divides the 1 s window, or
+    the window divides it) that keeps `agents` under ADVISED_BATCHES_PER_S batches a second."""
+    period = 0.25
+    while agents / period > ADVISED_BATCHES_PER_S and period < 8.0:
+        period *= 2
+    return period
 
 
 class Coordinator:
@@ -229,6 +243,13 @@ class Coordinator:
 
     def _start_agents(self) -> None:
         silent_s = max(5.0, 4 * self.opts.health_window_s)
+        rate = len(self.plan.hosts) / self.opts.health_window_s
+        if rate > ADVISED_BATCHES_PER_S:
+            self.log(f"{len(self.plan.hosts)} agents sending a batch every "
+                     f"{self.opts.health_window_s:g} s: {rate:.0f} batches a second, above the "
+                     f"{ADVISED_BATCHES_PER_S:.0f} one core keeps up with; set "
+                     f"lens.health_window_s = {batch_period_for(len(self.plan.hosts)):g} "
+                     "(docs/scale.md, \"Sizing a coordinator\")")
         if self.opts.agents == "registered":
             from fleetctl.lens.listener import AgentListener, parse_listen
             from fleetctl.lens.register import read_key

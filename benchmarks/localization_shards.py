@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Localization accuracy of lens in shards at 12,500 x 8 NICs (issue 22): precision and recall of
+the merged findings over random injected faults, and findings on clean windows; prints JSON.
+
+The site (site_configs/gen_rail.py via scale_window.fabric: 8 NICs a host, 8 rail leaves per
+scalable unit of 256 hosts, 16 spines shared by every unit) is cut into shards of whole units
+(analysis/shards.py `partition`), each planned and traced as its coordinator does it
+(benchmarks/shards.py ShardSim: mesh.plan over the shard's own NICs at 2,000 probes/s a host,
+k = 3, per-switch seeded ECMP hashes, `--sports` source ports a pair). Every trial is one 1 s
+window: each shard's window step on its own paths -> its shard document (JSON, as published)
+-> `lens merge`'s merge_windows over all of them -> the merged findings, scored.
+
+Noise, per path and window (the shards' documents are built from per-path figures, so this
+simulates at that level; the per-probe noise of clocks and jitter is benchmarks/
+localization_scale.py's, at one 1,280-host shard): probes ~ Poisson of the path's rate, each
+path's rate the plan's times a factor drawn once in 0.5-1.5 (unequal rates); losses binomial
+over the path's elements (2e-5 per element crossed everywhere: rare drops); delays 10 us plus
+|N(0, 3 us)| per path and window against a learnt 10 us baseline.
+
+Faults, drawn as localization_scale.py draws them (its `Faults`, `names`): `link-loss` 1-5 % on
+one leaf-spine direction, `cable-loss` 2 % both ways, `cable-down` (a black hole), `nic-down`,
+`spine-delay` / `leaf-delay` (a switch delaying every crossing by 20-500 us), `link-delay`, and
+here also `spine-loss` (every link of a spine losing 0.5-3 % each way); two at once in
+`--double-share` of the trials; `--clean` clean trials. Spines are the faults between pods:
+every shard crosses them, and only the merge can name them whole.
+
+Scoring as localization_scale.py: a fault is found when a merged finding names it (element and
+metric family); precision = correct findings / all findings (clean trials included); recall =
+faults found / faults. Merged findings lens would hold a window or more before opening
+(`suspect_switch`, `lone_link_of`: a link of a spine the merge is still naming) are counted
+apart (`held`), as are faults found only by them.
+
+    python benchmarks/localization_shards.py [--sus 50] [--shard-sus 5] [--trials 200]
+        [--clean 50] [--sports 8] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import shards as sh  # noqa: E402  (ShardSim, fabric_and_layout; puts the repository on the path)
+from localization_scale import KINDS, LIST_MAX, Fault, Faults, brief, names  # noqa: E402
+
+from fleetctl.analysis.shards import merge_windows  # noqa: E402
+from fleetctl.lens.shard import parse_document  # noqa: E402
+from fleetctl.model.fabric import WindowStats  # noqa: E402
+
+HOLD_MARKS = ("suspect_switch", "lone_link_of")
+ALL_KINDS = KINDS + ("spine-loss",)  # a spine losing on every link: between pods, merge only
+
+
+def draw(maker: Faults, kind: str, rng) -> Fault:
+    if kind != "spine-loss":
+        return maker.draw(kind, rng)
+    topo = maker.topo
+    s = maker.spines[rng.integers(len(maker.spines))]
+    cols = [topo.link_dir(lid, x, y) for lid, (a, b) in topo.links.items() if s in (a, b)
+            for x, y in ((a, b), (b, a))]
+    return Fault(kind, cols, drop=float(rng.uniform(0.005, 0.03)), target={"switch": s})
+
+
+def names_fault(f: dict, fault: Fault) -> bool:
+    if fault.kind == "spine-loss":  # the spine as a switch, a loss (or down) finding
+        return f["element"]["type"] == "switch" and f["element"]["id"] == fault.target["switch"] \
+            and f["metric"] in ("loss", "down")
+    return names(f, fault)
+
+
+class NoisyShard(sh.ShardSim):
+    """A shard with unequal per-path rates and delay noise in every window."""
+
+    def __init__(self, topo, layout, shard, seed: int, sports: int):
+        sh.SPORTS = sports  # ShardSim traces and rates with the module's ports a pair
+        super().__init__(topo, layout, shard, seed)
+        self.rate_path = self.rate * np.random.default_rng(seed + 5).uniform(0.5, 1.5,
+                                                                             len(self.paths))
+
+    def window(self, rng, log_keep: np.ndarray, t_end: float, extra_us: np.ndarray) -> dict:
+        survive = np.exp(self.inc @ log_keep)
+        sent = rng.poisson(self.rate_path)
+        lost = rng.binomial(sent, 1 - survive)
+        base = np.full(len(self.paths), 10.0)
+        delay = base + np.abs(rng.normal(0.0, 3.0, len(self.paths))) + self.inc @ extra_us
+        m = self.step.merge(WindowStats(sent[None], lost[None], delay[None], base))
+        sig = self.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
+        findings = [f.to_dict() for f in self.step.findings(sig, 0)]
+        doc = self.pub.document(t_end, 1.0, self.pub.counts(self.step, sig, findings), findings)
+        return json.loads(json.dumps(doc, separators=(",", ":")))  # as `lens merge` reads it
+
+
+def run(sus: int, shard_sus: int, trials: int, clean: int, sports: int, seed: int,
+        double_share: float) -> dict:
+    t0 = time.perf_counter()
+    out, topo, layout = sh.fabric_and_layout(sus, shard_sus)
+    sims = [NoisyShard(topo, layout, s, seed + i, sports) for i, s in enumerate(layout.shards)]
+    out.update(sports=sports, shard_hosts=[len(s.hosts) for s in layout.shards][:3],
+               paths_per_shard=int(np.median([len(s.paths) for s in sims])),
+               setup_s=round(time.perf_counter() - t0, 1))
+    links = {sw: [lid for lid, ends in topo.links.items() if sw in ends] for sw in layout.shared}
+    expected = [s.name for s in layout.shards]
+    rng = np.random.default_rng(seed + 101)  # faults and order
+    rng_w = np.random.default_rng(seed + 202)  # the windows' draws
+    maker = Faults(topo)
+    cases = []
+    for _ in range(trials):
+        n_f = 2 if rng.random() < double_share else 1
+        fs = []
+        while len(fs) < n_f:
+            f = draw(maker, ALL_KINDS[rng.integers(len(ALL_KINDS))], rng)
+            if all(set(f.cols).isdisjoint(g.cols) and f.target != g.target for g in fs):
+                fs.append(f)
+        cases.append(fs)
+    cases += [[] for _ in range(clean)]
+    per_kind = {k: {"faults": 0, "found": 0} for k in ALL_KINDS}
+    tp = fn = n_findings = n_correct = 0
+    held = {"findings": 0, "correct": 0, "faults_found_only_held": 0}
+    clean_findings, wrong, missed = 0, [], []
+    step_s, merge_s = [], []
+    t_trials = time.perf_counter()
+    for n, ci in enumerate(rng.permutation(len(cases))):
+        fs = cases[ci]
+        log_keep = np.full(topo.n_elements, np.log1p(-sh.BACKGROUND))
+        extra = np.zeros(topo.n_elements)
+        for f in fs:
+            for c in f.cols:
+                if f.drop:
+                    log_keep[c] = -np.inf if f.drop >= 1.0 else np.log1p(-f.drop)
+                extra[c] += f.delay_us
+        t = time.perf_counter()
+        docs = [sim.window(rng_w, log_keep, 1000.0 + n, extra) for sim in sims]
+        step_s.append((time.perf_counter() - t) / len(sims))
+        t = time.perf_counter()
+        parsed = [parse_document(d, topo, layout, f"shard {i}") for i, d in enumerate(docs)]
+        res = merge_windows(parsed, expected, layout.shared, links_of=lambda s: links[s])
+        merge_s.append(time.perf_counter() - t)
+        found = res.findings
+        n_findings += len(found)
+        is_held = [any(found_f.get("evidence", {}).get(m) for m in HOLD_MARKS) for found_f in found]
+        held["findings"] += sum(is_held)
+        if not fs:
+            clean_findings += len(found)
+            wrong += [brief(f) | {"trial": int(n), "clean": True} for f in found][:2]
+            continue
+        right = [any(names_fault(f, x) for x in fs) for f in found]
+        n_correct += sum(right)
+        held["correct"] += sum(r and h for r, h in zip(right, is_held))
+        wrong += [brief(f) | {"trial": int(n), "truth": [x.describe() for x in fs]}
+                  for f, r in zip(found, right) if not r][:2]
+        for x in fs:
+            per_kind[x.kind]["faults"] += 1
+            by = [h for f, h in zip(found, is_held) if names_fault(f, x)]
+            if by:
+                tp += 1
+                per_kind[x.kind]["found"] += 1
+                held["faults_found_only_held"] += all(by)
+            else:
+                fn += 1
+                missed.append({"trial": int(n), **x.describe(),
+                               "named": [brief(f) for f in found][:4]})
+    return {**out,
+            "trials": trials, "clean_trials": clean, "faults": tp + fn,
+            "precision": round(n_correct / n_findings, 4) if n_findings else None,
+            "recall": round(tp / (tp + fn), 4) if tp + fn else None,
+            "clean_findings": clean_findings, "held": held,
+            "per_kind": {k: {**v, "recall": round(v["found"] / v["faults"], 3) if v["faults"] else None}
+                         for k, v in per_kind.items()},
+            "wrong": wrong[:LIST_MAX], "missed": missed[:LIST_MAX],
+            "shard_step_s": {"p50": round(float(np.median(step_s)), 3),
+                             "p99": round(float(np.quantile(step_s, 0.99)), 3)},
+            "merge_s": {"p50": round(float(np.median(merge_s)), 4),
+                        "max": round(float(max(merge_s)), 4)},
+            "trials_s": round(time.perf_counter() - t_trials, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sus", type=int, default=50, help="fabric size in units of 256 hosts")
+    ap.add_argument("--shard-sus", type=int, default=5, help="units per shard")
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--clean", type=int, default=50)
+    ap.add_argument("--sports", type=int, default=8, help="source ports a pair (lens's default)")
+    ap.add_argument("--double-share", type=float, default=0.2)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    print(json.dumps({"benchmark": "localization_shards",
+                      **run(a.sus, a.shard_sus, a.trials, a.clean, a.sports, a.seed,
+                            a.double_share)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
