@@ -397,7 +397,8 @@ class Coordinator:
         held = held_counts(res.findings)
         for by, n in held.items():
             if n:
-                self.counters[f"findings_held_{by}"] = self.counters.get(f"findings_held_{by}", 0) + n
+                name = f"findings_held_{by}"
+                self.counters[name] = self.counters.get(name, 0) + n
         records = self.tracker.window(a, b, findings, silent)
         for rec in records:
             self.outputs.event(rec)
@@ -413,8 +414,8 @@ class Coordinator:
                             "findings": len(res.findings),
                             "host_side_delay": sorted(notes),
                             "late_records": self.ingest.late}
-        self.outputs.window({**self._window_doc(res), "held": held}, probes, health, self.last_window,
-                            self.tracker.open_events())
+        self.outputs.window({**self._window_doc(res), "held": held}, probes, health,
+                            self.last_window, self.tracker.open_events())
         self._close_debug(a, b)
         self._save(b)
         if self.shard is not None:

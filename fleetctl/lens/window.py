@@ -70,6 +70,7 @@ def _bad_paths(f: dict, sig, paths: np.ndarray) -> np.ndarray:
         return sig.lossy
     return np.asarray(sig.lost) > 0
 
+
 def held_counts(findings: list[dict]) -> dict[str, int]:
     """Findings of a window that the explained rules hold (they open nothing), by what explains
     them: an open event, or a stronger finding of the same window."""
