@@ -249,8 +249,11 @@ def merge_windows(windows: list[ShardWindow], expected: list[str], shared: list[
                                       metrics=("delay",))
     _fold_switches(merged, named, "loss", links_of)
     _fold_switches(merged, delay_named, "delay", links_of)
-    _mark_suspects(merged, shared, links_of, {n for n, _ in named})
-    _mark_suspects(merged, shared, links_of, {n for n, _ in delay_named}, metrics=("delay",))
+    by_shards = _fold_into_shard_switches(merged, shared, links_of, ("loss", "down"))
+    delay_by_shards = _fold_into_shard_switches(merged, shared, links_of, ("delay",))
+    _mark_suspects(merged, shared, links_of, {n for n, _ in named} | by_shards)
+    _mark_suspects(merged, shared, links_of, {n for n, _ in delay_named} | delay_by_shards,
+                   metrics=("delay",))
     switches = {r["switch"]: r for r in rows}
     for r in delay_rows:
         switches.setdefault(r["switch"], {"switch": r["switch"]})["delay"] = \
@@ -283,6 +286,36 @@ def _fold_switches(merged: dict, named: list[tuple[str, dict]], metric: str, lin
                        "confidence": row["confidence"],
                        "evidence": {"merge": row, "links": folded_links,
                                     "shards": sorted(set(row["shards"]) | set(folded_shards))}}
+
+
+def _fold_into_shard_switches(merged: dict, shared: list[str], links_of, family) -> set[str]:
+    """A shared switch a shard named itself (its own roll-up saw enough of its links) while
+    another shard named only some of its links: those link findings (of the `family`) fold
+    into the switch's finding (`evidence.links`), as into a switch the merge names. Left apart
+    they were a switch and up to 44 link findings of one spine's fault in one window (12,800 x
+    8 in 10 shards: precision 0.36 over 80 trials). The switches so named are returned."""
+    out: set[str] = set()
+    if links_of is None:
+        return out
+    shared = set(shared)
+    for f in list(merged.values()):
+        el = f["element"]
+        if el["type"] != "switch" or el["id"] not in shared or f["metric"] not in family:
+            continue
+        out.add(el["id"])
+        links = set(links_of(el["id"]))
+        folded = [k for k, g in merged.items() if g["metric"] in family
+                  and g["element"]["type"] == "link" and g["element"]["id"] in links]
+        if not folded:
+            continue
+        ev = f["evidence"]
+        ev["links"] = sorted(set(ev.get("links") or []) |
+                             {_link_name(merged[k]["element"]) for k in folded})
+        ev["shards"] = sorted(set(ev["shards"]) |
+                              {s for k in folded for s in merged[k]["evidence"]["shards"]})
+        for k in folded:
+            del merged[k]
+    return out
 
 
 def _link_name(el: dict) -> str:

@@ -486,3 +486,35 @@ def test_a_missing_shard_holds_only_the_places_its_probes_cross(four_shards, tmp
     assert merge.unjudged(keys, ["shard-0"]) == {f"link:{link[0]}", "nic:no-such-nic"}
     assert merge.unjudged(keys, ["shard-1", "shard-2", "shard-3"]) == \
         {"switch:spine1", f"link:{link[1]}", "nic:no-such-nic"}
+
+
+def test_links_of_a_spine_one_shard_named_whole_fold_into_it(four_shards):
+    """One shard's roll-up names the spine, another shard names only some of its links (its
+    share of the fault was thinner): one finding, the switch, listing those links; a lossy
+    cable on another spine in the same window stays its own finding."""
+    topo, layout, shards = four_shards
+    rng = np.random.default_rng(1)
+    loss = _loss(topo, _spine_links(topo, "spine3") + ["leaf2->spine1"], 0.03)
+    docs = [s.window(rng, 40, loss) for s in shards]
+    res = _merge(topo, layout, docs)  # every shard names spine3's links: the merge folds them
+    others = [(f["element"]["type"], f["element"]["id"]) for f in res.findings
+              if f["element"]["id"] != "spine3"]
+    assert [f["element"]["id"] for f in res.findings].count("spine3") == 1
+    assert len(others) == 1 and others[0][1].endswith("--spine1")  # the cable: a link of its own
+    links = [f for f in docs[1]["findings"] if "spine3" in f["element"]["id"]]
+    assert links and all(f["element"]["type"] == "link" for f in links)
+    # shard 0 named the spine itself, from its own roll-up
+    whole = {**links[0], "element": {"type": "switch", "id": "spine3"}}
+    docs[0]["findings"] = [whole] + [f for f in docs[0]["findings"]
+                                     if "spine3" not in f["element"]["id"]]
+    for d in docs[2:]:
+        d["findings"] = [f for f in d["findings"] if "spine3" not in f["element"]["id"]]
+    res = _merge(topo, layout, docs)
+    spine = [f for f in res.findings if "spine3" in f["element"]["id"]]
+    assert [(f["element"]["type"], f["element"]["id"]) for f in spine] == [("switch", "spine3")]
+    ev = spine[0]["evidence"]
+    assert {layout.shards[0].name, layout.shards[1].name} <= set(ev["shards"])
+    assert set(ev["links"]) == {f["element"].get("direction") if f["element"].get("direction")
+                                not in (None, "", "both") else f["element"]["id"] for f in links}
+    assert [(f["element"]["type"], f["element"]["id"]) for f in res.findings
+            if f["element"]["id"] != "spine3"] == others
