@@ -20,7 +20,7 @@ import numpy as np
 from fleetctl.analysis.clock import ClockModel
 from fleetctl.analysis.windows import US_RESOLUTION, FlowIndex
 from fleetctl.model.fabric import PROBE_DTYPE, group_quantiles
-from fleetctl.model.summary import MAX_BINS, SUMMARY_DTYPE, WindowSummary
+from fleetctl.model.summary import MAX_BINS, SUMMARY_DTYPE, WindowSummary, concat_records
 
 __all__ = ["MAX_BINS", "SUMMARY_DTYPE", "WindowSummary", "clock_records", "from_probes",
            "loop_figures", "merge", "path_figures"]
@@ -32,7 +32,7 @@ def merge(parts: list[WindowSummary], window_ns: int, n_bins: int) -> WindowSumm
     parts = [p for p in parts if p.rows.size]
     if not parts:
         return WindowSummary.empty(window_ns, n_bins)
-    rows = np.concatenate([p.rows for p in parts])
+    rows = concat_records([p.rows for p in parts])
     offsets = np.cumsum([0] + [p.rows.size for p in parts[:-1]])
     bin_rows = np.concatenate([p.bin_rows + o for p, o in zip(parts, offsets)])
     bin_sent = np.concatenate([_fit_bins(p.bin_sent, n_bins) for p in parts])

@@ -34,6 +34,7 @@ from fleetctl.lens.debugrecords import DebugCollector
 from fleetctl.lens.debugstore import DIRECTORY as DEBUG_DIRECTORY
 from fleetctl.lens.debugstore import DebugStore
 from fleetctl.lens.events import EventRules, EventTracker, iso
+from fleetctl.lens.heaptrim import release_free_heap
 from fleetctl.lens.ingest import Ingest
 from fleetctl.lens.jobs import JobMap, JobRefresh
 from fleetctl.lens.options import LensOptions
@@ -54,6 +55,8 @@ STATUS_EVERY_S = 2.0
 # summaries, at 1 a second (1,280) 105 of 111 with them; 512 agents x 4 (2,048) kept up for an
 # hour on this 2-core machine (docs/scale.md)
 ADVISED_BATCHES_PER_S = 2100.0
+# the C heap's free pages handed back this often (lens/heaptrim.py): ~10-30 ms each at 1,280 x 8
+HEAP_TRIM_EVERY_S = 60.0
 
 
 class LensPlan:
@@ -158,6 +161,7 @@ class Coordinator:
         self._status_cost = 0.0  # seconds the last status.json took
         self.job_refresh = JobRefresh(slurm, self.opts.jobs_refresh_s, self.log)
         self.last_replan_check = time.time()
+        self._heap_trimmed = time.time()  # the last malloc_trim (HEAP_TRIM_EVERY_S)
         self.last_window: dict = {}
         self.host_side: set[str] = set()  # hosts whose own side slowed their probes last window
         self.tracker: EventTracker | None = None
@@ -193,7 +197,7 @@ class Coordinator:
         self.ingest = Ingest(self.plan.flows)
         self.ingest.set_fields(list(agent_module.HEALTH_FIELDS))
         self._build_debug()
-        self.jobs = JobMap(self.plan.topo, self.plan.paths)
+        self.jobs = JobMap(self.plan.topo, self.plan.paths, self.analyzer.inc_orig)
         rules = EventRules(k_open=o.k_open, k_open_down=o.k_open_down, k_open_gray=o.k_open_gray,
                            m_close=o.m_close, flap_count=o.flap_count,
                            flap_window_s=o.flap_window_s)
@@ -501,6 +505,13 @@ class Coordinator:
 
     def _periodic(self, now: float) -> None:
         self._refresh_jobs()  # every lens.jobs_refresh_s
+        if now - self._heap_trimmed >= HEAP_TRIM_EVERY_S:
+            self._heap_trimmed = now
+            took = release_free_heap()
+            if took is not None:
+                self.counters["heap_trims"] = self.counters.get("heap_trims", 0) + 1
+                self.counters["heap_trim_s_max"] = round(
+                    max(self.counters.get("heap_trim_s_max", 0), took), 3)
         if now - self.last_status >= STATUS_EVERY_S:
             self._write_status(now)
         if now - self.last_replan_check >= self.opts.replan_s:
@@ -548,8 +559,9 @@ class Coordinator:
         if self.tracker is None:
             return
         began = time.perf_counter()
-        elements = heapq.nsmallest(STATUS_ELEMENTS, getattr(self, "_elements", []),
-                                   key=lambda r: (-(r.get("loss_pct") or 0), r["id"]))
+        rows = getattr(self, "_elements", [])
+        elements = rows.worst(STATUS_ELEMENTS) if hasattr(rows, "worst") else \
+            heapq.nsmallest(STATUS_ELEMENTS, rows, key=lambda r: (-(r.get("loss_pct") or 0), r["id"]))
         doc = {"schema": "fleetctl.lens.status/1", "pid": os.getpid(),
                "running": not stopping, "started": iso(self.started), "updated": iso(now),
                "cluster": self.cluster.name, "window_s": self.opts.window_s,

@@ -23,6 +23,7 @@ import numpy as np
 from fleetctl.analysis.summaries import WindowSummary, merge
 from fleetctl.errors import DataError
 from fleetctl.mesh.collect import decode, decode_summary, join_records
+from fleetctl.model.summary import concat_records
 
 MAX_AHEAD_WINDOWS = 60  # summaries of windows further ahead of the wall clock are dropped
 MAX_PENDING = 5_000_000  # records waiting for their window: beyond this the oldest are dropped
@@ -157,7 +158,7 @@ class Ingest:
         s = merge(parts, w_ns, parts[0].n_bins if parts else 10)
         self.summary_rows = sum(p.rows.size for ps in self.summaries.values() for p in ps)
         if s.rows.size and got:
-            g = np.concatenate(got)
+            g = concat_records(got)
             key = g["window"] * (1 << 32) + g["flow"].astype(np.int64)
             uniq, inv = np.unique(key, return_inverse=True)
             count = np.bincount(inv, weights=g["count"], minlength=uniq.size)

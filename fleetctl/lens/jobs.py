@@ -18,19 +18,23 @@ MAX_JOBS = 200  # listed per event; the evidence says how many more
 
 
 class JobMap:
-    def __init__(self, topo: Topology, paths: PathTable):
+    """Host pairs through an element, from the plan's path incidence when asked (an event opens
+    or updates), not a table built per plan: the table (element -> set of host-name pairs) held
+    ~110 MB of Python objects at 1,280 hosts x 8 NICs and 495,586 paths, and took seconds to
+    build at every (re)plan. `inc`: the paths x elements incidence in CSC form, shared with the
+    window analyzer where it has one."""
+
+    def __init__(self, topo: Topology, paths: PathTable, inc=None):
         self.topo = topo
-        host_of_nic = np.array([topo.nic_host[i] for i in range(len(topo.nics))], dtype=object)
+        self.inc = inc if inc is not None else paths.matrix(topo.n_elements).tocsc()
+        host = topo.nic_host_index
         src, dst = paths.src_nic, paths.dst_nic
-        self.pairs_of: dict[int, set[tuple[str, str]]] = {}
-        for p in range(len(paths)):
-            if src[p] < 0 or dst[p] < 0:
-                continue
-            pair = tuple(sorted((host_of_nic[src[p]], host_of_nic[dst[p]])))
-            if pair[0] == pair[1]:
-                continue
-            for e in paths.row(p):
-                self.pairs_of.setdefault(int(e), set()).add(pair)
+        ok = (src >= 0) & (dst >= 0)
+        # per path: its two hosts, the lower index first; -1 where it is not between two hosts
+        a = np.where(ok, host[np.where(ok, src, 0)], -1)
+        b = np.where(ok, host[np.where(ok, dst, 0)], -1)
+        self.lo, self.hi = np.minimum(a, b), np.maximum(a, b)
+        self.host_pos = {h: i for i, h in enumerate(topo.hosts)}
         self.jobs: list[dict] = []  # running jobs: {"job_id", "user", "nodes", "partition", set}
 
     def set_jobs(self, jobs) -> None:
@@ -43,15 +47,35 @@ class JobMap:
                  "partition": j.partition, "_set": set(j.nodes)}
                 for j in jobs if getattr(j, "state", "RUNNING") == "RUNNING" and j.nodes]
 
+    def pairs_through(self, el: dict) -> np.ndarray:
+        """The distinct host pairs (lower, higher host index; two hosts apart) whose traced
+        paths cross the element, as an (n, 2) array."""
+        inc = self.inc
+        cols = [c for c in element_columns(self.topo, el) if 0 <= c < inc.shape[1]]
+        if not cols:
+            return np.zeros((0, 2), dtype=np.int64)
+        rows = np.concatenate([inc.indices[inc.indptr[c]:inc.indptr[c + 1]] for c in cols])
+        lo, hi = self.lo[rows], self.hi[rows]
+        keep = (lo >= 0) & (lo != hi)
+        n = len(self.topo.hosts)
+        key = np.unique(lo[keep].astype(np.int64) * n + hi[keep])
+        return np.stack([key // n, key % n], axis=1)
+
     def affected(self, el: dict) -> list[dict]:
         if el.get("type") in ("clock", "host"):
             host = el.get("id", "").split(":")[0]
             hit = [j for j in self.jobs if host in j["_set"]]
         else:
-            pairs = set()
-            for e in element_columns(self.topo, el):
-                pairs |= self.pairs_of.get(e, set())
-            hit = [j for j in self.jobs if any(a in j["_set"] and b in j["_set"] for a, b in pairs)]
+            hit = []
+            pairs = self.pairs_through(el) if self.jobs else None
+            for j in self.jobs:
+                if not len(pairs):
+                    break
+                inside = np.zeros(len(self.topo.hosts), dtype=bool)
+                pos = [self.host_pos[h] for h in j["_set"] if h in self.host_pos]
+                inside[pos] = True
+                if (inside[pairs[:, 0]] & inside[pairs[:, 1]]).any():
+                    hit.append(j)
         return [{k: v for k, v in j.items() if k != "_set"} for j in hit[:MAX_JOBS]]
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 
 import socket
 import threading
@@ -169,7 +170,7 @@ class LensMetrics:
         """{label key: {field: value in base units}}; `fields` maps each field to the window's key
         and the factor to base units. Past `max_series` rows the rest are counted, not read."""
         rows = {}
-        if not isinstance(entries, (list, tuple)):
+        if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)):
             if entries:  # not a list of entries at all
                 self.skipped.labels("malformed").inc()
             entries = []

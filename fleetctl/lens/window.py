@@ -10,6 +10,7 @@ host's NICs is that host's own side (rollup.is_host_side), kept as a note, never
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,7 @@ from fleetctl.analysis.step import ElementIndex, WindowStep
 from fleetctl.analysis.summaries import WindowSummary, flow_rows, index_flows, loop_figures, \
     path_figures
 from fleetctl.analysis.windows import FlowIndex, Windows, build_windows
+from fleetctl.lens.elementrows import ElementRows
 from fleetctl.lens.jobs import element_columns
 from fleetctl.mesh.loops import add_loop_stats, place_loop_figures
 from fleetctl.model.fabric import PathTable, Topology, WindowStats
@@ -41,7 +43,8 @@ class WindowResult:
     t_start: float  # s, epoch
     t_end: float
     findings: list[dict] = field(default_factory=list)  # network findings (element, metric, ...)
-    elements: list[dict] = field(default_factory=list)  # per link direction / switch / NIC
+    # per link direction / switch / NIC: rows, as an ElementRows (a sequence of dicts)
+    elements: Sequence[dict] = field(default_factory=list)
     overloaded: list[str] = field(default_factory=list)  # hosts set aside for overload
     blind: list[str] = field(default_factory=list)  # hosts whose agent was not running
     # responders whose answer log was not all in when the window closed (their batch late): the
@@ -89,7 +92,10 @@ class WindowAnalyzer:
         self.step = WindowStep(topo, paths, solver, th)  # the probe engine's window step, as audit's
         self.th = self.step.th
         self.hosts, self.nic_host = topo.hosts, topo.nic_host_index
-        self.inc_orig = paths.matrix(topo.n_elements).tocsc()
+        # the original paths' incidence (CSC); the step's own where merging left every path
+        # alone (one copy, 53 MB at 1,280 x 8 with 8 ports a pair, not two)
+        self.inc_orig = self.step.inc if self.step.merged is paths else \
+            paths.matrix(topo.n_elements).tocsc()
         self._inc_t = None  # its transpose, for `_coverage` (built the first time it is needed)
         self._elements_at = None  # location key -> element indices, for `unjudged` (likewise)
         self.element_index = ElementIndex(self.step.inc)  # per-element figures, once per plan
@@ -105,6 +111,7 @@ class WindowAnalyzer:
         self._delay_seen = 0
         element_columns(topo, {})  # builds the topology's element index now, not in a window
         self._last_delay: tuple[np.ndarray, float] | None = None
+        self._id_rank: np.ndarray | None = None  # element -> rank by id (ElementRows.worst)
         # location -> "up"/"down"/None at the end of the last window that judged it: a flap whose
         # down moment falls in the first bin of a window is still seen (a link toggled on a
         # fixed rhythm keeps its phase against the windows, so this would repeat every time)
@@ -399,15 +406,15 @@ class WindowAnalyzer:
             if self.location(f["element"]) in here or not cover.any():
                 continue
             paths = self._through(f["element"]) & sig.valid
-            outside = self._explained(f, sig, paths, cover)
-            if outside is None:
+            judged = self._explained(f, sig, paths, cover)
+            if judged is None:
                 continue
+            outside, bad = judged
             f["evidence"]["outside_open_event"] = outside
             if outside["p_value"] < outside["alpha"]:
                 continue  # its own paths away from the event show the fault: a second one
             # which event's place: the one its bad paths cross most. That place is not judged
             # good this window (events.py): its fault was seen, under another name
-            bad = paths & _bad_paths(f, sig, paths)
             by = max(zip(open_elements, places), key=lambda ep: int((bad & ep[1]).sum()))[0]
             f["evidence"]["explained_by_open_event"] = self.location(by)
             # a finer element inside an open event's (a link of a switch named a window ago):
@@ -444,22 +451,23 @@ class WindowAnalyzer:
             cover = np.zeros(self.step.n_rows, dtype=bool)
             for g in stronger:
                 cover |= place_of(g)
-            outside = self._explained(f, sig, rows[id(f)], cover) if stronger else None
-            if outside is None or outside["p_value"] < outside["alpha"]:
+            judged = self._explained(f, sig, rows[id(f)], cover) if stronger else None
+            if judged is None or judged[0]["p_value"] < judged[0]["alpha"]:
                 stronger.append(f)
                 continue
-            bad = rows[id(f)] & _bad_paths(f, sig, rows[id(f)])
+            outside, bad = judged
             by = max(stronger, key=lambda g: int((bad & place_of(g)).sum()))
             f["evidence"]["outside_window_finding"] = outside
             f["evidence"]["explained_by_window_finding"] = self.location(by["element"])
 
-    def _explained(self, f: dict, sig, paths: np.ndarray, cover: np.ndarray) -> dict | None:
+    def _explained(self, f: dict, sig, paths: np.ndarray, cover: np.ndarray
+                   ) -> tuple[dict, np.ndarray] | None:
         """None where fewer than EXPLAINED_SHARE of the finding's bad paths cross `cover`; else
-        the test of its paths away from it (_outside_open_event)."""
+        the test of its paths away from it (_outside_open_event) and its bad paths."""
         mine = paths & _bad_paths(f, sig, paths)
         if not (mine.any() and cover[mine].mean() >= EXPLAINED_SHARE):
             return None
-        return self._outside_open_event(f, sig, paths & ~cover, cover | paths)
+        return self._outside_open_event(f, sig, paths & ~cover, cover | paths), mine
 
     def _through_place(self, element: dict) -> np.ndarray:
         """Per merged path: does it cross the element's place (a link's both directions: an
@@ -498,10 +506,9 @@ class WindowAnalyzer:
                 out[key] = d
         return list(out.values())
 
-    def _element_rows(self, sig, m_delay, t_end: float) -> list[dict]:
-        """Per link direction, switch and NIC: probes through it and lost, loss %, path delay p50/p99.
-        Rounded as arrays and read out as Python lists: per-element numpy scalars cost 0.2 s a
-        window at 8,192 NICs."""
+    def _element_rows(self, sig, m_delay, t_end: float) -> ElementRows:
+        """Per link direction, switch and NIC: probes through it and lost, loss %, path delay
+        p50/p99; as arrays, made into rows only when read (lens/elementrows.py)."""
         index = self.element_index
         if self._last_delay is None or self._delay_seen % self.delay_every == 0:
             st = index.stats(sig.sent, sig.lost, m_delay)
@@ -512,21 +519,13 @@ class WindowAnalyzer:
         delay_from = self._last_delay[1]
         cols = self.report_cols[st["sent"][self.report_cols] > 0]
         sent = st["sent"][cols]
-        loss = np.round(100 * st["lost"][cols] / sent, 3).tolist()
         p50, p99 = (np.round(st["delay"][i, cols], 1) for i in (0, 1))
-        p50 = np.where(np.isfinite(p50), p50, np.nan).tolist()
-        p99 = np.where(np.isfinite(p99), p99, np.nan).tolist()
-        probes = np.rint(sent).astype(np.int64).tolist()
-        lost = np.rint(st["lost"][cols]).astype(np.int64).tolist()
-        rows = []
-        for e, lo, d50, d99, n, nl in zip(cols.tolist(), loss, p50, p99, probes, lost):
-            el = self.topo.elements[e]
-            row = {"type": el.type, "id": el.id, "loss_pct": lo,
-                   "delay_p50_us": d50 if d50 == d50 else None,
-                   "delay_p99_us": d99 if d99 == d99 else None, "probes": n, "lost": nl}
-            if el.direction:
-                row["direction"] = el.direction
-            if delay_from != t_end:
-                row["delay_window_end"] = delay_from
-            rows.append(row)
-        return rows
+        if self._id_rank is None:
+            self._id_rank = np.unique(np.array([el.id for el in self.topo.elements]),
+                                      return_inverse=True)[1].ravel()
+        return ElementRows(self.topo.elements, cols, np.round(100 * st["lost"][cols] / sent, 3),
+                           np.where(np.isfinite(p50), p50, np.nan),
+                           np.where(np.isfinite(p99), p99, np.nan),
+                           np.rint(sent).astype(np.int64),
+                           np.rint(st["lost"][cols]).astype(np.int64),
+                           delay_from if delay_from != t_end else None, self._id_rank)

@@ -325,6 +325,31 @@ def test_affected_jobs_cross_the_element(fabric):
     assert [j["job_id"] for j in jm.affected({"type": "clock", "id": "node2"})] == ["13"]
 
 
+def test_job_map_pairs_are_the_traced_paths_host_pairs(fabric):
+    """JobMap answers from the incidence when asked: the same host pairs as a scan of every
+    traced path crossing the element, for every element of the lab fabric."""
+    from fleetctl.lens.jobs import element_columns
+
+    topo, _ = fabric
+    syn = run(fabric, duration=1.0)
+    jm = JobMap(topo, syn.paths)
+    paths = syn.paths
+    for x in topo.elements:
+        el = {"type": x.type, "id": x.id, **({"direction": x.direction} if x.direction else {})}
+        cols = set(element_columns(topo, el))
+        want = set()
+        for p in range(len(paths)):
+            s, d = paths.src_nic[p], paths.dst_nic[p]
+            if s < 0 or d < 0 or not cols & set(int(e) for e in paths.row(p)):
+                continue
+            a, b = sorted((topo.nic_host_index[s], topo.nic_host_index[d]))
+            if a != b:
+                want.add((int(a), int(b)))
+        got = {tuple(int(v) for v in row) for row in jm.pairs_through(el)}
+        assert got == want, el
+    assert len(jm.pairs_through({"type": "link", "id": "no-such-link"})) == 0
+
+
 def test_baselines_learn_from_healthy_windows_only():
     b = PathBaselines(3, warmup=2)
     b.update(np.array([10.0, 10.0, np.nan]), np.array([True, True, True]))
