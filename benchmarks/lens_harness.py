@@ -254,7 +254,20 @@ def coordinator_main(site_path: str, key_path: str, port: int, stop_evt, out_pat
     threading.Thread(target=lambda: (stop_evt.wait(), stop.set()), daemon=True).start()
     c = Timed(cluster, nodes or cluster.select(None), TraceTransport(Fabric(cluster)), opts,
               Outputs(opts, log, cluster=cluster), log, None)
+    owner = None
+    if os.environ.get("HARNESS_OWNERS"):  # which of the coordinator's parts hold its memory
+        def owners():
+            if not stop.wait(float(os.environ.get("HARNESS_OWNERS_AT", "120"))):
+                t0, rss_mb = time.perf_counter(), _rss_mb()
+                held = _owners(c)
+                Path(os.environ["HARNESS_OWNERS"]).write_text(json.dumps(
+                    {"rss_mb": round(rss_mb), "walk_s": round(time.perf_counter() - t0, 1),
+                     "owners_mb": held}, indent=1))
+        owner = threading.Thread(target=owners, daemon=True)
+        owner.start()
     c.run(stop)
+    if owner is not None:
+        owner.join(600)
     if os.environ.get("HARNESS_TRACEMALLOC"):
         snapper.join(120)
     if profile is not None:
@@ -286,6 +299,56 @@ def _census() -> dict:
     out = dict(Counter(type(o).__name__ for o in gc.get_objects()))
     out["__blocks__"] = sys.getallocatedblocks()
     return out
+
+
+def _owners(root, depth: int = 3, min_mb: float = 1.0) -> dict:
+    """Bytes held by numpy arrays (scipy's sparse matrices are made of them) reachable from
+    `root`, summed by the attribute path that reaches them, cut at `depth` names: which part of
+    the coordinator holds its memory. Each buffer is counted once, at the first path found
+    (breadth first); Python objects count their shallow size (sys.getsizeof) under "py:"."""
+    from collections import deque
+
+    import numpy as np
+
+    seen, bufs, sizes = set(), set(), {}
+    queue = deque([(root, "c", 0)])
+    while queue:
+        obj, where, d = queue.popleft()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            base = obj
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            if id(base) not in bufs and base.flags.owndata:
+                bufs.add(id(base))
+                sizes[where] = sizes.get(where, 0) + base.nbytes
+            continue
+        py = f"py:{where}"
+        sizes[py] = sizes.get(py, 0) + sys.getsizeof(obj)
+        if isinstance(obj, (str, bytes, int, float, bool, type(None), type)) or callable(obj) \
+                and not hasattr(obj, "__dict__"):
+            continue
+        if isinstance(obj, (threading.Thread, threading.Event)) or \
+                type(obj).__module__.startswith(("socket", "ssl", "_thread", "logging")):
+            continue
+        key = (lambda k: where if d >= depth else f"{where}.{k}")
+        if isinstance(obj, dict):
+            items = [(f"[{k!s:.20}]" if not isinstance(k, str) else k, v) for k, v in obj.items()]
+            key = (lambda k: where if d >= depth else f"{where}[]")
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            items = [("[]", v) for v in list(obj)[:100_000]]
+            key = (lambda k: where)
+        else:
+            items = list(getattr(obj, "__dict__", {}).items())
+            for slot in getattr(type(obj), "__slots__", ()):
+                if hasattr(obj, slot):
+                    items.append((slot, getattr(obj, slot)))
+        for k, v in items:
+            queue.append((v, key(k), d + 1))
+    return {k: round(v / 1e6, 1) for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])
+            if v >= min_mb * 1e6}
 
 
 def _rss_mb() -> float:
