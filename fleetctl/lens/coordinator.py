@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetctl.analysis.summaries import clock_records
 from fleetctl.atomic import write_atomic
 from fleetctl.errors import DataError
 from fleetctl.lens.agents import AgentSupervisor
@@ -378,8 +377,11 @@ class Coordinator:
                                     [ev["element"] for ev in self.tracker.open_events()])
         # the clock learns from this window after it (the model above is the last fit's), and
         # not from hosts whose agents' timestamps the window could not trust
-        self.clock.add(probes if data is probes else clock_records(summary, self.plan.flows),
-                       quiet=set(res.overloaded) | set(res.blind))
+        quiet = set(res.overloaded) | set(res.blind)
+        if data is probes:
+            self.clock.add(probes, quiet=quiet)
+        else:
+            self.clock.add_summary(summary, self.plan.flows, quiet=quiet)
         self.clock.maybe_refit(b, background=True)
         self._rebase_moved_clocks(b)
         if res.path_delay is not None and res.path_healthy is not None:

@@ -539,6 +539,28 @@ def test_clock_records_are_reduced_to_the_tightest_bounds_per_host_pair(mode):
     assert b["t_remote_rx"] - b["t_send"] == 60 and b["t_remote_tx"] - b["t_recv"] == -5
 
 
+def test_the_clock_reads_summaries_as_it_reads_their_records(fabric):
+    """add_summary keeps what add(clock_records(...)) keeps, record for record, with and
+    without quiet hosts."""
+    from fleetctl.lens.clocktrack import ClockTracker as Tracker  # not the fixture's stand-in
+
+    hosts, nic_host = _hosts(fabric)
+    for seed, quiet in ((7, set()), (8, {"node3"}), (9, {"node1", "node6"})):
+        syn = run(fabric, seed=seed, duration=2.0)
+        p = syn.probes
+        ids, first = np.unique(p["flow"], return_index=True)
+        flows = np.zeros(len(ids), FLOW_DTYPE)
+        flows["flow"], flows["src_nic"] = ids, p["src_nic"][first]
+        flows["dst_nic"] = p["dst_nic"][first]
+        s = from_probes(p, 1_000_000_000)
+        a, b = Tracker(hosts, nic_host), Tracker(hosts, nic_host)
+        a.add(clock_records(s, flows), quiet)
+        b.add_summary(s, flows, quiet)
+        assert len(a.chunks) == len(b.chunks) == 1 and a.chunks[0].size >= 2
+        assert np.array_equal(a.chunks[0], b.chunks[0])
+        assert a.adds == b.adds and a.quiet_last == b.quiet_last
+
+
 def test_the_clock_learns_nothing_from_a_quiet_host(fabric, mode):
     """Overloaded or not running in the window: its timestamps are not trusted (a stalled
     responder stamps its echo late, a falsely tight bound)."""
