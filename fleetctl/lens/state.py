@@ -1,7 +1,11 @@
-"""The coordinator's resume state, `state.json`: written after every window, read at start.
+"""The coordinator's resume state, `state.json` (written after every window) and
+`baselines.json` (the per-path delay baselines, written once a BASELINES_SAVE_S: half a million
+numbers at 1,280 hosts x 8, ~4.6 MB, were rewritten and fsynced with state.json every second,
+~400 GB a day), read at start.
 
     state = read_state(path, now=time.time(), log=log)      # validated; never raises
-    resumed = resume(state, tracker, baselines, fingerprint, log=log)
+    saved = read_baselines(baselines_path, log=log)         # likewise
+    resumed = resume(path, state, tracker, baselines, fingerprint, log=log, saved_baselines=saved)
     next_end = first_window_end(time.time(), window_s, resumed.last_window_end)
 
 The file is input like any other: a user may have planted or damaged it, and the clock may have
@@ -87,6 +91,28 @@ def read_state(path: str | Path, *, now: float, log) -> dict:
     return out
 
 
+def read_baselines(path: str | Path, *, log) -> dict:
+    """`baselines.json` (written apart from state.json, once a BASELINES_SAVE_S): {"fingerprint",
+    "baselines"} when valid, else {} with one logged line. The baselines themselves are
+    checked by their owner (PathBaselines.load_state) against the plan's paths."""
+    try:
+        doc = read_json(path, "lens baselines", max_bytes=MAX_STATE_BYTES, missing_ok=True,
+                        kind=dict, error=DataError)
+    except DataError as exc:
+        log(f"{exc.message}; the delay baselines are learnt again")
+        return {}
+    if doc is None:
+        return {}
+    fingerprint, baselines = doc.get("fingerprint"), doc.get("baselines")
+    if doc.get("version") != STATE_VERSION or isinstance(doc.get("version"), bool) or \
+            not isinstance(fingerprint, str) or len(fingerprint) > MAX_FINGERPRINT or \
+            not isinstance(baselines, dict):
+        log(f"{path}: not a version {STATE_VERSION} baselines file; the delay baselines are "
+            "learnt again")
+        return {}
+    return {"fingerprint": fingerprint, "baselines": baselines}
+
+
 def log_dropped(path, problems: list[str], log) -> None:
     for why in problems[:MAX_LOGGED]:
         log(f"{path}: {clean_text(why, 300)}: dropped")
@@ -94,11 +120,16 @@ def log_dropped(path, problems: list[str], log) -> None:
         log(f"{path}: {len(problems) - MAX_LOGGED} more invalid fields dropped")
 
 
-def resume(path, state: dict, tracker, baselines, fingerprint: str, *, log) -> Resumed:
-    """Load a read_state() result into the event tracker and (same plan only) the baselines;
-    what they refuse is logged and dropped like the top-level fields."""
+def resume(path, state: dict, tracker, baselines, fingerprint: str, *, log,
+           saved_baselines: dict | None = None) -> Resumed:
+    """Load a read_state() result into the event tracker and (same plan only) the baselines:
+    those of a read_baselines() result, else those an older state.json carried; what they
+    refuse is logged and dropped like the top-level fields."""
     problems = tracker.load_state(state["tracker"]) if "tracker" in state else []
-    if "baselines" in state and state.get("fingerprint") == fingerprint:
+    if saved_baselines:
+        if saved_baselines.get("fingerprint") == fingerprint:
+            problems += baselines.load_state(saved_baselines["baselines"])
+    elif "baselines" in state and state.get("fingerprint") == fingerprint:
         problems += baselines.load_state(state["baselines"])
     log_dropped(path, problems, log)
     return Resumed(last_window_end=state.get("last_window_end"), windows=state.get("windows", 0))

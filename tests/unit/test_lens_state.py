@@ -10,6 +10,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from fleetctl.lens.baseline import PathBaselines
@@ -151,3 +152,64 @@ def test_an_unusable_state_file_is_one_line_and_lens_starts(tmp_path, text):
     logs: list[str] = []
     c, _ = run_until_a_window_closes(tmp_path, logs)
     assert [m for m in logs if "starting without it" in m] and c.counters["windows"] == 1
+
+
+def _baselines_doc(**over) -> dict:
+    doc = {"version": 1, "fingerprint": FINGERPRINT,
+           "baselines": {"value": [10.0, None, 12.5, 9.0], "count": [7, 0, 9, 5]}}
+    doc.update(over)
+    return doc
+
+
+def test_baselines_are_resumed_from_their_own_file(tmp_path):
+    state = {k: v for k, v in valid_state().items() if k != "baselines"}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    (tmp_path / "baselines.json").write_text(json.dumps(_baselines_doc()))
+    logs: list[str] = []
+    c, _ = run_until_a_window_closes(tmp_path, logs)
+    assert c.baselines.count[2] >= 9 and c.baselines.count[0] >= 7
+    assert not [m for m in logs if "dropped" in m or "learnt again" in m]
+
+
+@pytest.mark.parametrize("doc, line", [
+    (_baselines_doc(fingerprint="another plan"), None),  # another plan's: not used, not an error
+    (_baselines_doc(version=2), "not a version 1 baselines file"),
+    (_baselines_doc(fingerprint=["x"]), "not a version 1 baselines file"),
+    (_baselines_doc(baselines=[1, 2]), "not a version 1 baselines file"),
+    (_baselines_doc(baselines={"value": [1.0] * 4, "count": [1] * 3}), "4 values and 3 counts"),
+    ("[" * 60_000, "learnt again"),
+    ("\xff", "learnt again"),
+])
+def test_an_unusable_baselines_file_is_one_line_and_they_are_learnt_again(tmp_path, doc, line):
+    state = {k: v for k, v in valid_state().items() if k != "baselines"}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    text = doc if isinstance(doc, str) else json.dumps(doc)
+    (tmp_path / "baselines.json").write_text(text, errors="surrogateescape")
+    logs: list[str] = []
+    c, _ = run_until_a_window_closes(tmp_path, logs)
+    assert int(c.baselines.count.sum()) == 0  # nothing learnt from the file
+    said = [m for m in logs if "baselines" in m]
+    assert (len(said) == 1 and line in said[0]) if line else not said, logs
+    assert len(c.tracker.open_events()) == 1  # the state itself was resumed
+
+
+def test_save_writes_the_baselines_apart_once_a_while(tmp_path, monkeypatch):
+    import fleetctl.lens.coordinator as coordinator_module
+
+    logs: list[str] = []
+    c, _ = coordinator(tmp_path, logs)
+    c._build([])
+    c._baselines_at = None
+    c.baselines.update(np.array([10.0, 11.0, 12.0, 13.0]), np.ones(4, bool))
+    c._save(1000.0)
+    state = json.loads((tmp_path / "state.json").read_text())
+    saved = json.loads((tmp_path / "baselines.json").read_text())
+    assert "baselines" not in state and state["last_window_end"] == 1000.0
+    assert saved["fingerprint"] == FINGERPRINT and saved["baselines"]["count"] == [1, 1, 1, 1]
+    c.baselines.update(np.array([10.0, 11.0, 12.0, 13.0]), np.ones(4, bool))
+    c._save(1001.0)  # within BASELINES_SAVE_S: state only
+    assert json.loads((tmp_path / "baselines.json").read_text()) == saved
+    assert json.loads((tmp_path / "state.json").read_text())["last_window_end"] == 1001.0
+    monkeypatch.setattr(coordinator_module, "BASELINES_SAVE_S", 0.0)
+    c._save(1002.0)
+    assert json.loads((tmp_path / "baselines.json").read_text())["baselines"]["count"] == [2] * 4
