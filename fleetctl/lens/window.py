@@ -111,7 +111,9 @@ class WindowAnalyzer:
         self._delay_seen = 0
         element_columns(topo, {})  # builds the topology's element index now, not in a window
         self._last_delay: tuple[np.ndarray, float] | None = None
-        self._id_rank: np.ndarray | None = None  # element -> rank by id (ElementRows.worst)
+        # element -> its rank by id (ElementRows.worst: status's lossiest, ties by id)
+        self._id_rank = np.unique(np.array([el.id for el in topo.elements]),
+                                  return_inverse=True)[1].ravel()
         # location -> "up"/"down"/None at the end of the last window that judged it: a flap whose
         # down moment falls in the first bin of a window is still seen (a link toggled on a
         # fixed rhythm keeps its phase against the windows, so this would repeat every time)
@@ -520,9 +522,6 @@ class WindowAnalyzer:
         cols = self.report_cols[st["sent"][self.report_cols] > 0]
         sent = st["sent"][cols]
         p50, p99 = (np.round(st["delay"][i, cols], 1) for i in (0, 1))
-        if self._id_rank is None:
-            self._id_rank = np.unique(np.array([el.id for el in self.topo.elements]),
-                                      return_inverse=True)[1].ravel()
         return ElementRows(self.topo.elements, cols, np.round(100 * st["lost"][cols] / sent, 3),
                            np.where(np.isfinite(p50), p50, np.nan),
                            np.where(np.isfinite(p99), p99, np.nan),
