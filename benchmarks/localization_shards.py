@@ -109,6 +109,7 @@ class NoisyShard(sh.ShardSim):
         # judged as the shard's coordinator judges its window (lens/window.py's WindowJudge: one
         # verdict per element, the explained rules among the window's findings; no open events)
         findings, _host_side = self.judge.judge(sig)
+        self.judge.mark_explained_if_named(findings, sig, self.pub.shared)
         doc = self.pub.document(t_end, 1.0, self.pub.counts(self.step, sig, findings), findings)
         return json.loads(json.dumps(doc, separators=(",", ":")))  # as `lens merge` reads it
 

@@ -254,6 +254,8 @@ def merge_windows(windows: list[ShardWindow], expected: list[str], shared: list[
     _mark_suspects(merged, shared, links_of, {n for n, _ in named} | by_shards)
     _mark_suspects(merged, shared, links_of, {n for n, _ in delay_named} | delay_by_shards,
                    metrics=("delay",))
+    _hold_explained_if_named(merged, {n for n, _ in named} | by_shards,
+                             {n for n, _ in delay_named} | delay_by_shards)
     switches = {r["switch"]: r for r in rows}
     for r in delay_rows:
         switches.setdefault(r["switch"], {"switch": r["switch"]})["delay"] = \
@@ -316,6 +318,20 @@ def _fold_into_shard_switches(merged: dict, shared: list[str], links_of, family)
         for k in folded:
             del merged[k]
     return out
+
+
+def _hold_explained_if_named(merged: dict, named: set[str], delay_named: set[str]) -> None:
+    """A shard's finding its shard judged explained by a shared switch, should that switch be
+    at fault (`evidence.explained_if_named`, lens/window.py), in a window where the merge
+    names that switch (of the finding's metric family): marked explained by the window's
+    finding, which holds it in the event machine while the switch's fault stands."""
+    for f in merged.values():
+        ev = f["evidence"]
+        sw = ev.get("explained_if_named")
+        if not isinstance(sw, str) or ev.get("explained_by_window_finding"):
+            continue
+        if sw in (delay_named if f["metric"] == "delay" else named):
+            ev["explained_by_window_finding"] = f"switch:{sw}"
 
 
 def _link_name(el: dict) -> str:

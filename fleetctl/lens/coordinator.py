@@ -448,6 +448,8 @@ class Coordinator:
         if res.signals is None:
             self.counters["shard_windows_unmeasured"] = self.counters.get("shard_windows_unmeasured", 0) + 1
             return
+        # what a shared switch's fault would explain: held by the merge when it names it
+        self.analyzer.mark_explained_if_named(res.findings, res.signals, self.shard.shared)
         counts = self.shard.counts(self.analyzer.step, res.signals, res.findings)
         doc = self.shard.document(b, b - a, counts, res.findings)
         try:

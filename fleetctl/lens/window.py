@@ -90,6 +90,7 @@ class WindowJudge:
 
     def __init__(self, topo: Topology, step: WindowStep):
         self.topo, self.step, self.th = topo, step, step.th
+        self._switch_places: dict[str, np.ndarray] = {}  # mark_explained_if_named
 
     def judge(self, sig, open_elements: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
         """(findings, host-side notes) of a window's signals; findings that an open event's
@@ -100,6 +101,44 @@ class WindowJudge:
         host_side = [host_delay_note(f) for f in found if is_host_side(f)]
         self._mark_explained(findings, sig, open_elements or [])
         return findings, host_side
+
+    def mark_explained_if_named(self, findings: list[dict], sig, switches: list[str]) -> None:
+        """For a shard: a finding on an element of the shard's own whose bad paths nearly all
+        cross one of the `switches` it shares with other shards (a spine), and whose paths
+        away from that switch show nothing (the explained rules' test), gets
+        `evidence.explained_if_named` = that switch's id. The merge holds it (as explained by
+        the window's finding) in a window where it names that switch (analysis/shards.py): a
+        shard sees a lossy spine through its own links only, and a few of a NIC's paths that
+        cross the spine can read as that NIC's cable (12,800 x 8 in 10 shards,
+        benchmarks/localization_shards.py: 3 of a NIC's 10 paths, 4 of 88 probes lost)."""
+        shared = set(switches)
+        for f in findings:
+            ev, el = f["evidence"], f["element"]
+            if ev.get("explained_by_window_finding") or ev.get("explained_by_open_event") or \
+                    (el.get("type") == "switch" and el.get("id") in shared):
+                continue
+            ends = set(self.topo.links.get(el.get("id"), ())) if el.get("type") == "link" else set()
+            if ends & shared:  # a link of a shared switch: the merge folds or names those
+                continue
+            paths = self._through(el) & sig.valid
+            mine = np.flatnonzero(paths & _bad_paths(f, sig, paths))
+            if not mine.size:
+                continue
+            for sw in switches:  # its bad paths against each switch: a gather of a few rows
+                place = self._switch_place(sw)
+                if place[mine].mean() < EXPLAINED_SHARE:
+                    continue
+                outside = self._outside_open_event(f, sig, paths & ~place, place | paths)
+                if outside["p_value"] >= outside["alpha"]:
+                    ev["explained_if_named"] = sw
+                    ev["outside_named_switch"] = outside
+                break
+
+    def _switch_place(self, switch: str) -> np.ndarray:
+        """Per merged path: does it cross the switch (cached per switch)?"""
+        if switch not in self._switch_places:
+            self._switch_places[switch] = self._through_place({"type": "switch", "id": switch})
+        return self._switch_places[switch]
 
     def location(self, element: dict) -> str:
         return self.topo.location(element)

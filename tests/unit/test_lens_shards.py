@@ -518,3 +518,66 @@ def test_links_of_a_spine_one_shard_named_whole_fold_into_it(four_shards):
                                 not in (None, "", "both") else f["element"]["id"] for f in links}
     assert [(f["element"]["type"], f["element"]["id"]) for f in res.findings
             if f["element"]["id"] != "spine3"] == others
+
+
+def _signals(shard, lost_on: np.ndarray, probes: int = 40):
+    """A shard's window signals: `probes` on every path, all lost where `lost_on` (rows of its
+    paths) loses 4 of them."""
+    sent = np.full(len(shard.paths), probes)
+    lost = np.where(lost_on, 4, 0)
+    base = np.full(len(shard.paths), 100.0)
+    m = shard.step.merge(WindowStats(sent[None], lost[None], base[None], base))
+    return shard.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
+
+
+def _cable_finding(topo, nic: str) -> dict:
+    cable = next(lid for lid, ends in topo.links.items() if nic in ends)
+    return {"element": {"type": "link", "id": cable, "direction": "both"}, "metric": "loss",
+            "severity": "critical",
+            "confidence": 0.5, "evidence": {}}
+
+
+def test_a_cable_finding_a_spine_would_explain_is_marked_so_and_held_when_it_is_named(
+        four_shards):
+    """A shard's loss on the few paths of a NIC that cross one spine (its other paths clean)
+    reads as the NIC's cable in that shard; the shard marks it explained_if_named = the spine,
+    and the merge holds it in a window where it names that spine, not in one where it does
+    not."""
+    from fleetctl.lens.window import WindowJudge
+
+    topo, layout, shards = four_shards
+    shard = shards[0]
+    judge = WindowJudge(topo, shard.step)
+    nic = next(n for n, h in zip(topo.nics, topo.nic_host) if h in set(shard.shard.hosts))
+    f = _cable_finding(topo, nic)
+    through_nic = shard.step.rollup.paths_through(
+        [topo.index("nic", nic)])[shard.step.group]
+    spine = sorted(layout.shared)[0]
+    through_spine = shard.step.rollup.paths_through([topo.index("switch", spine)])[shard.step.group]
+    assert (through_nic & through_spine).any() and (through_nic & ~through_spine).any()
+    sig = _signals(shard, through_nic & through_spine)
+    judge.mark_explained_if_named([f], sig, list(layout.shared))
+    assert f["evidence"]["explained_if_named"] == spine
+    assert f["evidence"]["outside_named_switch"]["lost"] == 0
+    # the same loss on its paths away from the spine too: a cable fault of its own
+    g = _cable_finding(topo, nic)
+    judge.mark_explained_if_named([g], _signals(shard, through_nic), list(layout.shared))
+    assert "explained_if_named" not in g["evidence"]
+
+    docs = [s.window(np.random.default_rng(3), 40, _loss(topo, [], 0.0)) for s in shards]
+    docs[0]["findings"] = [f]
+    res = _merge(topo, layout, docs)  # the spine is not named: the cable stands
+    assert not res.findings[0]["evidence"].get("explained_by_window_finding")
+    docs = [s.window(np.random.default_rng(4), 40,
+                     _loss(topo, _spine_links(topo, spine), 0.03)) for s in shards]
+    docs[0]["findings"] = [f] + [x for x in docs[0]["findings"] if spine in x["element"]["id"]]
+    res = _merge(topo, layout, docs)
+    cable = [x for x in res.findings if x["element"]["id"] == f["element"]["id"]]
+    assert [x["element"]["id"] for x in res.findings if x["element"]["type"] == "switch"] == [spine]
+    assert cable and cable[0]["evidence"]["explained_by_window_finding"] == f"switch:{spine}"
+    # a document's value is input: anything but a named switch's id holds nothing
+    for bad in (["spine1"], 7, "no-such-switch", None):
+        docs[0]["findings"][0] = {**f, "evidence": {"explained_if_named": bad}}
+        res = _merge(topo, layout, docs)
+        cable = [x for x in res.findings if x["element"]["id"] == f["element"]["id"]]
+        assert not cable[0]["evidence"].get("explained_by_window_finding")
