@@ -36,6 +36,7 @@ EXPLAINED_SHARE = 0.8  # of a finding's bad paths crossing an open event's eleme
 # not running, an answer log late) can be called good by a window without a finding there; a
 # fault shows on every path through its element, so most of them are enough to see it still
 MIN_JUDGED_SHARE = 0.5
+MAX_IF_NAMED = 64  # findings of a shard's window judged against its shared switches
 
 
 @dataclass
@@ -112,7 +113,9 @@ class WindowJudge:
         cross the spine can read as that NIC's cable (12,800 x 8 in 10 shards,
         benchmarks/localization_shards.py: 3 of a NIC's 10 paths, 4 of 88 probes lost)."""
         shared = set(switches)
-        for f in findings:
+        # ~2 ms a finding at 1,280 x 8; a window with more findings than this has a fault of
+        # its own shard's (a leaf down), not a spine's share on a few paths
+        for f in findings[:MAX_IF_NAMED]:
             ev, el = f["evidence"], f["element"]
             if ev.get("explained_by_window_finding") or ev.get("explained_by_open_event") or \
                     (el.get("type") == "switch" and el.get("id") in shared):
