@@ -294,8 +294,8 @@ def _fold_into_shard_switches(merged: dict, shared: list[str], links_of, family)
     """A shared switch a shard named itself (its own roll-up saw enough of its links) while
     another shard named only some of its links: those link findings (of the `family`) fold
     into the switch's finding (`evidence.links`), as into a switch the merge names. Left apart
-    they were a switch and up to 44 link findings of one spine's fault in one window (12,800 x
-    8 in 10 shards: precision 0.36 over 80 trials). The switches so named are returned."""
+    they were a switch and up to 44 link findings of one spine's fault in one window (2 shards
+    of 1,280 x 8: precision 0.36 over 80 trials, benchmarks/localization_shards.py). The switches so named are returned."""
     out: set[str] = set()
     if links_of is None:
         return out
