@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetctl.model.fabric import PathTable, WindowStats, group_quantiles
+from fleetctl.model.fabric import FixedGroups, PathTable, WindowStats, group_quantiles
 
 DELAY_RESOLUTION_US = 1e-3  # merged rows' median delays are exact to this (1 ns)
 
@@ -56,14 +56,22 @@ def path_groups(paths: PathTable) -> tuple[PathTable, np.ndarray]:
                      paths.dst_nic[keep], paths.traced[keep]), group
 
 
-def merge_stats(stats: WindowStats, group: np.ndarray, n: int) -> WindowStats:
-    """Per-path figures summed (sent, lost) or medianed (delay, baseline) over merged rows."""
+def merge_stats(stats: WindowStats, group: np.ndarray, n: int,
+                layout: FixedGroups | None = None) -> WindowStats:
+    """Per-path figures summed (sent, lost) or medianed (delay, baseline) over merged rows.
+    `layout`: `FixedGroups(group, n)`, built once per plan, for the medians without a sort."""
     w = stats.n_windows
     sent = np.zeros((w, n), dtype=np.int64)
     lost = np.zeros((w, n), dtype=np.int64)
     for k in range(w):
         sent[k] = np.bincount(group, weights=stats.sent[k], minlength=n)
         lost[k] = np.bincount(group, weights=stats.lost[k], minlength=n)
+    if layout is not None:
+        delay = np.stack([layout.quantiles(np.asarray(stats.delay[k], float), [0.5])[0]
+                          for k in range(w)]) if w else np.zeros((0, n))
+        base = None if stats.baseline is None else \
+            layout.quantiles(np.asarray(stats.baseline, dtype=float), [0.5])[0]
+        return WindowStats(sent, lost, delay, base)
     keys = (np.arange(w)[:, None] * n + group[None, :]).ravel()
     # delays are microseconds: medians to the nanosecond, sorted as one packed int64 key (half
     # the time of a two-key sort: at 1,280 hosts x 8 NICs, 75 -> 33 ms for each of two calls)

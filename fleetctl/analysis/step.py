@@ -28,7 +28,7 @@ from fleetctl.analysis.merge import merge_stats, path_groups
 from fleetctl.analysis.rollup import Rollup
 from fleetctl.analysis.signals import PathSignals, Thresholds, window_signals
 from fleetctl.analysis.solvers import Problem, get_solver
-from fleetctl.model.fabric import ELEMENT_TYPES, PathTable, Topology, WindowStats
+from fleetctl.model.fabric import ELEMENT_TYPES, FixedGroups, PathTable, Topology, WindowStats
 from fleetctl.model.findings import Finding
 
 Rule = Callable[["WindowStep", PathSignals, int], list[Finding]]
@@ -47,6 +47,7 @@ class WindowStep:
         else:
             self.merged, self.group = paths, np.arange(len(paths))
         self.n_rows = len(self.merged)
+        self.group_layout = FixedGroups(self.group, self.n_rows)  # each window's medians
         self.inc = self.merged.matrix(topo.n_elements).tocsc()
         # link directions some path crosses: a shard's plan (or lens over a few nodes) crosses a
         # fraction of a large site's links; the rest can be neither blamed nor cleared, and
@@ -80,7 +81,7 @@ class WindowStep:
     # ------------------------------------------------------------------ per window
     def merge(self, stats: WindowStats) -> WindowStats:
         """Per-path figures (every window) summed or medianed over the merged rows."""
-        return merge_stats(stats, self.group, self.n_rows)
+        return merge_stats(stats, self.group, self.n_rows, self.group_layout)
 
     def signals(self, sent, lost, delay, baseline) -> PathSignals:
         """Signals of merged rows (`sent`, `lost`, `delay`, `baseline` already per merged row)."""

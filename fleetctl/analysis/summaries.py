@@ -19,7 +19,7 @@ import numpy as np
 
 from fleetctl.analysis.clock import ClockModel
 from fleetctl.analysis.windows import US_RESOLUTION, FlowIndex
-from fleetctl.model.fabric import PROBE_DTYPE, group_quantiles
+from fleetctl.model.fabric import PROBE_DTYPE, FixedGroups, group_quantiles
 from fleetctl.model.summary import MAX_BINS, SUMMARY_DTYPE, WindowSummary, concat_records
 
 __all__ = ["MAX_BINS", "SUMMARY_DTYPE", "WindowSummary", "clock_records", "from_probes",
@@ -37,10 +37,10 @@ def merge(parts: list[WindowSummary], window_ns: int, n_bins: int) -> WindowSumm
     bin_rows = np.concatenate([p.bin_rows + o for p, o in zip(parts, offsets)])
     bin_sent = np.concatenate([_fit_bins(p.bin_sent, n_bins) for p in parts])
     bin_lost = np.concatenate([_fit_bins(p.bin_lost, n_bins) for p in parts])
-    key = rows["window"] * (1 << 32) + rows["flow"].astype(np.int64)
-    uniq, inv = np.unique(key, return_inverse=True)
-    if uniq.size == rows.size:
+    key = row_keys(rows)
+    if _all_distinct(key):  # each flow once (the usual window): nothing to merge
         return WindowSummary(window_ns, n_bins, rows, bin_rows, bin_sent, bin_lost)
+    uniq, inv = np.unique(key, return_inverse=True)
     n = uniq.size
     out = np.zeros(n, SUMMARY_DTYPE)
     first = np.full(n, rows.size)
@@ -66,6 +66,45 @@ def merge(parts: list[WindowSummary], window_ns: int, n_bins: int) -> WindowSumm
     np.add.at(sent, inv[extra], _even(rows["sent"][extra], n_bins))
     rows_b = np.flatnonzero(with_bins)
     return WindowSummary(window_ns, n_bins, out, rows_b, sent[rows_b], lost[rows_b])
+
+
+def row_keys(rows: np.ndarray) -> np.ndarray:
+    """A row's (window, flow) as one int64 (a flow id is 32 bits)."""
+    return rows["window"].astype(np.int64) * (1 << 32) + rows["flow"].astype(np.int64)
+
+
+def _dense_span(key: np.ndarray) -> int | None:
+    """The keys' span where a table over it is no dearer than sorting them (a window's keys
+    are one window's flow ids: a plan's table rows), else None."""
+    if not key.size:
+        return None
+    span = int(key.max()) - int(key.min()) + 1
+    return span if span <= 4 * key.size + (1 << 20) else None
+
+
+def _all_distinct(key: np.ndarray) -> bool:
+    """No key twice: counted over its span where that is small (1 ms for 306,000 rows, where
+    np.unique sorted them in 11), else sorted."""
+    if _dense_span(key) is not None:
+        return int(np.bincount(key - key.min()).max()) <= 1
+    return np.unique(key).size == key.size
+
+
+def sum_by_key(keys: np.ndarray, weights: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each of `wanted`, the sum of `weights` whose key equals it (0 where none does)."""
+    if not keys.size or not wanted.size:
+        return np.zeros(wanted.size)
+    span = _dense_span(keys)
+    if span is not None:
+        lo = int(keys.min())
+        table = np.bincount(keys - lo, weights=weights, minlength=span)
+        at = wanted - lo
+        inside = (at >= 0) & (at < span)
+        return np.where(inside, table[np.clip(at, 0, span - 1)], 0.0)
+    uniq, inv = np.unique(keys, return_inverse=True)
+    total = np.bincount(inv, weights=weights, minlength=uniq.size)
+    pos = np.clip(np.searchsorted(uniq, wanted), 0, uniq.size - 1)
+    return np.where(uniq[pos] == wanted, total[pos], 0.0)
 
 
 def _fit_bins(a: np.ndarray, n_bins: int) -> np.ndarray:
@@ -166,13 +205,21 @@ def index_flows(s: WindowSummary, index: FlowIndex) -> WindowSummary:
     return s
 
 
+def path_slots(flows: np.ndarray, n_paths: int) -> FixedGroups:
+    """Per plan: each flow's forward delay (slot f) and return delay (slot F + f) as members
+    of their paths, for `path_figures`."""
+    return FixedGroups(np.concatenate([flows["fwd_path"], flows["rev_path"]]), n_paths)
+
+
 def path_figures(s: WindowSummary, flows: np.ndarray, n_paths: int, nic_host: np.ndarray,
                  clock: ClockModel | None = None, epoch_ns: int = 0,
-                 loss_known: np.ndarray | None = None) -> PathFigures:
+                 loss_known: np.ndarray | None = None,
+                 slots: FixedGroups | None = None) -> PathFigures:
     """Per path: probes, lost and delay (one-way with a clock model, else half the round trip
     less the turnaround), from NIC-pair rows (loops: `loop_figures`). Rows where `loss_known` is
     False (their responder's answer count not in) give delays only: their unanswered probes
-    cannot be split into lost out and lost back."""
+    cannot be split into lost out and lost back. `slots` (`path_slots`, once per plan) gives
+    the delay quantiles without sorting the window's rows, where each flow has one row."""
     r = s.rows
     fi = flow_rows(s, flows)
     fwd_path, rev_path = flows["fwd_path"][fi].astype(np.int64), flows["rev_path"][fi].astype(np.int64)
@@ -192,6 +239,14 @@ def path_figures(s: WindowSummary, flows: np.ndarray, n_paths: int, nic_host: np
     n_lost = np.concatenate([(sent - recv)[f_ok], (recv - ans)[b_ok]])
     out_sent = np.bincount(keys, weights=n_sent, minlength=n_paths).astype(np.int64)
     out_lost = np.bincount(keys, weights=n_lost, minlength=n_paths).astype(np.int64)
+    if slots is not None and r.size and r["window"].min() == r["window"].max():
+        # one row a flow (a summary has one per window and flow): each delay into its slot
+        n_f = len(flows)
+        values = np.full(2 * n_f, np.nan)
+        values[fi[f_ok]] = delay[:int(f_ok.sum())]
+        values[n_f + fi[b_ok]] = delay[int(f_ok.sum()):]
+        q = slots.quantiles(values, [0.5, 1.0], linear=True)
+        return PathFigures(out_sent, out_lost, q[0], q[1])
     ok = np.isfinite(delay)
     # to the nanosecond (the timestamps' unit), sorted as one packed key: a third of the time
     q = group_quantiles(keys[ok], delay[ok], [0.5, 1.0], n_paths, linear=True,

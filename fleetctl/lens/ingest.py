@@ -20,7 +20,7 @@ from collections import deque
 
 import numpy as np
 
-from fleetctl.analysis.summaries import WindowSummary, merge
+from fleetctl.analysis.summaries import WindowSummary, merge, row_keys, sum_by_key
 from fleetctl.errors import DataError
 from fleetctl.mesh.collect import decode, decode_summary, join_records
 from fleetctl.model.summary import concat_records
@@ -159,13 +159,8 @@ class Ingest:
         self.summary_rows = sum(p.rows.size for ps in self.summaries.values() for p in ps)
         if s.rows.size and got:
             g = concat_records(got)
-            key = g["window"] * (1 << 32) + g["flow"].astype(np.int64)
-            uniq, inv = np.unique(key, return_inverse=True)
-            count = np.bincount(inv, weights=g["count"], minlength=uniq.size)
-            rk = s.rows["window"] * (1 << 32) + s.rows["flow"].astype(np.int64)
-            pos = np.clip(np.searchsorted(uniq, rk), 0, max(0, uniq.size - 1))
-            hit = uniq[pos] == rk
-            s.rows["received"] = np.where(hit, count[pos], 0)
+            s.rows["received"] = sum_by_key(row_keys(g), g["count"].astype(np.float64),
+                                            row_keys(s.rows))
         self.closed_until_ns = max(self.closed_until_ns, b_ns)
         return s
 

@@ -50,7 +50,10 @@ class WindowSummary:
                    np.zeros((0, n_bins), np.int64), np.zeros((0, n_bins), np.int64))
 
     def select(self, keep: np.ndarray) -> WindowSummary:
-        """The rows where `keep` is True (bins follow their rows)."""
+        """The rows where `keep` is True (bins follow their rows); the summary itself where
+        every row is kept (a window's usual case: no copy of 306,000 rows at 1,280 x 8)."""
+        if keep.size == self.rows.size and keep.all():
+            return self
         new_index = np.cumsum(keep) - 1
         b = keep[self.bin_rows] if self.bin_rows.size else np.zeros(0, bool)
         return WindowSummary(self.window_ns, self.n_bins, self.rows[keep],

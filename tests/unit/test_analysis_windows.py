@@ -228,3 +228,42 @@ def test_a_probe_naming_a_nic_outside_the_topology_is_a_data_error(topo):
     with pytest.raises(DataError, match="outside the"):
         build_windows(bad, run.flows, len(run.paths), len(topo.nics), run.nic_host, 3.0,
                       run.epoch_ns)
+
+
+def test_fixed_groups_quantiles_are_group_quantiles():
+    """The per-plan layout (members gathered by group size) gives group_quantiles' figures,
+    nearest rank and linear, NaN values left out, members out of range in no group."""
+    from fleetctl.model.fabric import FixedGroups
+
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        n, slots = int(rng.integers(1, 40)), int(rng.integers(0, 300))
+        keys = rng.integers(-2, n + 2, slots)
+        vals = rng.normal(size=slots)
+        vals[rng.random(slots) < 0.2] = np.nan
+        layout = FixedGroups(keys, n)
+        inside = (keys >= 0) & (keys < n)
+        for linear in (False, True):
+            qs = [0.0, 0.5, 0.99, 1.0]
+            assert np.array_equal(
+                layout.quantiles(vals, qs, linear),
+                group_quantiles(keys[inside], vals[inside], qs, n, linear=linear), equal_nan=True)
+    with pytest.raises(ValueError):
+        FixedGroups(np.zeros(3), 1).quantiles(np.zeros(4), [0.5])
+
+
+def test_merged_rows_medians_from_the_plans_layout_equal_the_sorted_ones():
+    from fleetctl.analysis.merge import merge_stats
+    from fleetctl.model.fabric import FixedGroups
+
+    rng = np.random.default_rng(4)
+    group = rng.integers(0, 30, 200)
+    delay = rng.normal(100, 10, (2, 200))
+    delay[:, ::7] = np.nan
+    stats = WindowStats(rng.integers(2, 9, (2, 200)), rng.integers(0, 2, (2, 200)), delay,
+                        rng.normal(100, 5, 200))
+    ref = merge_stats(stats, group, 30)
+    got = merge_stats(stats, group, 30, FixedGroups(group, 30))
+    assert (got.sent == ref.sent).all() and (got.lost == ref.lost).all()
+    assert np.allclose(got.delay, ref.delay, atol=1e-3, equal_nan=True)
+    assert np.allclose(got.baseline, ref.baseline, atol=1e-3, equal_nan=True)

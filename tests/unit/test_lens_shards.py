@@ -522,9 +522,9 @@ def test_links_of_a_spine_one_shard_named_whole_fold_into_it(four_shards):
 
 def _signals(shard, lost_on: np.ndarray, probes: int = 40):
     """A shard's window signals: `probes` on every path, all lost where `lost_on` (rows of its
-    paths) loses 4 of them."""
+    paths) loses 4 of them (a bool mask), or the count it gives (an int array)."""
     sent = np.full(len(shard.paths), probes)
-    lost = np.where(lost_on, 4, 0)
+    lost = np.where(lost_on, 4, 0) if lost_on.dtype == bool else lost_on
     base = np.full(len(shard.paths), 100.0)
     m = shard.step.merge(WindowStats(sent[None], lost[None], base[None], base))
     return shard.step.signals(m.sent[0], m.lost[0], m.delay[0], m.baseline)
@@ -559,6 +559,23 @@ def test_a_cable_finding_a_spine_would_explain_is_marked_so_and_held_when_it_is_
     judge.mark_explained_if_named([f], sig, list(layout.shared))
     assert f["evidence"]["explained_if_named"] == spine
     assert f["evidence"]["outside_named_switch"]["lost"] == 0
+    # one background drop on a path away from the spine besides: the spine still explains
+    # most of its lost probes (the share is by probe, a majority), and one drop away from it is
+    # not significant
+    rows = np.flatnonzero(through_nic & through_spine)
+    away = np.flatnonzero(through_nic & ~through_spine)
+    lost = np.zeros(len(shard.paths), dtype=np.int64)
+    lost[rows[:1]] = 2
+    lost[away[:1]] = 1
+    h = _cable_finding(topo, nic)
+    judge.mark_explained_if_named([h], _signals(shard, lost), list(layout.shared))
+    assert h["evidence"]["explained_if_named"] == spine
+    assert h["evidence"]["outside_named_switch"]["lost"] == 1
+    # as many lost away from it as through it: not the spine's to explain
+    lost[away[:1]] = 2
+    h = _cable_finding(topo, nic)
+    judge.mark_explained_if_named([h], _signals(shard, lost), list(layout.shared))
+    assert "explained_if_named" not in h["evidence"]
     # the same loss on its paths away from the spine too: a cable fault of its own
     g = _cable_finding(topo, nic)
     judge.mark_explained_if_named([g], _signals(shard, through_nic), list(layout.shared))

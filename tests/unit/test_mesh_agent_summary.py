@@ -224,3 +224,71 @@ def test_hostile_health_rows_are_dropped_and_kept_rows_are_bounded():
     assert len(health["node1"]["windows"]) <= MAX_HEALTH_ROWS and "node2" not in health
     marks = overload_marks(health, ["node1", "node2"])
     assert not marks["node1"].overloaded
+
+
+def test_a_plans_dense_flow_ids_are_found_without_a_search_and_unknown_ones_refused():
+    from fleetctl.analysis.windows import FlowIndex
+
+    index = FlowIndex(np.arange(100, 110, dtype=np.int32))  # a plan's ids: its rows, from 100
+    assert index.first == 100
+    rows, known = index.rows_known(np.array([105, 100, 109, 99, 110, -1]))
+    assert rows.tolist()[:3] == [5, 0, 9] and known.tolist() == [True] * 3 + [False] * 3
+    with pytest.raises(DataError, match="flow 110"):
+        index.rows(np.array([101, 110]))
+    sparse_ids = FlowIndex(np.array([9, 3, 5, 7]))
+    assert sparse_ids.first is None and sparse_ids.rows(np.array([7, 9])).tolist() == [3, 0]
+
+
+def test_sums_by_key_and_distinct_keys_agree_over_a_table_and_a_sort():
+    from fleetctl.analysis import summaries as S
+
+    rng = np.random.default_rng(5)
+    for spread in (50, 1 << 40):  # a window's flow ids (a table), and keys far apart (a sort)
+        keys = rng.integers(0, 50, 400) * (spread // 50)
+        weights = rng.random(400)
+        wanted = np.r_[np.unique(keys)[:20], -7, (spread // 50) * 51, 3]
+        got = S.sum_by_key(keys, weights, wanted)
+        assert np.allclose(got, [weights[keys == k].sum() for k in wanted])
+        assert S._all_distinct(np.unique(keys)) and not S._all_distinct(keys)
+    assert S.sum_by_key(np.zeros(0, np.int64), np.zeros(0), np.array([1])).tolist() == [0.0]
+
+
+def test_selecting_every_row_is_the_summary_itself():
+    from fleetctl.model.summary import WindowSummary
+
+    s = WindowSummary.empty(W)
+    s.rows = np.zeros(3, s.rows.dtype)
+    assert s.select(np.ones(3, bool)) is s
+    assert s.select(np.array([True, False, True])).rows.size == 2
+
+
+def test_path_figures_from_fixed_slots_equal_the_sorted_ones():
+    """Per-path delay medians from the plan's slots (each flow's directions gathered by path)
+    equal the ones from sorting the window's rows, where paths have several flows, some with
+    no answer."""
+    from fleetctl.analysis.summaries import path_figures, path_slots
+    from fleetctl.model.summary import WindowSummary
+
+    rng = np.random.default_rng(2)
+    n_flows, n_paths = 600, 150
+    flows = np.zeros(n_flows, FLOW_DTYPE)
+    flows["flow"] = np.arange(n_flows)
+    flows["src_nic"], flows["dst_nic"] = rng.integers(0, 8, n_flows), rng.integers(8, 16, n_flows)
+    flows["fwd_path"] = rng.integers(0, n_paths, n_flows)
+    flows["rev_path"] = np.where(rng.random(n_flows) < 0.1, -1, rng.integers(0, n_paths, n_flows))
+    s = WindowSummary.empty(W)
+    s.rows = np.zeros(500, s.rows.dtype)
+    s.rows["window"] = 7
+    s.rows["flow"] = rng.permutation(n_flows)[:500]
+    s.rows["sent"] = rng.integers(1, 30, 500)
+    s.rows["answered"] = np.where(rng.random(500) < 0.2, 0, s.rows["sent"] - 1)
+    s.rows["received"] = s.rows["sent"]
+    s.rows["fwd"], s.rows["rev"] = rng.integers(5_000, 90_000, (2, 500))
+    nic_host = np.arange(16) // 2
+    slots = path_slots(flows, n_paths)
+    assert max(m.shape[1] for _, m in slots.by_size) > 3  # paths with several flows
+    ref = path_figures(s, flows, n_paths, nic_host)
+    got = path_figures(s, flows, n_paths, nic_host, slots=slots)
+    assert (got.sent == ref.sent).all() and (got.lost == ref.lost).all()
+    for a, b in ((got.p50_us, ref.p50_us), (got.p99_us, ref.p99_us)):
+        assert np.array_equal(np.isnan(a), np.isnan(b)) and np.nanmax(np.abs(a - b)) <= 1e-3
