@@ -18,7 +18,7 @@ import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +32,7 @@ MAX_PROBES = 400_000  # per fit, after the reduction to one record per host pair
 # a fit runs at most this share of the time: at 1,280 hosts one takes ~2 s, so the refit period
 # stretches from 5 s to ~8 s (the model's drift carries the offsets between fits)
 FIT_SHARE_INVERSE = 4.0
+FIT_NICE = 10  # the fit worker's niceness: below the windows' loop where they share a core
 HISTORY = 120  # fits remembered per host (status, drift over time)
 # an estimate that moves by more than this between fits makes the delay baselines of the host's
 # paths be learnt again (lens.coordinator): they hold the old estimate's error
@@ -59,6 +60,7 @@ class ClockTracker:
         self._busy = False
         self.fit_seq = 0  # fits made
         self.moved: dict[str, float] = {}  # hosts whose estimate the last fit moved (us)
+        self._plan_cache: tuple | None = None  # (flow table, _PlanColumns): add_summary
         self.window_share = 1.0 / max(1.0, horizon_s)  # of MAX_PROBES per second of probes
         # no fit over less time than this: one window of bounds pins the offsets but not the
         # drift (a fit over lens's first 1 s window of summaries read 828 ppm for a 20 ppm host:
@@ -87,16 +89,24 @@ class ClockTracker:
         self._note_quiet(quiet)
         r = s.rows
         fi = flow_rows(s, flows)
-        dst = flows["dst_nic"][fi]
-        sel = np.flatnonzero((r["answered"] > 0) & (dst >= 0))
-        fi, dst = fi[sel], dst[sel]
-        src = flows["src_nic"][fi]
+        plan = self._plan_columns(flows)
+        sel = np.flatnonzero((r["answered"] > 0) & (plan.key[fi] >= 0))
+        fi = fi[sel]
         if quiet and sel.size:
             bad = self._quiet_mask(quiet)
-            keep = ~(bad[self.nic_host[src]] | bad[self.nic_host[dst]])
-            sel, src, dst = sel[keep], src[keep], dst[keep]
+            keep = ~(bad[plan.src_host[fi]] | bad[plan.dst_host[fi]])
+            sel, fi = sel[keep], fi[keep]
+        src, dst = plan.src_nic[fi], plan.dst_nic[fi]
         up, down = r["bound_fwd"][sel], r["bound_rev"][sel]
-        best_up, best_down = _tightest(src, dst, up, down, self.nic_host)
+        if r.size and r["window"].min() == r["window"].max():
+            # one row a flow: grouped by host pair through the plan's order of its flows, no
+            # sort; ties to the lower flow row (a summary's rows come in flow order)
+            slot = np.full(len(flows), -1, dtype=np.int64)
+            slot[plan.rank[fi]] = np.arange(fi.size)
+            order = slot[slot >= 0]
+            best_up, best_down = _best_of_groups(order, plan.key[fi[order]], up, down)
+        else:
+            best_up, best_down = _tightest(src, dst, up, down, self.nic_host)
         t1, t4 = r["bound_t1"][sel], r["bound_t4"][sel]
         out = np.zeros(best_up.size, PROBE_DTYPE)
         out["flow"] = r["flow"][sel[best_up]]
@@ -106,6 +116,24 @@ class ClockTracker:
         out["t_recv"] = t4[best_down]
         out["t_remote_tx"] = t4[best_down] + down[best_down]
         self._keep(out)
+
+    def _plan_columns(self, flows: np.ndarray) -> "_PlanColumns":
+        """The flow table's NICs, hosts, host-pair keys (-1: a loop) and each flow's rank in
+        the order of those keys, built once per plan (the flow table this tracker is given)."""
+        cached = self._plan_cache
+        if cached is not None and cached[0] is flows:
+            return cached[1]
+        src = flows["src_nic"].astype(np.int64)
+        dst = flows["dst_nic"].astype(np.int64)
+        src_h = self.nic_host[np.maximum(src, 0)].astype(np.int64)
+        dst_h = np.where(dst >= 0, self.nic_host[np.maximum(dst, 0)], -1).astype(np.int64)
+        n = int(self.nic_host.max()) + 1 if self.nic_host.size else 1
+        key = np.where(dst >= 0, src_h * n + dst_h, -1)
+        rank = np.empty(len(flows), dtype=np.int64)
+        rank[np.argsort(key, kind="stable")] = np.arange(len(flows))
+        cols = _PlanColumns(src, dst, src_h, dst_h, key, rank)
+        self._plan_cache = (flows, cols)
+        return cols
 
     def _note_quiet(self, quiet: set[str]) -> None:
         self.adds += 1
@@ -288,6 +316,16 @@ class ClockTracker:
         return out
 
 
+@dataclass
+class _PlanColumns:
+    src_nic: np.ndarray  # (F,) int64, per flow of the plan
+    dst_nic: np.ndarray
+    src_host: np.ndarray
+    dst_host: np.ndarray  # -1: a loop
+    key: np.ndarray  # src host * hosts + dst host; -1: a loop
+    rank: np.ndarray  # the flow's place in the flows sorted by key (stable)
+
+
 def tightest_per_host_pair(probes: np.ndarray, nic_host: np.ndarray) -> np.ndarray:
     """One record per (sender host, responder host) of a window: the send and remote receive
     times of its smallest t2 - t1, the remote send and receive times of its largest t3 - t4 (the
@@ -318,8 +356,12 @@ def _tightest(src_nic: np.ndarray, dst_nic: np.ndarray, up: np.ndarray, down: np
     # by key, ties in record order: key and index packed in one int64 and sorted (a stable
     # argsort of the keys took 63 ms at 306,000 records, this 12)
     packed = np.sort((key << 32) | np.arange(key.size, dtype=np.int64))
-    order = packed & 0xFFFFFFFF
-    k_sorted = packed >> 32
+    return _best_of_groups(packed & 0xFFFFFFFF, packed >> 32, up, down)
+
+
+def _best_of_groups(order: np.ndarray, k_sorted: np.ndarray, up: np.ndarray,
+                    down: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_tightest` once its records are in `order` (grouped by their keys `k_sorted`)."""
     head = np.r_[True, k_sorted[1:] != k_sorted[:-1]]
     starts = np.flatnonzero(head)
     group = np.cumsum(head) - 1
@@ -388,10 +430,19 @@ def fit_elsewhere(probes: np.ndarray, nic_host: np.ndarray, hosts: list[str], ep
 
 
 def _end_with(owner_pid: int) -> None:
-    """The worker's initializer: exit when the process that started it ends, however it ends.
+    """The worker's initializer: at a lower CPU priority (FIT_NICE), and exit when the process
+    that started it ends, however it ends.
     A forkserver worker holds the write ends of its own call queue and of the forkserver's
     liveness pipe, so a coordinator killed with SIGKILL left the worker (and with it the
-    forkserver) blocked forever; a pidfd of the owner is readable once the owner has exited."""
+    forkserver) blocked forever; a pidfd of the owner is readable once the owner has exited.
+    The fit is background work: the windows go on with the last model meanwhile. On a core it
+    shares with the coordinator (the harness pinned to one; a small management host) a fit at
+    its own priority took the windows' time, and in some runs the first fits left the loop
+    seconds behind, its oldest windows shed."""
+    try:
+        os.nice(FIT_NICE)
+    except OSError:
+        pass
     try:
         fd = os.pidfd_open(owner_pid)
     except ProcessLookupError:

@@ -35,7 +35,7 @@ from fleetctl.lens.debugstore import DIRECTORY as DEBUG_DIRECTORY
 from fleetctl.lens.debugstore import DebugStore
 from fleetctl.lens.events import EventRules, EventTracker, iso
 from fleetctl.lens.heaptrim import release_free_heap
-from fleetctl.lens.ingest import Ingest
+from fleetctl.lens.ingest import Ingest, summary_rows_cap
 from fleetctl.lens.jobs import JobMap, JobRefresh
 from fleetctl.lens.options import LensOptions
 from fleetctl.lens.state import STATE_VERSION, first_window_end, read_baselines, read_state, \
@@ -163,6 +163,8 @@ class Coordinator:
         self.job_refresh = JobRefresh(slurm, self.opts.jobs_refresh_s, self.log)
         self.last_replan_check = time.time()
         self._heap_trimmed = time.time()  # the last malloc_trim (HEAP_TRIM_EVERY_S)
+        self._shed_logged = float("-inf")  # the last log line about probes shed (_note_ingest)
+        self._ingest_seen: tuple = (None, 0, 0, 0)  # the ingest and its counts, last window
         self.last_window: dict = {}
         self.host_side: set[str] = set()  # hosts whose own side slowed their probes last window
         self.tracker: EventTracker | None = None
@@ -194,7 +196,8 @@ class Coordinator:
                      f"{len(self.shard.shared)} shared switches above them"
                      + (f"; {len(self.shard.foreign)} hosts of other shards too"
                         if self.shard.foreign else ""))
-        self.ingest = Ingest(self.plan.flows)
+        self.ingest = Ingest(self.plan.flows, max_summary_rows=summary_rows_cap(
+            len(self.plan.flows), o.lag_s, o.window_s))
         self.ingest.set_fields(list(agent_module.HEALTH_FIELDS))
         self._build_debug()
         self.jobs = JobMap(self.plan.topo, self.plan.paths, self.analyzer.inc_orig)
@@ -403,6 +406,7 @@ class Coordinator:
         if res.loss_unknown:
             self.counters["probes_loss_unknown"] = \
                 self.counters.get("probes_loss_unknown", 0) + res.loss_unknown
+        self._note_ingest(b)
         held = held_counts(res.findings)
         for by, n in held.items():
             if n:
@@ -437,6 +441,24 @@ class Coordinator:
             self.log(f"window {iso(b)}: analysis took {spent:.2f} s ({res.probes} probes)")
         if self._status_cost <= STATUS_COST_SHARE * o.window_s:
             self._write_status(time.time())  # else every STATUS_EVERY_S (_periodic)
+
+    def _note_ingest(self, b: float) -> None:
+        """What the ingest set aside, in the counters (status, /metrics): probes shed because
+        the analysis fell behind, summarized for windows far ahead of the clock, batches that
+        could not be read. Shedding is logged at most once a minute: a window it emptied says
+        nothing about the network, and the operator should know why."""
+        ing = self.ingest  # a new plan's ingest counts from 0 again
+        seen = self._ingest_seen if self._ingest_seen[0] is ing else (ing, 0, 0, 0)
+        now = (ing, ing.dropped, ing.ahead, ing.bad_batches)
+        self._ingest_seen = now
+        shed = now[1] - seen[1]
+        for i, name in enumerate(("probes_shed", "probes_ahead", "batches_unreadable"), 1):
+            if now[i] > seen[i]:
+                self.counters[name] = self.counters.get(name, 0) + now[i] - seen[i]
+        if shed > 0 and b - self._shed_logged >= 60.0:
+            self._shed_logged = b
+            self.log(f"window {iso(b)}: the analysis is behind; {shed} probes of the oldest "
+                     f"pending windows shed (nothing is judged from them)")
 
     def _publish_shard(self, res, a: float, b: float) -> None:
         """The window's shard document for `lens merge` (lens/shard.py). A window with hosts

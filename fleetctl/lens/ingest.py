@@ -16,6 +16,7 @@ window are dropped and counted (`late`), as are those of windows far ahead of th
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -30,10 +31,22 @@ MAX_PENDING = 5_000_000  # records waiting for their window: beyond this the old
 MAX_HEALTH_ROWS = 64  # health rows (and batches) kept per host between windows: 16 s at 4 a second
 
 
+def summary_rows_cap(n_flows: int, lag_s: float, window_s: float) -> int:
+    """Summary rows held for windows not yet closed before the oldest are shed: every flow once
+    a window, for the window being closed, those its lag lets in after it, and one more. A
+    fixed 625,000 was two windows at 1,280 x 8 (317,440 flows), and a window closes 2.3 s after
+    its end with 1 s health batches: the window about to close was shed, every other window
+    read empty (the harness, some runs: 20 windows in the first 30 s)."""
+    windows = math.ceil(max(lag_s, 0.0) / max(window_s, 1e-3)) + 2
+    return max(MAX_PENDING // 8, windows * max(int(n_flows), 0))
+
+
 class Ingest:
-    def __init__(self, flows: np.ndarray, keep_s: float = 10.0):
+    def __init__(self, flows: np.ndarray, keep_s: float = 10.0,
+                 max_summary_rows: int = MAX_PENDING // 8):
         self.flows = flows
         self.keep_s = keep_s
+        self.max_summary_rows = max_summary_rows
         self.chunks: list[dict[str, np.ndarray]] = []
         self.pending = 0
         self.keys: deque[tuple[float, np.ndarray]] = deque()  # (arrival, keys)
@@ -113,7 +126,7 @@ class Ingest:
             self.received.setdefault(w, []).append(part)
         self.summary_rows += s.rows.size
         self._note_health(node, batch)
-        while self.summary_rows > MAX_PENDING // 8 and self.summaries:  # shed the oldest
+        while self.summary_rows > self.max_summary_rows and self.summaries:  # shed the oldest
             w = min(self.summaries)
             for part in self.summaries.pop(w):
                 self.summary_rows -= part.rows.size

@@ -163,8 +163,9 @@ class FixedGroups:
         out = np.full((len(qs), self.n_groups), np.nan)
         for groups, members in self.by_size:
             m = values[members]
-            if m.shape[1] == 1:
-                out[:, groups] = m[:, 0]
+            if m.shape[1] == 1:  # the first size: every quantile is the one value, and the
+                out[0, groups] = m[:, 0]  # other rows are still all NaN (one scatter, copies)
+                out[1:] = out[0]
                 continue
             m.sort(axis=1)  # NaN sort last
             c = np.isfinite(m).sum(axis=1)

@@ -286,9 +286,53 @@ def test_path_figures_from_fixed_slots_equal_the_sorted_ones():
     s.rows["fwd"], s.rows["rev"] = rng.integers(5_000, 90_000, (2, 500))
     nic_host = np.arange(16) // 2
     slots = path_slots(flows, n_paths)
-    assert max(m.shape[1] for _, m in slots.by_size) > 3  # paths with several flows
+    assert max(m.shape[1] for _, m in slots.groups.by_size) > 3  # paths with several flows
     ref = path_figures(s, flows, n_paths, nic_host)
     got = path_figures(s, flows, n_paths, nic_host, slots=slots)
     assert (got.sent == ref.sent).all() and (got.lost == ref.lost).all()
     for a, b in ((got.p50_us, ref.p50_us), (got.p99_us, ref.p99_us)):
         assert np.array_equal(np.isnan(a), np.isnan(b)) and np.nanmax(np.abs(a - b)) <= 1e-3
+
+
+def _encoded_summary(rec: dict) -> dict:
+    """An agent batch's "summary" of `rec`, encoded as the agent encodes it (agent._summary)."""
+    from fleetctl.mesh.records import b64, b64_bytes
+    from fleetctl.mesh.summary import RECEIVED_FIELDS, RECEIVED_ROW, pack
+
+    rows, bins = summarize(_as_arrays(rec), W, 10, loops={})
+    got = received_counts(array("I", rec["flow"].tolist()), array("q", rec["t1"].tolist()), W)
+    return {"window_ns": W, "bins": 10,
+            "rows": {"n": len(rows["flow"]), "data": "".join(b64_bytes(pack(rows, SUMMARY_FIELDS, ROW)))},
+            "row_bins": {"n": len(bins), "data": "".join(b64(bins))},
+            "received": {"n": len(got["flow"]),
+                         "data": "".join(b64_bytes(pack(got, RECEIVED_FIELDS, RECEIVED_ROW)))}}
+
+
+def test_summaries_beyond_the_cap_shed_the_oldest_window_and_the_cap_holds_the_lag():
+    """The pending summaries' cap holds every flow for the window being closed and those its
+    lag lets in (a fixed 625,000 rows shed the window about to close at 1,280 x 8); beyond it
+    the oldest window is shed and counted, and the coordinator counts and logs it."""
+    from types import SimpleNamespace
+
+    from fleetctl.lens.coordinator import Coordinator
+    from fleetctl.lens.ingest import MAX_PENDING, summary_rows_cap
+
+    assert summary_rows_cap(317_440, 2.3, 1.0) == 5 * 317_440
+    assert summary_rows_cap(100, 2.3, 1.0) == MAX_PENDING // 8
+    flows = np.zeros(3, FLOW_DTYPE)
+    flows["flow"], flows["dst_nic"] = [0, 1, 2], 1
+    rec = _records()  # 3 flows over windows 5, 6 and 7: 9 rows
+    ing = Ingest(flows, max_summary_rows=6)
+    ing.add("n1", {"summary": _encoded_summary(rec)}, 8.0)
+    assert sorted(ing.summaries) == [6, 7]
+    assert ing.dropped == int(((rec["t1"] >= 5 * W) & (rec["t1"] < 6 * W)).sum())
+    logged = []
+    coord = SimpleNamespace(ingest=ing, counters={}, _ingest_seen=(None, 0, 0, 0),
+                            _shed_logged=float("-inf"), log=logged.append)
+    Coordinator._note_ingest(coord, 9.0)
+    assert coord.counters == {"probes_shed": ing.dropped} and "shed" in logged[0]
+    Coordinator._note_ingest(coord, 10.0)  # nothing new: the count stays, no second line
+    assert coord.counters == {"probes_shed": ing.dropped} and len(logged) == 1
+    whole = Ingest(flows, max_summary_rows=summary_rows_cap(len(flows), 2.3, 1.0))
+    whole.add("n1", {"summary": _encoded_summary(rec)}, 8.0)
+    assert sorted(whole.summaries) == [5, 6, 7] and whole.dropped == 0
