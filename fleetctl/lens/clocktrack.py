@@ -157,8 +157,7 @@ class ClockTracker:
     def maybe_refit(self, t_end: float, background: bool = False) -> bool:
         """Fit again when `refit_s` has passed; with `background`, in a thread (the windows go
         on with the previous model meanwhile)."""
-        if t_end - self.last_fit < max(self.refit_s, FIT_SHARE_INVERSE * self.fit_cost_s) or \
-                self._busy:
+        if t_end - self.last_fit < self.refit_period_s() or self._busy:
             return False
         if background:
             self._busy = True
@@ -174,6 +173,17 @@ class ClockTracker:
             threading.Thread(target=work, name="lens-clock", daemon=True).start()
             return True
         return self._refit(t_end, list(self.chunks))
+
+    def refit_period_s(self) -> float:
+        """refit_s, stretched so fits take at most 1 / FIT_SHARE_INVERSE of the time, but not
+        by the first fit's cost: that fit covers a few seconds of bounds (its drifts read up to
+        270 ppm for clocks within 30 ppm), no window uses it until a second fit confirms it
+        (_for_windows), and at 1,280 hosts it took 12.8 s of CPU where the next took 1.3: the
+        second fit came 51 s later, every host's one-way delay unmeasured until then, and it
+        moved them all by up to 14 ms (the pinned harness)."""
+        if self.fit_seq < 2:
+            return self.refit_s
+        return max(self.refit_s, FIT_SHARE_INVERSE * self.fit_cost_s)
 
     def _refit(self, t_end: float, chunks: list) -> bool:
         cut = int((t_end - self.horizon_s) * 1e9)

@@ -206,26 +206,47 @@ class Ingest:
         else:
             probes = join_records({k: np.zeros(0, v.dtype) for k, v in _EMPTY.items()},
                                   np.zeros(0, np.uint64), self.flows)
+        return probes, self._health_tables(a_ns, b_ns)
+
+    def _health_tables(self, a_ns: int, b_ns: int) -> dict:
+        """Every host's health rows that overlap the window +- 2 s; rows ending before that
+        reach are dropped (windows close in order), the last MAX_HEALTH_ROWS of the rest kept as
+        one array per host. All hosts' rows in one array: per host it was ~15 us of numpy calls,
+        19 ms a window at 1,280 hosts."""
+        if not self.fields:
+            return {}
+        i_t, i_d = self.fields.index("t_start_ns"), self.fields.index("duration_s")
+        lo, hi = a_ns - 2e9, b_ns + 2e9
+        nf = len(self.fields)
+        nodes, arrays, counts = [], [], []
+        for node, chunks in self.health.items():
+            parts = [c for c in chunks if c.shape[1] == nf]
+            chunks.clear()
+            if parts:
+                nodes.append(node)
+                arrays += parts
+                counts.append(sum(len(c) for c in parts))
+        if not arrays:
+            return {}
+        rows = np.concatenate(arrays)
+        owner = np.repeat(np.arange(len(nodes)), counts)
+        keep = rows[:, i_t] + rows[:, i_d] * 1e9 >= lo
+        rows, owner = rows[keep], owner[keep]
+        ends = np.cumsum(np.bincount(owner, minlength=len(nodes)))
+        last = ends[owner] - np.arange(owner.size) <= MAX_HEALTH_ROWS  # its host's last rows
+        rows, owner = rows[last], owner[last]
+        n_kept = np.bincount(owner, minlength=len(nodes))
+        inside = rows[:, i_t] <= hi
+        n_in = np.bincount(owner[inside], minlength=len(nodes))
+        kept = np.split(rows, np.cumsum(n_kept)[:-1])
+        selected = np.split(rows[inside], np.cumsum(n_in)[:-1])
         health = {}
-        if self.fields:
-            i_t, i_d = self.fields.index("t_start_ns"), self.fields.index("duration_s")
-            lo, hi = a_ns - 2e9, b_ns + 2e9
-            nf = len(self.fields)
-            for node, chunks in self.health.items():
-                parts = [c for c in chunks if c.shape[1] == nf]
-                if not parts:
-                    chunks.clear()
-                    continue
-                rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-                # rows ending before this window's reach are never needed again (windows close
-                # in order): dropped, and what is left kept as one array (at most 64 rows)
-                rows = rows[rows[:, i_t] + rows[:, i_d] * 1e9 >= lo][-MAX_HEALTH_ROWS:]
-                chunks.clear()
-                if rows.size:
-                    chunks.append(rows)
-                sel = rows[rows[:, i_t] <= hi]
-                if sel.size:
-                    health[node] = {"fields": self.fields, "windows": sel}
+        for node, k, sel in zip(nodes, kept, selected):
+            if k.size:
+                self.health[node].append(k)
+            if sel.size:
+                health[node] = {"fields": self.fields, "windows": sel}
+        return health
         return probes, health
 
 

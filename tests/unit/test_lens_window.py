@@ -716,3 +716,18 @@ def test_a_blind_host_holds_its_own_places_only(fabric):
     assert clean[1].coverage is None and an.unjudged(clean[1], keys) == set()
     clean[1].probes = 0
     assert an.unjudged(clean[1], keys) == keys  # a window without probes judges nothing
+
+
+def test_the_first_fits_cost_does_not_put_off_the_fit_that_confirms_it():
+    """A first fit over a few seconds of bounds can cost ten times a later one; the refit
+    period stretches with a fit's cost only once a second fit has confirmed the model."""
+    from fleetctl.lens.clocktrack import FIT_SHARE_INVERSE, ClockTracker
+
+    tracker = ClockTracker(["a", "b"], np.array([0, 1]), refit_s=5.0)
+    tracker.fit_cost_s = 12.8
+    tracker.fit_seq = 1
+    assert tracker.refit_period_s() == 5.0
+    tracker.fit_seq = 2
+    assert tracker.refit_period_s() == FIT_SHARE_INVERSE * 12.8
+    tracker.fit_cost_s = 0.5
+    assert tracker.refit_period_s() == 5.0

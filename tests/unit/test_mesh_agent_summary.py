@@ -336,3 +336,37 @@ def test_summaries_beyond_the_cap_shed_the_oldest_window_and_the_cap_holds_the_l
     whole = Ingest(flows, max_summary_rows=summary_rows_cap(len(flows), 2.3, 1.0))
     whole.add("n1", {"summary": _encoded_summary(rec)}, 8.0)
     assert sorted(whole.summaries) == [5, 6, 7] and whole.dropped == 0
+
+
+def test_health_tables_of_every_host_at_once_keep_what_each_host_alone_would():
+    """The window's health tables from all hosts' rows in one array equal the per-host rule:
+    rows ending before the window's reach dropped, the last MAX_HEALTH_ROWS of the rest kept,
+    those starting within the reach handed on."""
+    from fleetctl.lens.ingest import MAX_HEALTH_ROWS
+
+    fields = list(agent.HEALTH_FIELDS)
+    it, idur = fields.index("t_start_ns"), fields.index("duration_s")
+    t0 = 1_800_000_000 * 10**9
+    rng = np.random.default_rng(8)
+    ing = Ingest(np.zeros(4, dtype=FLOW_DTYPE))
+    ing.set_fields(fields)
+    sent = {}
+    for h in range(30):
+        node = f"node{h}"
+        for _ in range(int(rng.integers(1, 6))):  # batches of 1..40 rows, 0..60 s on
+            n = int(rng.integers(1, 40))
+            rows = np.zeros((n, len(fields)))
+            rows[:, it] = t0 + np.sort(rng.uniform(0, 60, n)) * 1e9
+            rows[:, idur] = 0.25
+            ing._note_health(node, {"health": rows.tolist()})
+            sent.setdefault(node, []).append(rows)
+    a, b = t0 + 30 * 10**9, t0 + 31 * 10**9
+    _, health = ing.close(a, b)
+    for node, parts in sent.items():
+        rows = np.concatenate(parts)
+        rows = rows[rows[:, it] + rows[:, idur] * 1e9 >= a - 2e9][-MAX_HEALTH_ROWS:]
+        kept = np.concatenate(list(ing.health[node])) if ing.health[node] else np.zeros((0, len(fields)))
+        assert np.array_equal(kept, rows)
+        inside = rows[rows[:, it] <= b + 2e9]
+        got = health[node]["windows"] if node in health else np.zeros((0, len(fields)))
+        assert np.array_equal(got, inside)
