@@ -110,8 +110,12 @@ def window_signals(sent: np.ndarray, lost: np.ndarray, delay: np.ndarray, baseli
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(sent > 0, lost / np.maximum(sent, 1), 0.0)
     down = valid & (lost == sent)
-    tail = binom.sf(lost - 1, sent, th.background_loss)  # P(X >= lost) under the background
-    lossy = valid & (lost >= th.min_lost) & (tail < th.path_alpha) | down
+    # P(X >= lost) under the background, only where it can matter: a window's paths with a loss
+    # are a few hundred of 495,000 at 1,280 x 8 (13 -> 1 ms)
+    tail = np.ones(sent.shape)
+    cand = valid & (lost >= th.min_lost)
+    tail[cand] = binom.sf(lost[cand] - 1, sent[cand], th.background_loss)
+    lossy = cand & (tail < th.path_alpha) | down
     y_loss = np.where(lossy, -np.log1p(-np.minimum(rate, 0.999)), 0.0)
 
     excess = delay - baseline
