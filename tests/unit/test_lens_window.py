@@ -663,6 +663,10 @@ def test_a_fit_that_moves_a_hosts_estimate_relearns_its_paths_baselines():
                           np.zeros(0))
     tr._compare(model([0.0, 1e-3, 2e-3, 3e-3]), 0, 10.0)
     assert tr.moved == {}
+    tr.fit = (model([0.0, 1e-3, 2.5e-3, 3e-3]), 0)
+    # against a host's first fit, which no window used (_for_windows): no move reported
+    tr._compare(model([0.0, 1e-3, 2e-3, 3e-3]), 0, 10.0)
+    assert tr.moved == {}
     tr.fit = (model([0.0, 1e-3, 2e-3, 3e-3]), 0)
     # every offset 100 us later (a reference change would do that) and c 30 us on top of it
     tr._compare(model([100e-6, 1.1e-3, 2.13e-3, 3.1e-3]), 0, 10.0)
