@@ -377,6 +377,8 @@ def _tightest(src_nic: np.ndarray, dst_nic: np.ndarray, up: np.ndarray, down: np
 def _best_of_groups(order: np.ndarray, k_sorted: np.ndarray, up: np.ndarray,
                     down: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`_tightest` once its records are in `order` (grouped by their keys `k_sorted`)."""
+    if order.size == 0:  # a window with no answered NIC-pair row (only loops, or all quiet)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     head = np.r_[True, k_sorted[1:] != k_sorted[:-1]]
     starts = np.flatnonzero(head)
     group = np.cumsum(head) - 1

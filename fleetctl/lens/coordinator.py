@@ -15,7 +15,6 @@ point resumes without analysing a window twice and without a second record of an
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import queue
@@ -588,9 +587,8 @@ class Coordinator:
         if self.tracker is None:
             return
         began = time.perf_counter()
-        rows = getattr(self, "_elements", [])
-        elements = rows.worst(STATUS_ELEMENTS) if hasattr(rows, "worst") else \
-            heapq.nsmallest(STATUS_ELEMENTS, rows, key=lambda r: (-(r.get("loss_pct") or 0), r["id"]))
+        rows = getattr(self, "_elements", [])  # ElementRows; [] before a window with data
+        elements = rows.worst(STATUS_ELEMENTS) if len(rows) else []
         doc = {"schema": "fleetctl.lens.status/1", "pid": os.getpid(),
                "running": not stopping, "started": iso(self.started), "updated": iso(now),
                "cluster": self.cluster.name, "window_s": self.opts.window_s,
