@@ -83,7 +83,7 @@ def _dense_span(key: np.ndarray) -> int | None:
 
 
 def _all_distinct(key: np.ndarray) -> bool:
-    """No key twice: counted over its span where that is small (1 ms for 306,000 rows, where
+    """No key twice: counted over its span where that is small (2 ms for 306,000 rows, where
     np.unique sorted them in 11), else sorted."""
     if _dense_span(key) is not None:
         return int(np.bincount(key - key.min()).max()) <= 1
