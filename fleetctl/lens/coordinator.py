@@ -442,7 +442,7 @@ class Coordinator:
             self._write_status(time.time())  # else every STATUS_EVERY_S (_periodic)
 
     def _note_ingest(self, b: float) -> None:
-        """What the ingest set aside, in the counters (status, /metrics): probes shed because
+        """What the ingest set aside, in the counters (status.json): probes shed because
         the analysis fell behind, summarized for windows far ahead of the clock, batches that
         could not be read. Shedding is logged at most once a minute: a window it emptied says
         nothing about the network, and the operator should know why."""
